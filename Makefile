@@ -1,0 +1,30 @@
+# Thin wrapper: installs Debian packages, builds with CMake, runs things.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+DEB_PACKAGES := cmake ninja-build g++ pkg-config \
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
+  libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libgtest-dev libgmock-dev \
+  libbenchmark-dev
+
+.PHONY: all setup build test demo clean
+
+all: build
+
+# Installs whatever Debian packages are missing; prints the command when not root.
+setup:
+	@./scripts/install_deps.sh $(DEB_PACKAGES)
+
+$(BUILD_DIR)/build.ninja:
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+build: setup $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	./scripts/demo.sh $(BUILD_DIR)
+
+clean:
+	rm -rf $(BUILD_DIR)
