@@ -1,0 +1,83 @@
+// Dataset: an immutable, sorted index of a dataset's samples (path + label),
+// loaded once at daemon start. Datasets are registered by name in the
+// daemon's configuration (proto/batchd/v1/config.proto, protobuf text format)
+// and/or `--dataset name=path` flags; clients only ever name them.
+//
+// Thread-safe after construction (immutable).
+#ifndef BATCHD_SERVER_DATASET_DATASET_H_
+#define BATCHD_SERVER_DATASET_DATASET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "batchd/v1/config.pb.h"
+
+namespace batchd::server {
+
+struct Sample {
+  std::string path;  // absolute or relative to the daemon's working directory
+  int32_t label = 0;
+};
+
+class Dataset {
+ public:
+  // ImageFolder: root/<class>/<file>. Classes are the sorted names of root's
+  // subdirectories (label = position); samples are the files in them with an
+  // image extension (.jpg .jpeg .png .gif .bmp .ppm .pgm .tif .tiff .webp,
+  // any case; hidden files skipped), sorted by (class, file name). Non-JPEG
+  // images stay in the index and are substituted when read.
+  // Errors: NOT_FOUND / INVALID_ARGUMENT naming the path and the problem
+  // (missing, not a directory, no classes, no images).
+  static absl::StatusOr<std::shared_ptr<const Dataset>> LoadImageFolder(
+      std::string name, const std::string& root);
+
+  // List file: one "<relative path> <label>" per line (whitespace
+  // separated; the path may not contain spaces; blank lines and lines
+  // starting with '#' are skipped). Paths are relative to `root` (default:
+  // the list file's directory). Samples are sorted by path (then label) for a
+  // stable order. Class names are "0".."max label".
+  // Errors name the file and line number.
+  static absl::StatusOr<std::shared_ptr<const Dataset>> LoadListFile(
+      std::string name, const std::string& list_path, std::string root);
+
+  const std::string& name() const { return name_; }
+  uint64_t size() const { return samples_.size(); }
+  const Sample& sample(uint64_t index) const { return samples_[index]; }
+  const std::vector<std::string>& class_names() const { return class_names_; }
+
+  Dataset(std::string name, std::vector<Sample> samples,
+          std::vector<std::string> class_names)
+      : name_(std::move(name)),
+        samples_(std::move(samples)),
+        class_names_(std::move(class_names)) {}
+
+ private:
+  const std::string name_;
+  const std::vector<Sample> samples_;
+  const std::vector<std::string> class_names_;
+};
+
+// Loads one dataset described by `config` (format inferred from the path when
+// unspecified). Validates the name (letters, digits, '-', '_', '.').
+absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
+    const batchd::v1::DatasetConfig& config);
+
+// Parses a config file in protobuf text format (DaemonConfig). Errors name
+// the file and the parser's line/column.
+absl::StatusOr<batchd::v1::DaemonConfig> ReadConfigFile(
+    const std::string& path);
+
+// Parses a `--dataset` flag value, "name=path".
+absl::StatusOr<batchd::v1::DatasetConfig> ParseDatasetFlag(
+    absl::string_view flag);
+
+// Reads a whole file. NOT_FOUND / UNAVAILABLE with the path and errno text.
+absl::StatusOr<std::string> ReadFileBytes(const std::string& path);
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_DATASET_DATASET_H_

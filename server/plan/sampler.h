@@ -1,0 +1,77 @@
+// Sample order and sharding for one plan: which dataset samples make up
+// batch b of epoch e for this client's shard.
+//
+// Semantics follow torch.utils.data.DistributedSampler + BatchSampler:
+// - the epoch order is 0..N-1, or a permutation seeded by (seed, epoch) when
+//   shuffling (Fisher-Yates driven by common::SampleRandom with
+//   RandomPurpose::kPermutation, sample index 0);
+// - the order is padded to a multiple of world_size by repeating its head
+//   (more than once when world_size > N);
+// - rank r takes positions r, r + world_size, r + 2 * world_size, ...;
+// - the shard is cut into batches of batch_size; drop_last drops a final
+//   partial batch.
+//
+// Pure functions; thread-safe. EpochOrderCache is thread-safe too.
+#ifndef BATCHD_SERVER_PLAN_SAMPLER_H_
+#define BATCHD_SERVER_PLAN_SAMPLER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+namespace batchd::server {
+
+struct ShardSpec {
+  uint64_t num_samples = 0;  // N, > 0
+  uint64_t seed = 0;
+  bool shuffle = false;
+  bool drop_last = false;
+  uint32_t rank = 0;         // < world_size
+  uint32_t world_size = 1;   // > 0
+  uint32_t batch_size = 1;   // > 0
+};
+
+// Samples in this shard per epoch: ceil(N / world_size).
+uint64_t ShardSize(const ShardSpec& spec);
+
+// Batches per epoch: ShardSize / batch_size, rounded down with drop_last and
+// up without.
+uint64_t BatchesPerEpoch(const ShardSpec& spec);
+
+// The whole epoch's order of dataset indices (before padding and sharding).
+std::vector<uint64_t> EpochOrder(uint64_t num_samples, uint64_t seed,
+                                 bool shuffle, uint64_t epoch);
+
+// This shard's dataset indices for `epoch`, in order, from the epoch's order.
+std::vector<uint64_t> ShardIndices(const ShardSpec& spec,
+                                   const std::vector<uint64_t>& epoch_order);
+
+// Dataset indices of batch `batch_index` of the shard.
+// REQUIRES: batch_index < BatchesPerEpoch(spec).
+std::vector<uint64_t> BatchSampleIndices(const ShardSpec& spec,
+                                         const std::vector<uint64_t>& shard,
+                                         uint64_t batch_index);
+
+// Shares epoch orders between streams: identical (num_samples, seed,
+// shuffle, epoch) are computed once. Keeps the `capacity` most recently used
+// orders.
+class EpochOrderCache {
+ public:
+  explicit EpochOrderCache(size_t capacity = 16);
+  std::shared_ptr<const std::vector<uint64_t>> Get(uint64_t num_samples,
+                                                   uint64_t seed, bool shuffle,
+                                                   uint64_t epoch);
+  // How many orders were computed (not served from the cache); for tests.
+  uint64_t computed() const;
+
+ private:
+  // Implementation's choice; protected by mu_.
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_PLAN_SAMPLER_H_
