@@ -60,6 +60,13 @@ std::vector<uint64_t> BatchSampleIndices(const ShardSpec& spec,
 class EpochOrderCache {
  public:
   explicit EpochOrderCache(size_t capacity = 16);
+  ~EpochOrderCache();
+  EpochOrderCache(const EpochOrderCache&) = delete;
+  EpochOrderCache& operator=(const EpochOrderCache&) = delete;
+
+  // The order for (num_samples, seed, shuffle, epoch), computed on first use.
+  // Concurrent calls for the same key compute it once; the others block
+  // until it is ready.
   std::shared_ptr<const std::vector<uint64_t>> Get(uint64_t num_samples,
                                                    uint64_t seed, bool shuffle,
                                                    uint64_t epoch);

@@ -1,0 +1,153 @@
+#include "server/plan/sampler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <list>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "absl/base/call_once.h"
+#include "common/random.h"
+
+namespace batchd::server {
+namespace {
+
+// A spec the REQUIRES of sampler.h allow. The functions below return empty
+// results for anything else instead of dividing by zero or reading out of
+// range; callers validate requests before they get here.
+bool IsValid(const ShardSpec& spec) {
+  return spec.num_samples > 0 && spec.world_size > 0 &&
+         spec.rank < spec.world_size && spec.batch_size > 0;
+}
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+}  // namespace
+
+uint64_t ShardSize(const ShardSpec& spec) {
+  if (!IsValid(spec)) return 0;
+  return CeilDiv(spec.num_samples, spec.world_size);
+}
+
+uint64_t BatchesPerEpoch(const ShardSpec& spec) {
+  if (!IsValid(spec)) return 0;
+  const uint64_t shard_size = ShardSize(spec);
+  return spec.drop_last ? shard_size / spec.batch_size
+                        : CeilDiv(shard_size, spec.batch_size);
+}
+
+// Fisher-Yates, from the back: for i = N-1 down to 1, swap position i with a
+// uniform position in [0, i]. All draws come from one stream,
+// SampleRandom(seed, epoch, /*sample_index=*/0, kPermutation), in that order.
+std::vector<uint64_t> EpochOrder(uint64_t num_samples, uint64_t seed,
+                                 bool shuffle, uint64_t epoch) {
+  std::vector<uint64_t> order(num_samples);
+  for (uint64_t i = 0; i < num_samples; ++i) order[i] = i;
+  if (!shuffle || num_samples < 2) return order;
+  common::SampleRandom rng(seed, epoch, /*sample_index=*/0,
+                           common::RandomPurpose::kPermutation);
+  for (uint64_t i = num_samples - 1; i > 0; --i) {
+    const uint64_t j = rng.UniformInt(i + 1);
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+// Position p of the padded order (length ShardSize * world_size) is
+// epoch_order[p % N]: the padding repeats the order's head, cycling through
+// the order again when the padding is longer than N (as DistributedSampler's
+// `indices * ceil(padding / N)`).
+std::vector<uint64_t> ShardIndices(const ShardSpec& spec,
+                                   const std::vector<uint64_t>& epoch_order) {
+  if (!IsValid(spec) || epoch_order.empty()) return {};
+  const uint64_t n = epoch_order.size();
+  const uint64_t shard_size = CeilDiv(n, spec.world_size);
+  std::vector<uint64_t> shard;
+  shard.reserve(shard_size);
+  for (uint64_t k = 0; k < shard_size; ++k) {
+    const uint64_t position = spec.rank + k * spec.world_size;
+    shard.push_back(epoch_order[position % n]);
+  }
+  return shard;
+}
+
+std::vector<uint64_t> BatchSampleIndices(const ShardSpec& spec,
+                                         const std::vector<uint64_t>& shard,
+                                         uint64_t batch_index) {
+  if (spec.batch_size == 0) return {};
+  const uint64_t begin = batch_index * spec.batch_size;
+  // Overflow-safe form of `batch_index >= ceil(size / batch_size)`.
+  if (batch_index >= CeilDiv(shard.size(), spec.batch_size)) return {};
+  const uint64_t end =
+      std::min<uint64_t>(shard.size(), begin + spec.batch_size);
+  if (spec.drop_last && end - begin < spec.batch_size) return {};
+  return std::vector<uint64_t>(shard.begin() + begin, shard.begin() + end);
+}
+
+// One cached order. The slot is created under the cache's lock; the order is
+// computed outside it, exactly once, by whichever caller gets there first
+// (the others wait in call_once). A slot evicted while being computed stays
+// alive through the callers' shared_ptrs.
+namespace {
+struct OrderSlot {
+  absl::once_flag once;
+  std::shared_ptr<const std::vector<uint64_t>> order;  // set inside `once`
+};
+using OrderKey = std::tuple<uint64_t, uint64_t, bool, uint64_t>;
+}  // namespace
+
+struct EpochOrderCache::Impl {
+  explicit Impl(size_t capacity) : capacity(capacity) {}
+
+  const size_t capacity;
+  std::atomic<uint64_t> computed{0};
+
+  absl::Mutex mu;
+  // Most recently used first.
+  std::list<std::pair<OrderKey, std::shared_ptr<OrderSlot>>> lru
+      ABSL_GUARDED_BY(mu);
+  // Every key in `lru`, pointing at its list node.
+  std::map<OrderKey, decltype(lru)::iterator> index ABSL_GUARDED_BY(mu);
+};
+
+EpochOrderCache::EpochOrderCache(size_t capacity)
+    : impl_(std::make_unique<Impl>(capacity)) {}
+
+EpochOrderCache::~EpochOrderCache() = default;
+
+std::shared_ptr<const std::vector<uint64_t>> EpochOrderCache::Get(
+    uint64_t num_samples, uint64_t seed, bool shuffle, uint64_t epoch) {
+  // Unshuffled orders do not depend on seed or epoch.
+  const OrderKey key = shuffle ? OrderKey{num_samples, seed, true, epoch}
+                               : OrderKey{num_samples, 0, false, 0};
+  std::shared_ptr<OrderSlot> slot;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    auto it = impl_->index.find(key);
+    if (it != impl_->index.end()) {
+      impl_->lru.splice(impl_->lru.begin(), impl_->lru, it->second);
+      slot = it->second->second;
+    } else {
+      slot = std::make_shared<OrderSlot>();
+      impl_->lru.emplace_front(key, slot);
+      impl_->index.emplace(key, impl_->lru.begin());
+      while (impl_->lru.size() > impl_->capacity) {
+        impl_->index.erase(impl_->lru.back().first);
+        impl_->lru.pop_back();
+      }
+    }
+  }
+  absl::call_once(slot->once, [&] {
+    slot->order = std::make_shared<const std::vector<uint64_t>>(
+        EpochOrder(num_samples, seed, shuffle, epoch));
+    impl_->computed.fetch_add(1, std::memory_order_relaxed);
+  });
+  return slot->order;
+}
+
+uint64_t EpochOrderCache::computed() const {
+  return impl_->computed.load(std::memory_order_relaxed);
+}
+
+}  // namespace batchd::server

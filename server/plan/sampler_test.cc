@@ -1,0 +1,313 @@
+#include "server/plan/sampler.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace batchd::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::IsEmpty;
+
+std::vector<uint64_t> Iota(uint64_t n) {
+  std::vector<uint64_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+bool IsPermutation(const std::vector<uint64_t>& order, uint64_t n) {
+  std::vector<uint64_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  return sorted == Iota(n);
+}
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+TEST(ShardSizeTest, Arithmetic) {
+  ShardSpec spec;
+  spec.num_samples = 10;
+  spec.world_size = 3;
+  spec.batch_size = 2;
+  EXPECT_EQ(ShardSize(spec), 4u);
+  EXPECT_EQ(BatchesPerEpoch(spec), 2u);
+  spec.batch_size = 3;
+  EXPECT_EQ(BatchesPerEpoch(spec), 2u);  // 3 + 1
+  spec.drop_last = true;
+  EXPECT_EQ(BatchesPerEpoch(spec), 1u);
+  spec.batch_size = 5;
+  EXPECT_EQ(BatchesPerEpoch(spec), 0u);  // the only batch is partial
+  spec.drop_last = false;
+  EXPECT_EQ(BatchesPerEpoch(spec), 1u);
+}
+
+TEST(ShardSizeTest, InvalidSpecsGiveZeroInsteadOfCrashing) {
+  ShardSpec spec;
+  spec.num_samples = 10;
+  spec.world_size = 0;
+  EXPECT_EQ(ShardSize(spec), 0u);
+  EXPECT_EQ(BatchesPerEpoch(spec), 0u);
+  EXPECT_THAT(ShardIndices(spec, Iota(10)), IsEmpty());
+  spec.world_size = 2;
+  spec.rank = 2;
+  EXPECT_EQ(ShardSize(spec), 0u);
+  spec.rank = 0;
+  spec.batch_size = 0;
+  EXPECT_EQ(BatchesPerEpoch(spec), 0u);
+  EXPECT_THAT(BatchSampleIndices(spec, Iota(5), 0), IsEmpty());
+  spec.batch_size = 2;
+  spec.num_samples = 0;
+  EXPECT_EQ(ShardSize(spec), 0u);
+}
+
+TEST(EpochOrderTest, NoShuffleIsIdentity) {
+  EXPECT_EQ(EpochOrder(7, /*seed=*/3, /*shuffle=*/false, /*epoch=*/5),
+            Iota(7));
+  EXPECT_THAT(EpochOrder(0, 3, true, 5), IsEmpty());
+  EXPECT_THAT(EpochOrder(1, 3, true, 5), ElementsAre(0u));
+}
+
+TEST(EpochOrderTest, ShuffleIsADeterministicPermutation) {
+  for (uint64_t n : {2, 7, 100, 1001}) {
+    const std::vector<uint64_t> a = EpochOrder(n, /*seed=*/42, true, 0);
+    EXPECT_TRUE(IsPermutation(a, n));
+    EXPECT_EQ(a, EpochOrder(n, 42, true, 0));
+  }
+}
+
+TEST(EpochOrderTest, EpochsAndSeedsGiveDifferentPermutations) {
+  const uint64_t n = 1000;
+  std::set<std::vector<uint64_t>> seen;
+  for (uint64_t seed : std::vector<uint64_t>{0, 1, 2, 0xFFFFFFFFFFull}) {
+    for (uint64_t epoch : std::vector<uint64_t>{0, 1, 2, 100}) {
+      std::vector<uint64_t> order = EpochOrder(n, seed, true, epoch);
+      EXPECT_NE(order, Iota(n));
+      seen.insert(std::move(order));
+    }
+  }
+  EXPECT_EQ(seen.size(), 16u);
+}
+
+TEST(EpochOrderTest, ShuffleLooksUniform) {
+  // Position of element 0 over many epochs of a 5-element order: each of the
+  // 5 positions should get about 1/5 of 5000 draws (std ~28).
+  std::vector<int> counts(5, 0);
+  for (uint64_t epoch = 0; epoch < 5000; ++epoch) {
+    const std::vector<uint64_t> order = EpochOrder(5, /*seed=*/9, true, epoch);
+    ++counts[std::find(order.begin(), order.end(), 0u) - order.begin()];
+  }
+  for (int c : counts) EXPECT_NEAR(c, 1000, 150);
+}
+
+// The full matrix of the brief: N x world_size x drop_last x shuffle.
+TEST(ShardIndicesTest, DistributedSamplerSemantics) {
+  for (uint64_t n : {1, 7, 10, 100, 1001}) {
+    for (uint32_t world : {1, 2, 3, 8}) {
+      for (bool drop_last : {false, true}) {
+        for (bool shuffle : {false, true}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "N=" << n << " W=" << world << " drop_last="
+                       << drop_last << " shuffle=" << shuffle);
+          const std::vector<uint64_t> order =
+              EpochOrder(n, /*seed=*/7, shuffle, /*epoch=*/3);
+          ASSERT_TRUE(IsPermutation(order, n));
+          if (!shuffle) EXPECT_EQ(order, Iota(n));
+
+          const uint64_t shard_size = CeilDiv(n, world);
+          const uint64_t padding = shard_size * world - n;
+          std::map<uint64_t, int> multiplicity;
+          for (uint32_t rank = 0; rank < world; ++rank) {
+            ShardSpec spec;
+            spec.num_samples = n;
+            spec.seed = 7;
+            spec.shuffle = shuffle;
+            spec.drop_last = drop_last;
+            spec.rank = rank;
+            spec.world_size = world;
+            spec.batch_size = 4;
+            const std::vector<uint64_t> shard = ShardIndices(spec, order);
+            ASSERT_EQ(shard.size(), ShardSize(spec));
+            ASSERT_EQ(shard.size(), shard_size);
+            // Strided positions of the padded order.
+            for (uint64_t k = 0; k < shard.size(); ++k) {
+              EXPECT_EQ(shard[k], order[(rank + k * world) % n]);
+            }
+            for (uint64_t index : shard) ++multiplicity[index];
+
+            // Batches concatenate to the shard (minus a dropped tail).
+            const uint64_t batches = BatchesPerEpoch(spec);
+            EXPECT_EQ(batches, drop_last ? shard_size / 4
+                                         : CeilDiv(shard_size, 4));
+            std::vector<uint64_t> concatenated;
+            for (uint64_t b = 0; b < batches; ++b) {
+              const std::vector<uint64_t> batch =
+                  BatchSampleIndices(spec, shard, b);
+              EXPECT_FALSE(batch.empty());
+              EXPECT_LE(batch.size(), 4u);
+              if (drop_last || b + 1 < batches) EXPECT_EQ(batch.size(), 4u);
+              concatenated.insert(concatenated.end(), batch.begin(),
+                                  batch.end());
+            }
+            const uint64_t kept =
+                drop_last ? shard_size / 4 * 4 : shard_size;
+            EXPECT_EQ(concatenated,
+                      std::vector<uint64_t>(shard.begin(),
+                                            shard.begin() + kept));
+            EXPECT_THAT(BatchSampleIndices(spec, shard, batches), IsEmpty());
+          }
+          // Union covers every sample.
+          EXPECT_EQ(multiplicity.size(), n);
+          // Duplicates: exactly `padding` extra copies, all of them from the
+          // head of the epoch order.
+          uint64_t duplicates = 0;
+          for (const auto& [index, count] : multiplicity) {
+            duplicates += count - 1;
+          }
+          EXPECT_EQ(duplicates, padding);
+          if (padding == 0) {
+            for (const auto& [index, count] : multiplicity) {
+              EXPECT_EQ(count, 1) << "index " << index;
+            }
+          } else if (padding < n) {
+            for (uint64_t p = 0; p < n; ++p) {
+              EXPECT_EQ(multiplicity[order[p]], p < padding ? 2 : 1)
+                  << "position " << p;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardIndicesTest, WorldLargerThanDatasetRepeatsTheOrder) {
+  const std::vector<uint64_t> order = {2, 0, 1};
+  ShardSpec spec;
+  spec.num_samples = 3;
+  spec.world_size = 8;
+  std::vector<uint64_t> all;
+  for (uint32_t rank = 0; rank < 8; ++rank) {
+    spec.rank = rank;
+    const std::vector<uint64_t> shard = ShardIndices(spec, order);
+    ASSERT_EQ(shard.size(), 1u);
+    all.push_back(shard[0]);
+  }
+  // Padded order: the order, then its head cycled: 2 0 1 | 2 0 1 2 0.
+  EXPECT_THAT(all, ElementsAre(2, 0, 1, 2, 0, 1, 2, 0));
+  // As DistributedSampler, padding 5 > N: indices * ceil(5/3), first 5.
+}
+
+TEST(ShardIndicesTest, MatchesTorchDistributedSamplerExample) {
+  // DistributedSampler(range(10), num_replicas=3, shuffle=False):
+  // padded = 0..9 + [0, 1]; rank r takes padded[r::3].
+  ShardSpec spec;
+  spec.num_samples = 10;
+  spec.world_size = 3;
+  spec.batch_size = 3;
+  const std::vector<uint64_t> order = EpochOrder(10, 0, false, 0);
+  spec.rank = 0;
+  EXPECT_THAT(ShardIndices(spec, order), ElementsAre(0, 3, 6, 9));
+  spec.rank = 1;
+  EXPECT_THAT(ShardIndices(spec, order), ElementsAre(1, 4, 7, 0));
+  spec.rank = 2;
+  const std::vector<uint64_t> shard = ShardIndices(spec, order);
+  EXPECT_THAT(shard, ElementsAre(2, 5, 8, 1));
+  EXPECT_THAT(BatchSampleIndices(spec, shard, 0), ElementsAre(2, 5, 8));
+  EXPECT_THAT(BatchSampleIndices(spec, shard, 1), ElementsAre(1));
+  spec.drop_last = true;
+  EXPECT_EQ(BatchesPerEpoch(spec), 1u);
+  EXPECT_THAT(BatchSampleIndices(spec, shard, 1), IsEmpty());
+}
+
+TEST(EpochOrderCacheTest, ComputesOncePerKey) {
+  EpochOrderCache cache(/*capacity=*/4);
+  auto a = cache.Get(100, /*seed=*/1, /*shuffle=*/true, /*epoch=*/0);
+  auto b = cache.Get(100, 1, true, 0);
+  EXPECT_EQ(cache.computed(), 1u);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_EQ(*a, EpochOrder(100, 1, true, 0));
+  cache.Get(100, 1, true, 1);
+  cache.Get(100, 2, true, 0);
+  cache.Get(101, 1, true, 0);
+  EXPECT_EQ(cache.computed(), 4u);
+  // Unshuffled orders ignore seed and epoch.
+  auto c = cache.Get(100, 1, false, 0);
+  auto d = cache.Get(100, 5, false, 9);
+  EXPECT_EQ(c.get(), d.get());
+  EXPECT_EQ(*c, Iota(100));
+  EXPECT_EQ(cache.computed(), 5u);
+}
+
+TEST(EpochOrderCacheTest, EvictsLeastRecentlyUsed) {
+  EpochOrderCache cache(/*capacity=*/2);
+  cache.Get(10, 0, true, 0);  // A
+  cache.Get(10, 0, true, 1);  // B
+  cache.Get(10, 0, true, 0);  // A again: B is now least recent
+  EXPECT_EQ(cache.computed(), 2u);
+  cache.Get(10, 0, true, 2);  // C evicts B
+  EXPECT_EQ(cache.computed(), 3u);
+  cache.Get(10, 0, true, 0);  // A still cached
+  cache.Get(10, 0, true, 2);  // C still cached
+  EXPECT_EQ(cache.computed(), 3u);
+  cache.Get(10, 0, true, 1);  // B was evicted
+  EXPECT_EQ(cache.computed(), 4u);
+}
+
+TEST(EpochOrderCacheTest, ZeroCapacityCachesNothingButStillAnswers) {
+  EpochOrderCache cache(/*capacity=*/0);
+  EXPECT_EQ(*cache.Get(5, 0, true, 0), EpochOrder(5, 0, true, 0));
+  EXPECT_EQ(*cache.Get(5, 0, true, 0), EpochOrder(5, 0, true, 0));
+  EXPECT_EQ(cache.computed(), 2u);
+}
+
+TEST(EpochOrderCacheTest, ConcurrentGetsAreConsistent) {
+  EpochOrderCache cache(/*capacity=*/3);
+  constexpr int kThreads = 8;
+  constexpr int kIterations = 2000;
+  std::vector<std::vector<uint64_t>> expected;
+  for (uint64_t epoch = 0; epoch < 5; ++epoch) {
+    expected.push_back(EpochOrder(500, /*seed=*/3, true, epoch));
+  }
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kIterations; ++i) {
+        const uint64_t epoch = (i * 7 + t) % 5;
+        auto order = cache.Get(500, 3, true, epoch);
+        if (*order != expected[epoch]) ++mismatches[t];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0);
+  EXPECT_GE(cache.computed(), 5u);
+  EXPECT_LE(cache.computed(), uint64_t{kThreads} * kIterations);
+}
+
+TEST(EpochOrderCacheTest, ConcurrentFirstGetsOfOneKeyComputeOnce) {
+  // Every thread asks for the same large order at once; only one computes.
+  for (int round = 0; round < 5; ++round) {
+    EpochOrderCache cache(/*capacity=*/4);
+    std::vector<std::shared_ptr<const std::vector<uint64_t>>> results(8);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        results[t] = cache.Get(200000, /*seed=*/round, true, 0);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    EXPECT_EQ(cache.computed(), 1u);
+    for (const auto& result : results) EXPECT_EQ(result.get(), results[0].get());
+  }
+}
+
+}  // namespace
+}  // namespace batchd::server
