@@ -1,0 +1,97 @@
+#include "server/admin_service.h"
+
+#include <pthread.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace batchd::server {
+
+AdminServiceImpl::AdminServiceImpl(Pipeline* pipeline, DataServiceImpl* data,
+                                   JobStats* stats, int max_workers)
+    : pipeline_(pipeline),
+      data_(data),
+      stats_(stats),
+      max_workers_(max_workers),
+      started_(absl::Now()) {
+  sampler_ = std::thread([this] { SampleLoop(); });
+}
+
+AdminServiceImpl::~AdminServiceImpl() {
+  stop_.Notify();
+  sampler_.join();
+}
+
+void AdminServiceImpl::SampleLoop() {
+  pthread_setname_np(pthread_self(), "batchd-sample");
+  do {
+    Utilisation u{pipeline_->workers().busy_time(),
+                  pipeline_->workers().alive_time()};
+    absl::MutexLock lock(&mu_);
+    samples_.push_back(u);
+    if (samples_.size() > kSamples) samples_.pop_front();
+  } while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1)));
+}
+
+batchd::v1::ServerStatus AdminServiceImpl::Status() {
+  batchd::v1::ServerStatus status;
+  WorkerPool& workers = pipeline_->workers();
+  const Utilisation now{workers.busy_time(), workers.alive_time()};
+  Utilisation oldest{absl::ZeroDuration(), absl::ZeroDuration()};
+  {
+    absl::MutexLock lock(&mu_);
+    if (!samples_.empty()) oldest = samples_.front();
+  }
+  const double alive = absl::ToDoubleSeconds(now.alive - oldest.alive);
+  status.set_workers(static_cast<uint32_t>(workers.num_workers()));
+  status.set_busy_fraction(
+      alive > 0 ? absl::ToDoubleSeconds(now.busy - oldest.busy) / alive : 0);
+  status.set_queued_samples(workers.queued());
+  status.set_buffer_bytes_reserved(data_->budget().reserved());
+  status.set_max_buffer_bytes(data_->budget().limit());
+  const PipelineCounters counters = pipeline_->counters();
+  batchd::v1::StageSeconds* stages = status.mutable_stage_seconds();
+  stages->set_read(counters.read_seconds);
+  stages->set_decode(counters.decode_seconds);
+  stages->set_transform(counters.transform_seconds);
+  stages->set_send(data_->send_seconds());
+  status.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
+  status.set_worker_busy_seconds(absl::ToDoubleSeconds(now.busy));
+  status.set_worker_alive_seconds(absl::ToDoubleSeconds(now.alive));
+  status.set_samples_decoded(counters.samples_decoded);
+  status.set_samples_substituted(counters.samples_substituted);
+  stats_->Fill(&status);
+  return status;
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetStatus(
+    grpc::CallbackServerContext* context,
+    const batchd::v1::GetStatusRequest* /*request*/,
+    batchd::v1::ServerStatus* response) {
+  *response = Status();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetWorkers(
+    grpc::CallbackServerContext* context,
+    const batchd::v1::SetWorkersRequest* request,
+    batchd::v1::SetWorkersResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const uint32_t wanted = request->workers();
+  if (wanted < 1 || wanted > static_cast<uint32_t>(max_workers_)) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("workers is ", wanted, "; it must be 1..", max_workers_,
+                     " (--max-workers)")));
+    return reactor;
+  }
+  WorkerPool& workers = pipeline_->workers();
+  response->set_previous(static_cast<uint32_t>(workers.num_workers()));
+  workers.SetNumWorkers(static_cast<int>(wanted));
+  response->set_workers(wanted);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace batchd::server

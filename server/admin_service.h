@@ -1,0 +1,66 @@
+// AdminServiceImpl: the gRPC adapter for batchd.v1.AdminService: status and
+// run-time worker count.
+//
+// Owns a sampling thread (one sample a second) so that the busy fraction is
+// a recent figure that does not depend on how often anyone asks.
+//
+// Thread-safe. Must outlive the grpc::Server it is registered with.
+#ifndef BATCHD_SERVER_ADMIN_SERVICE_H_
+#define BATCHD_SERVER_ADMIN_SERVICE_H_
+
+#include <deque>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "batchd/v1/admin.grpc.pb.h"
+#include "server/data_service.h"
+#include "server/job_stats.h"
+#include "server/pipeline.h"
+
+namespace batchd::server {
+
+class AdminServiceImpl final
+    : public batchd::v1::AdminService::CallbackService {
+ public:
+  // Not owned; all must outlive this.
+  AdminServiceImpl(Pipeline* pipeline, DataServiceImpl* data,
+                   JobStats* stats, int max_workers);
+  ~AdminServiceImpl() override;
+
+  // The status as GetStatus returns it.
+  batchd::v1::ServerStatus Status();
+
+  grpc::ServerUnaryReactor* GetStatus(
+      grpc::CallbackServerContext* context,
+      const batchd::v1::GetStatusRequest* request,
+      batchd::v1::ServerStatus* response) override;
+  grpc::ServerUnaryReactor* SetWorkers(
+      grpc::CallbackServerContext* context,
+      const batchd::v1::SetWorkersRequest* request,
+      batchd::v1::SetWorkersResponse* response) override;
+
+ private:
+  struct Utilisation {
+    absl::Duration busy;
+    absl::Duration alive;
+  };
+  static constexpr int kSamples = 6;  // busy fraction over ~5 seconds
+  void SampleLoop();
+
+  Pipeline* const pipeline_;
+  DataServiceImpl* const data_;
+  JobStats* const stats_;
+  const int max_workers_;
+  const absl::Time started_;
+
+  absl::Mutex mu_;
+  std::deque<Utilisation> samples_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_;
+  std::thread sampler_;
+};
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_ADMIN_SERVICE_H_

@@ -1,0 +1,414 @@
+#include "server/data_service.h"
+
+#include <algorithm>
+#include <deque>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/plan/sampler.h"
+
+namespace batchd::server {
+
+using batchd::v1::StreamRequest;
+using batchd::v1::StreamResponse;
+
+uint32_t BufferBudget::ReserveUpTo(uint32_t wanted, uint64_t unit) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t free = limit_ - reserved_;
+  const uint64_t fits = unit == 0 ? wanted : free / unit;
+  const uint32_t granted =
+      static_cast<uint32_t>(std::min<uint64_t>(wanted, fits));
+  reserved_ += granted * unit;
+  return granted;
+}
+
+void BufferBudget::Release(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  reserved_ -= bytes;
+}
+
+uint64_t BufferBudget::reserved() const {
+  absl::MutexLock lock(&mu_);
+  return reserved_;
+}
+
+// One StreamBatches call. Lifetime: reference-counted; gRPC holds one
+// reference until OnDone, and each batch being built holds one, so a
+// pipeline callback never touches a deleted stream.
+class DataServiceImpl::BatchStream final
+    : public grpc::ServerBidiReactor<StreamRequest, StreamResponse> {
+ public:
+  explicit BatchStream(DataServiceImpl* service)
+      : service_(service),
+        cancelled_(std::make_shared<std::atomic<bool>>(false)) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      absl::MutexLock lock(&mu_);
+      reads_done_ = true;
+    } else {
+      bool keep_reading = true;
+      switch (request_.kind_case()) {
+        case StreamRequest::kOpen:
+          keep_reading = HandleOpen(request_.open());
+          break;
+        case StreamRequest::kRequest:
+          keep_reading = HandleRequest(request_.request());
+          break;
+        default:
+          keep_reading = FailStream(grpc::Status(
+              grpc::StatusCode::INVALID_ARGUMENT,
+              "empty StreamRequest: set `open` (first message) or "
+              "`request`"));
+          break;
+      }
+      if (keep_reading) StartRead(&request_);
+    }
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      write_in_flight_ = false;
+      if (!ok) {
+        cancelled_->store(true);
+        if (!finish_status_) {
+          finish_status_ = grpc::Status(grpc::StatusCode::CANCELLED,
+                                        "the client went away");
+        }
+      } else if (written_batch_) {
+        const CompletedBatch& done = *written_batch_;
+        service_->send_nanos_ += static_cast<uint64_t>(
+            absl::ToInt64Nanoseconds(absl::Now() - done.finished));
+        service_->stats_->BatchSent(plan_->job, done.images, done.bytes,
+                                    done.substitutions);
+      }
+      written_batch_.reset();
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    cancelled_->store(true);
+    {
+      absl::MutexLock lock(&mu_);
+      if (!finish_status_) {
+        finish_status_ =
+            grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
+      }
+    }
+    Pump();
+  }
+
+  void OnDone() override {
+    cancelled_->store(true);
+    {
+      absl::MutexLock lock(&mu_);
+      queue_.clear();
+      if (reserved_bytes_ > 0) service_->budget_.Release(reserved_bytes_);
+      if (plan_ != nullptr) service_->stats_->StreamClosed(plan_->job);
+    }
+    Unref();
+  }
+
+ private:
+  // Pixel counts of a batch whose last chunk is being written.
+  struct CompletedBatch {
+    uint64_t images = 0;
+    uint64_t bytes = 0;
+    uint64_t substitutions = 0;
+    absl::Time finished;
+  };
+  // A message to send, or a finished batch to send as header + chunks.
+  struct Outgoing {
+    std::optional<StreamResponse> message;
+    std::unique_ptr<BuiltBatch> batch;
+    bool header_sent = false;
+    uint64_t offset = 0;
+  };
+  // Releases the stream's reference when the pipeline is done with a batch,
+  // whether or not its callback ran.
+  struct Ref {
+    explicit Ref(BatchStream* stream) : stream(stream) { ++stream->refs_; }
+    ~Ref() { stream->Unref(); }
+    BatchStream* stream;
+  };
+
+  ~BatchStream() override = default;
+
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // Records a stream error; the stream finishes with it once no write is in
+  // flight. Returns false (stop reading).
+  bool FailStream(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    cancelled_->store(true);
+    if (!finish_status_) finish_status_ = std::move(status);
+    return false;
+  }
+
+  bool HandleOpen(const batchd::v1::OpenPlan& open) {
+    if (plan_ != nullptr) {
+      return FailStream(grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          "the plan is already open; a stream carries one plan, so open a "
+          "new stream for another"));
+    }
+    absl::StatusOr<std::shared_ptr<const ResolvedPlan>> plan = ResolvePlan(
+        open.plan(), service_->datasets_, service_->options_.limits);
+    if (!plan.ok()) {
+      return FailStream(grpc::Status(
+          static_cast<grpc::StatusCode>(plan.status().code()),
+          std::string(plan.status().message())));
+    }
+    const ResolvedPlan& p = **plan;
+    const DataServiceOptions& options = service_->options_;
+    const uint64_t max_batch_bytes = p.batch_bytes(p.shard.batch_size);
+    const uint32_t wanted = std::min(
+        open.window() == 0 ? options.default_window : open.window(),
+        options.max_window);
+    const uint32_t window =
+        service_->budget_.ReserveUpTo(wanted, max_batch_bytes);
+    if (window == 0) {
+      return FailStream(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("the daemon's batch buffers are full: a batch of this "
+                       "plan needs ",
+                       max_batch_bytes, " bytes, ",
+                       service_->budget_.limit() - service_->budget_.reserved(),
+                       " of --max-buffer-bytes=", service_->budget_.limit(),
+                       " are free; retry later, lower batch_size or size, or "
+                       "raise --max-buffer-bytes")));
+    }
+    StreamResponse response;
+    batchd::v1::PlanOpened* opened = response.mutable_opened();
+    opened->set_window(window);
+    opened->set_batches_per_epoch(BatchesPerEpoch(p.shard));
+    opened->set_samples_per_epoch(ShardSize(p.shard));
+    for (uint64_t d : p.shape(p.shard.batch_size)) opened->add_shape(d);
+    opened->set_max_batch_bytes(max_batch_bytes);
+    opened->set_dtype(batchd::v1::DTYPE_UINT8);
+    opened->set_layout(p.layout);
+    service_->stats_->StreamOpened(p.job);
+
+    absl::MutexLock lock(&mu_);
+    plan_ = *std::move(plan);
+    window_ = window;
+    batches_per_epoch_ = opened->batches_per_epoch();
+    reserved_bytes_ = uint64_t{window} * max_batch_bytes;
+    queue_.push_back(Outgoing{std::move(response)});
+    return true;
+  }
+
+  static StreamResponse Rejected(uint64_t epoch, uint64_t batch_index,
+                                 grpc::StatusCode code, std::string message) {
+    StreamResponse response;
+    batchd::v1::RequestRejected* rejected = response.mutable_rejected();
+    rejected->set_epoch(epoch);
+    rejected->set_batch_index(batch_index);
+    rejected->set_code(code);
+    rejected->set_message(std::move(message));
+    return response;
+  }
+
+  bool HandleRequest(const batchd::v1::BatchRequest& request) {
+    if (plan_ == nullptr) {
+      return FailStream(grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          "a batch request came before the plan: send `open` with a Plan as "
+          "the stream's first message"));
+    }
+    const uint64_t epoch = request.epoch();
+    std::vector<uint64_t> accepted;
+    {
+      absl::MutexLock lock(&mu_);
+      for (uint64_t index : request.batch_indices()) {
+        if (epoch > 0xFFFFFFFFull) {
+          queue_.push_back(Outgoing{Rejected(
+              epoch, index, grpc::StatusCode::INVALID_ARGUMENT,
+              absl::StrCat("epoch ", epoch, " is too large; epochs are "
+                                            "0..4294967295"))});
+        } else if (index >= batches_per_epoch_) {
+          queue_.push_back(Outgoing{Rejected(
+              epoch, index, grpc::StatusCode::INVALID_ARGUMENT,
+              absl::StrCat("batch index ", index,
+                           " is beyond the epoch: this plan has ",
+                           batches_per_epoch_, " batches per epoch (0..",
+                           batches_per_epoch_ - 1, ")"))});
+        } else if (outstanding_ >= window_) {
+          queue_.push_back(Outgoing{Rejected(
+              epoch, index, grpc::StatusCode::RESOURCE_EXHAUSTED,
+              absl::StrCat("more than window=", window_,
+                           " batches outstanding; request another batch only "
+                           "after one has fully arrived"))});
+        } else {
+          ++outstanding_;
+          accepted.push_back(index);
+        }
+      }
+    }
+    for (uint64_t index : accepted) {
+      auto ref = std::make_shared<Ref>(this);
+      service_->pipeline_->BuildBatch(
+          plan_, epoch, index, cancelled_,
+          [ref](std::unique_ptr<BuiltBatch> batch) {
+            ref->stream->OnBatchBuilt(std::move(batch));
+          });
+    }
+    return true;
+  }
+
+  // Runs on a pipeline thread.
+  void OnBatchBuilt(std::unique_ptr<BuiltBatch> batch) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || finish_status_) return;
+      Outgoing out;
+      out.batch = std::move(batch);
+      queue_.push_back(std::move(out));
+    }
+    Pump();
+  }
+
+  // Fills current_ with the next message to write. REQUIRES: mu_ held, no
+  // write in flight.
+  bool NextMessageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (queue_.empty()) return false;
+    Outgoing& front = queue_.front();
+    if (front.message) {
+      current_ = std::move(*front.message);
+      queue_.pop_front();
+      return true;
+    }
+    BuiltBatch& batch = *front.batch;
+    current_.Clear();
+    if (!front.header_sent) {
+      batchd::v1::BatchHeader* header = current_.mutable_header();
+      header->set_epoch(batch.epoch);
+      header->set_batch_index(batch.batch_index);
+      header->mutable_sample_indices()->Assign(batch.sample_indices.begin(),
+                                               batch.sample_indices.end());
+      header->mutable_labels()->Assign(batch.labels.begin(),
+                                       batch.labels.end());
+      header->mutable_shape()->Assign(batch.shape.begin(), batch.shape.end());
+      header->set_dtype(batchd::v1::DTYPE_UINT8);
+      header->set_layout(plan_->layout);
+      header->set_total_bytes(batch.num_bytes);
+      for (const auto& sub : batch.substitutions) {
+        *header->add_substitutions() = sub;
+      }
+      front.header_sent = true;
+      return true;
+    }
+    const uint64_t length =
+        std::min(kMaxChunkBytes, batch.num_bytes - front.offset);
+    batchd::v1::BatchChunk* chunk = current_.mutable_chunk();
+    chunk->set_epoch(batch.epoch);
+    chunk->set_batch_index(batch.batch_index);
+    chunk->set_offset(front.offset);
+    chunk->set_data(batch.pixels.get() + front.offset, length);
+    front.offset += length;
+    if (front.offset == batch.num_bytes) {
+      written_batch_ = CompletedBatch{batch.sample_indices.size(),
+                                      batch.num_bytes,
+                                      batch.substitutions.size(),
+                                      batch.finished};
+      queue_.pop_front();
+      --outstanding_;
+    }
+    return true;
+  }
+
+  // Starts the next write, or finishes the stream, if either is due.
+  // REQUIRES: mu_ not held (StartWrite and Finish may run reactions inline).
+  void Pump() ABSL_LOCKS_EXCLUDED(mu_) {
+    bool write = false;
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
+      if (write_in_flight_ || finished_) return;
+      if (!finish_status_ && NextMessageLocked()) {
+        write_in_flight_ = true;
+        write = true;
+      } else if (finish_status_ ||
+                 (reads_done_ && outstanding_ == 0 && queue_.empty())) {
+        finished_ = true;
+        finish = finish_status_.value_or(grpc::Status::OK);
+      }
+    }
+    if (write) {
+      StartWrite(&current_);
+    } else if (finish) {
+      Finish(*finish);
+    }
+  }
+
+  DataServiceImpl* const service_;
+  const std::shared_ptr<std::atomic<bool>> cancelled_;
+  std::atomic<int> refs_{1};  // gRPC's, until OnDone
+
+  // Only touched by reactions, which gRPC runs one at a time for reads.
+  StreamRequest request_;
+
+  absl::Mutex mu_;
+  // Set once by HandleOpen (a read reaction); read by later reactions and
+  // pipeline callbacks only after it is set.
+  std::shared_ptr<const ResolvedPlan> plan_;
+  uint32_t window_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t batches_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Accepted batches whose last chunk is not yet handed to a write.
+  uint32_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
+  // The message being written; owned by the write in flight.
+  StreamResponse current_;
+  std::optional<CompletedBatch> written_batch_ ABSL_GUARDED_BY(mu_);
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish called
+};
+
+DataServiceImpl::DataServiceImpl(DatasetMap datasets,
+                                 DataServiceOptions options,
+                                 Pipeline* pipeline, JobStats* stats)
+    : datasets_(std::move(datasets)),
+      options_(options),
+      pipeline_(pipeline),
+      stats_(stats),
+      budget_(options.max_buffer_bytes) {}
+
+double DataServiceImpl::send_seconds() const {
+  return send_nanos_.load() * 1e-9;
+}
+
+grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
+    grpc::CallbackServerContext* context,
+    const batchd::v1::ListDatasetsRequest* /*request*/,
+    batchd::v1::ListDatasetsResponse* response) {
+  for (const auto& [name, dataset] : datasets_) {
+    batchd::v1::DatasetInfo* info = response->add_datasets();
+    info->set_name(name);
+    info->set_num_samples(dataset->size());
+    for (const std::string& c : dataset->class_names()) {
+      info->add_class_names(c);
+    }
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerBidiReactor<StreamRequest, StreamResponse>*
+DataServiceImpl::StreamBatches(grpc::CallbackServerContext* /*context*/) {
+  return new BatchStream(this);
+}
+
+}  // namespace batchd::server

@@ -1,0 +1,166 @@
+// batchd: the daemon. Serves the datasets named in --config and --dataset
+// flags until SIGINT or SIGTERM, then drains and exits 0.
+//
+//   batchd --dataset imagenet=/data/imagenet/train --workers 8 --port 7070
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "server/dataset/dataset.h"
+#include "server/server_lib.h"
+
+ABSL_FLAG(std::string, config, "",
+          "Daemon config file (batchd.v1.DaemonConfig, protobuf text format); "
+          "see deploy/batchd.conf.textproto.");
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int, port, 7070, "Port to listen on; 0 picks a free one.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written to this file once serving.");
+ABSL_FLAG(int, workers, static_cast<int>(std::thread::hardware_concurrency()),
+          "Decode worker threads, shared by all streams.");
+ABSL_FLAG(int, max_workers, 256, "Upper bound for --workers and SetWorkers.");
+ABSL_FLAG(int, readers, 2, "File reader threads (reads run ahead of decode).");
+ABSL_FLAG(uint64_t, max_buffer_bytes, uint64_t{2} << 30,
+          "Bound on batch buffer memory over all streams, bytes.");
+ABSL_FLAG(uint32_t, max_batch_size, 4096, "Largest batch_size a plan may ask.");
+ABSL_FLAG(uint32_t, default_window, 4,
+          "Outstanding batches granted to a client that asks for 0.");
+ABSL_FLAG(uint32_t, max_window, 64, "Most outstanding batches per stream.");
+ABSL_FLAG(uint64_t, max_image_pixels, uint64_t{64} << 20,
+          "Images with more pixels are substituted (TOO_MANY_PIXELS).");
+ABSL_FLAG(int, max_scans, 500,
+          "Progressive JPEGs with more scans are substituted.");
+
+namespace {
+
+constexpr char kUsage[] =
+    "batchd: serves decoded, augmented image batches over gRPC.\n"
+    "Usage: batchd --dataset name=path [--dataset ...] [--config file]\n"
+    "              [--port 7070] [--workers N] [--max-buffer-bytes B]\n"
+    "Flags may be spelled with '-' or '_'.";
+
+// absl flags are spelled with '_'; accept '-' too (--max-buffer-bytes).
+// Pulls out every --dataset value, which may be repeated.
+std::vector<char*> NormaliseArgs(int argc, char** argv,
+                                 std::vector<std::string>* storage,
+                                 std::vector<std::string>* datasets) {
+  storage->reserve(argc);
+  std::vector<char*> out = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--dataset" || arg == "-dataset") {
+      if (i + 1 < argc) datasets->push_back(argv[++i]);
+      else datasets->push_back("");
+      continue;
+    }
+    if (absl::StartsWith(arg, "--dataset=")) {
+      datasets->push_back(arg.substr(strlen("--dataset=")));
+      continue;
+    }
+    if (absl::StartsWith(arg, "--")) {
+      const size_t eq = arg.find('=');
+      std::string name = arg.substr(2, eq == std::string::npos ? arg.npos
+                                                               : eq - 2);
+      absl::StrReplaceAll({{"-", "_"}}, &name);
+      arg = absl::StrCat("--", name,
+                         eq == std::string::npos ? "" : arg.substr(eq));
+    }
+    storage->push_back(std::move(arg));
+    out.push_back(storage->back().data());
+  }
+  return out;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "batchd: %s\n", std::string(status.message()).c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using batchd::server::BatchdServer;
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<std::string> storage, dataset_flags;
+  std::vector<char*> args = NormaliseArgs(argc, argv, &storage, &dataset_flags);
+  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+
+  // Block the stop signals before any thread starts; main waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  batchd::v1::DaemonConfig config;
+  if (!absl::GetFlag(FLAGS_config).empty()) {
+    absl::StatusOr<batchd::v1::DaemonConfig> read =
+        batchd::server::ReadConfigFile(absl::GetFlag(FLAGS_config));
+    if (!read.ok()) return Fail(read.status());
+    config = *std::move(read);
+  }
+  for (const std::string& flag : dataset_flags) {
+    absl::StatusOr<batchd::v1::DatasetConfig> parsed =
+        batchd::server::ParseDatasetFlag(flag);
+    if (!parsed.ok()) return Fail(parsed.status());
+    *config.add_datasets() = *std::move(parsed);
+  }
+  absl::StatusOr<std::vector<std::shared_ptr<const batchd::server::Dataset>>>
+      datasets = batchd::server::LoadDatasets(config);
+  if (!datasets.ok()) return Fail(datasets.status());
+
+  batchd::server::ServerOptions options;
+  options.listen_address = absl::StrCat(absl::GetFlag(FLAGS_host), ":",
+                                        absl::GetFlag(FLAGS_port));
+  for (const auto& dataset : *datasets) {
+    options.datasets[dataset->name()] = dataset;
+    std::fprintf(stderr, "batchd: dataset %s: %llu samples, %zu classes\n",
+                 dataset->name().c_str(),
+                 static_cast<unsigned long long>(dataset->size()),
+                 dataset->class_names().size());
+  }
+  options.pipeline.workers = absl::GetFlag(FLAGS_workers);
+  options.pipeline.readers = std::max(1, absl::GetFlag(FLAGS_readers));
+  options.pipeline.decode_limits.max_pixels =
+      absl::GetFlag(FLAGS_max_image_pixels);
+  options.pipeline.decode_limits.max_scans = absl::GetFlag(FLAGS_max_scans);
+  options.service.limits.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  options.service.default_window = absl::GetFlag(FLAGS_default_window);
+  options.service.max_window = absl::GetFlag(FLAGS_max_window);
+  options.service.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
+  options.max_workers = absl::GetFlag(FLAGS_max_workers);
+
+  absl::StatusOr<std::unique_ptr<BatchdServer>> server =
+      BatchdServer::Start(options);
+  if (!server.ok()) return Fail(server.status());
+  const int port = (*server)->port();
+  std::fprintf(stderr, "batchd: serving on %s:%d with %d workers\n",
+               absl::GetFlag(FLAGS_host).c_str(), port,
+               options.pipeline.workers);
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    // Write then rename, so a reader never sees a partial file.
+    const std::string path = absl::GetFlag(FLAGS_port_file);
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), path.c_str());
+  }
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  std::fprintf(stderr, "batchd: %s received, draining\n", strsignal(signal));
+  (*server)->Stop();
+  server->reset();
+  std::fprintf(stderr, "batchd: stopped\n");
+  return 0;
+}

@@ -1,0 +1,245 @@
+#include "server/pipeline.h"
+
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/random.h"
+#include "server/dataset/dataset.h"
+
+namespace batchd::server {
+namespace {
+
+uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now() - start)
+          .count());
+}
+
+// Maps a failed read to the substitution reason and message.
+SampleError ClassifyReadError(const absl::Status& status) {
+  (void)status;
+  return SampleError::kReadError;
+}
+
+// One decoder per worker thread: decoders keep libjpeg state between images.
+JpegDecoder& ThreadDecoder(const DecodeLimits& limits) {
+  thread_local JpegDecoder decoder(limits);
+  return decoder;
+}
+
+}  // namespace
+
+batchd::v1::SubstitutionReason ToReason(SampleError error) {
+  switch (error) {
+    case SampleError::kReadError:
+      return batchd::v1::READ_ERROR;
+    case SampleError::kEmptyFile:
+      return batchd::v1::EMPTY_FILE;
+    case SampleError::kNotJpeg:
+      return batchd::v1::NOT_JPEG;
+    case SampleError::kUnsupportedFormat:
+      return batchd::v1::UNSUPPORTED_FORMAT;
+    case SampleError::kTruncated:
+      return batchd::v1::TRUNCATED;
+    case SampleError::kCorrupt:
+      return batchd::v1::CORRUPT;
+    case SampleError::kTooManyPixels:
+      return batchd::v1::TOO_MANY_PIXELS;
+    case SampleError::kTooManyScans:
+      return batchd::v1::TOO_MANY_SCANS;
+    case SampleError::kNone:
+      break;
+  }
+  return batchd::v1::SUBSTITUTION_REASON_UNSPECIFIED;
+}
+
+// The shared state of one batch under construction. Each position is
+// written by exactly one task; `remaining` counts tasks not yet finished.
+struct Pipeline::BatchJob {
+  std::shared_ptr<const ResolvedPlan> plan;
+  std::shared_ptr<const std::atomic<bool>> cancelled;
+  std::function<void(std::unique_ptr<BuiltBatch>)> done;
+  std::unique_ptr<BuiltBatch> batch;
+  // One slot per position; set by that position's task only.
+  std::vector<std::optional<batchd::v1::Substitution>> substitutions;
+  std::atomic<size_t> remaining{0};
+};
+
+Pipeline::Pipeline(const PipelineOptions& options)
+    : options_(options),
+      workers_(options.workers, "batchd-work"),
+      readers_(options.readers, "batchd-read") {}
+
+Pipeline::~Pipeline() = default;
+
+PipelineCounters Pipeline::counters() const {
+  PipelineCounters c;
+  c.read_seconds = read_nanos_.load() * 1e-9;
+  c.decode_seconds = decode_nanos_.load() * 1e-9;
+  c.transform_seconds = transform_nanos_.load() * 1e-9;
+  c.samples_decoded = samples_decoded_.load();
+  c.samples_substituted = samples_substituted_.load();
+  return c;
+}
+
+void Pipeline::BuildBatch(
+    std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
+    uint64_t batch_index, std::shared_ptr<const std::atomic<bool>> cancelled,
+    std::function<void(std::unique_ptr<BuiltBatch>)> done) {
+  const ShardSpec& shard = plan->shard;
+  std::shared_ptr<const std::vector<uint64_t>> order =
+      orders_.Get(shard.num_samples, shard.seed, shard.shuffle, epoch);
+  const std::vector<uint64_t> shard_indices = ShardIndices(shard, *order);
+
+  auto job = std::make_shared<BatchJob>();
+  job->batch = std::make_unique<BuiltBatch>();
+  BuiltBatch& batch = *job->batch;
+  batch.epoch = epoch;
+  batch.batch_index = batch_index;
+  batch.sample_indices = BatchSampleIndices(shard, shard_indices, batch_index);
+  const size_t n = batch.sample_indices.size();
+  batch.labels.reserve(n);
+  for (uint64_t index : batch.sample_indices) {
+    batch.labels.push_back(plan->dataset->sample(index).label);
+  }
+  batch.shape = plan->shape(n);
+  batch.num_bytes = plan->batch_bytes(n);
+  // Uninitialised on purpose: every byte is written by a sample task.
+  batch.pixels.reset(new uint8_t[batch.num_bytes]);
+  job->substitutions.resize(n);
+  job->remaining = n;
+  job->plan = std::move(plan);
+  job->cancelled = std::move(cancelled);
+  job->done = std::move(done);
+
+  const std::string& job_name = job->plan->job;
+  for (size_t position = 0; position < n; ++position) {
+    readers_.Submit(job_name,
+                    [this, job, position] { ReadSample(job, position); });
+  }
+}
+
+void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
+  if (job->cancelled->load(std::memory_order_relaxed)) {
+    FinishSample(job);
+    return;
+  }
+  const uint64_t index = job->batch->sample_indices[position];
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> bytes =
+      ReadFileBytes(job->plan->dataset->sample(index).path);
+  read_nanos_ += NanosSince(start);
+  SampleError read_error = SampleError::kNone;
+  std::string detail;
+  std::string data;
+  if (bytes.ok()) {
+    data = *std::move(bytes);
+  } else {
+    read_error = ClassifyReadError(bytes.status());
+    detail = std::string(bytes.status().message());
+  }
+  const std::string job_name = job->plan->job;
+  workers_.Submit(job_name, [this, job = std::move(job), position,
+                             data = std::move(data), read_error,
+                             detail = std::move(detail)]() mutable {
+    DecodeSample(std::move(job), position, std::move(data), read_error,
+                 std::move(detail));
+  });
+}
+
+DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
+                                 uint64_t sample_index,
+                                 const std::string* bytes, uint8_t* out) {
+  std::string read_bytes;
+  if (bytes == nullptr) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::string> file =
+        ReadFileBytes(plan.dataset->sample(sample_index).path);
+    read_nanos_ += NanosSince(start);
+    if (!file.ok()) {
+      return {SampleError::kReadError, std::string(file.status().message())};
+    }
+    read_bytes = *std::move(file);
+    bytes = &read_bytes;
+  }
+  DecodeTimings timings;
+  DecodeResult result = ThreadDecoder(options_.decode_limits)
+                            .Decode(
+                                absl::MakeConstSpan(
+                                    reinterpret_cast<const uint8_t*>(
+                                        bytes->data()),
+                                    bytes->size()),
+                                [&](int width, int height) {
+                                  return plan.Crop(epoch, sample_index, width,
+                                                   height);
+                                },
+                                plan.pixel_layout(), out, &timings);
+  decode_nanos_ += static_cast<uint64_t>(timings.decode_seconds * 1e9);
+  transform_nanos_ += static_cast<uint64_t>(timings.transform_seconds * 1e9);
+  return result;
+}
+
+void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
+                            std::string bytes, SampleError read_error,
+                            std::string read_detail) {
+  if (job->cancelled->load(std::memory_order_relaxed)) {
+    FinishSample(job);
+    return;
+  }
+  const ResolvedPlan& plan = *job->plan;
+  BuiltBatch& batch = *job->batch;
+  const uint64_t index = batch.sample_indices[position];
+  uint8_t* out = batch.pixels.get() + position * plan.sample_bytes();
+
+  DecodeResult result{read_error, std::move(read_detail)};
+  if (read_error == SampleError::kNone) {
+    result = DecodeOne(plan, batch.epoch, index, &bytes, out);
+  }
+  samples_decoded_.fetch_add(1, std::memory_order_relaxed);
+  if (!result.ok()) {
+    // A deterministic substitute: candidates come from the plan's generator
+    // keyed by (seed, epoch, sample), so every daemon picks the same one.
+    samples_substituted_.fetch_add(1, std::memory_order_relaxed);
+    batchd::v1::Substitution sub;
+    sub.set_position(static_cast<uint32_t>(position));
+    sub.set_original_index(index);
+    sub.set_substitute_index(index);
+    sub.set_reason(ToReason(result.error));
+    sub.set_detail(result.detail.substr(0, 200));
+    common::SampleRandom rng(plan.shard.seed, batch.epoch, index,
+                             common::RandomPurpose::kSubstitute);
+    bool found = false;
+    const uint64_t n = plan.dataset->size();
+    for (int attempt = 0; attempt < options_.max_substitute_attempts && n > 1;
+         ++attempt) {
+      const uint64_t candidate = rng.UniformInt(n);
+      if (candidate == index) continue;
+      if (DecodeOne(plan, batch.epoch, candidate, nullptr, out).ok()) {
+        sub.set_substitute_index(candidate);
+        found = true;
+        break;
+      }
+    }
+    if (!found) std::memset(out, 0, plan.sample_bytes());
+    job->substitutions[position] = std::move(sub);
+  }
+  FinishSample(job);
+}
+
+void Pipeline::FinishSample(const std::shared_ptr<BatchJob>& job) {
+  // acq_rel: the last finisher sees every other task's writes to the batch.
+  if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (job->cancelled->load(std::memory_order_relaxed)) return;
+  for (auto& sub : job->substitutions) {
+    if (sub.has_value()) job->batch->substitutions.push_back(std::move(*sub));
+  }
+  job->batch->finished = absl::Now();
+  job->done(std::move(job->batch));
+}
+
+}  // namespace batchd::server

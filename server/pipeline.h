@@ -1,0 +1,114 @@
+// Pipeline: builds batches. Given a resolved plan, an epoch and a batch
+// index, it reads the batch's files on the reader pool, decodes and
+// transforms each sample on the shared worker pool (one task per sample,
+// writing straight into its slot of the batch buffer), and hands the
+// finished batch to a callback.
+//
+// A batch is a pure function of (plan, epoch, batch index): every random
+// number comes from common::SampleRandom keyed by (seed, epoch, sample), so
+// the bytes do not depend on worker count, scheduling or daemon.
+//
+// Thread-safe. Owns its reader and worker pools. The destructor discards
+// queued work (its callbacks never run) and waits for running tasks.
+#ifndef BATCHD_SERVER_PIPELINE_H_
+#define BATCHD_SERVER_PIPELINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "batchd/v1/data.pb.h"
+#include "server/decode/jpeg_decoder.h"
+#include "server/plan/sampler.h"
+#include "server/resolved_plan.h"
+#include "server/sched/worker_pool.h"
+
+namespace batchd::server {
+
+// A finished batch: header fields and pixel bytes.
+struct BuiltBatch {
+  uint64_t epoch = 0;
+  uint64_t batch_index = 0;
+  std::vector<uint64_t> sample_indices;
+  std::vector<int32_t> labels;
+  std::vector<uint64_t> shape;
+  std::vector<batchd::v1::Substitution> substitutions;
+  std::unique_ptr<uint8_t[]> pixels;
+  uint64_t num_bytes = 0;
+  absl::Time finished;  // when the last sample was written
+};
+
+// Cumulative counters, summed over threads.
+struct PipelineCounters {
+  double read_seconds = 0;
+  double decode_seconds = 0;
+  double transform_seconds = 0;
+  uint64_t samples_decoded = 0;
+  uint64_t samples_substituted = 0;
+};
+
+struct PipelineOptions {
+  int workers = 1;
+  int readers = 2;
+  DecodeLimits decode_limits;
+  // Candidates tried, in the plan's random order, to substitute a bad sample
+  // before giving up and zero-filling it.
+  int max_substitute_attempts = 8;
+};
+
+class Pipeline {
+ public:
+  explicit Pipeline(const PipelineOptions& options);
+  ~Pipeline();
+
+  // Starts building batch `batch_index` of `epoch` for `plan`, and calls
+  // `done` once with the result, on a pool thread, unless `cancelled` is set
+  // first (then the remaining work is skipped and `done` is not called; its
+  // captures are released). REQUIRES: batch_index < the plan's
+  // BatchesPerEpoch, epoch < 2^32.
+  void BuildBatch(std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
+                  uint64_t batch_index,
+                  std::shared_ptr<const std::atomic<bool>> cancelled,
+                  std::function<void(std::unique_ptr<BuiltBatch>)> done);
+
+  WorkerPool& workers() { return workers_; }
+  PipelineCounters counters() const;
+
+ private:
+  struct BatchJob;
+  void ReadSample(std::shared_ptr<BatchJob> job, size_t position);
+  void DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
+                    std::string bytes, SampleError read_error,
+                    std::string read_detail);
+  // Decodes `sample_index` into `out`; reads the file itself when `bytes` is
+  // null (substitutes are rare, so they are read on the worker).
+  DecodeResult DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
+                         uint64_t sample_index, const std::string* bytes,
+                         uint8_t* out);
+  void FinishSample(const std::shared_ptr<BatchJob>& job);
+
+  // Constant after construction.
+  const PipelineOptions options_;
+  EpochOrderCache orders_;
+
+  std::atomic<uint64_t> read_nanos_{0};
+  std::atomic<uint64_t> decode_nanos_{0};
+  std::atomic<uint64_t> transform_nanos_{0};
+  std::atomic<uint64_t> samples_decoded_{0};
+  std::atomic<uint64_t> samples_substituted_{0};
+
+  // Declared last: destroyed (joined) first, while the rest is alive.
+  WorkerPool workers_;
+  WorkerPool readers_;
+};
+
+// The proto enum for a decoder error.
+batchd::v1::SubstitutionReason ToReason(SampleError error);
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_PIPELINE_H_

@@ -1,0 +1,185 @@
+#include "server/resolved_plan.h"
+
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace batchd::server {
+namespace {
+
+absl::Status Invalid(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
+// Returns `value` if set, else `fallback`.
+double OrDefault(bool has, float value, double fallback) {
+  return has ? static_cast<double>(value) : fallback;
+}
+
+absl::Status CheckSize(const char* field, uint32_t size,
+                       const PlanLimits& limits) {
+  if (size == 0 || size > static_cast<uint32_t>(limits.max_output_size)) {
+    return Invalid(absl::StrCat(field, " is ", size, "; it must be 1..",
+                                limits.max_output_size,
+                                " (output side in pixels, e.g. 224)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveTrain(const batchd::v1::RandomResizedCrop& in,
+                          const PlanLimits& limits, TrainTransform* out) {
+  if (absl::Status s = CheckSize("pipeline.train.size", in.size(), limits);
+      !s.ok()) {
+    return s;
+  }
+  out->size = static_cast<int>(in.size());
+  out->scale_min = OrDefault(in.has_scale_min(), in.scale_min(), 0.08);
+  out->scale_max = OrDefault(in.has_scale_max(), in.scale_max(), 1.0);
+  out->ratio_min = OrDefault(in.has_ratio_min(), in.ratio_min(), 3.0 / 4.0);
+  out->ratio_max = OrDefault(in.has_ratio_max(), in.ratio_max(), 4.0 / 3.0);
+  out->flip_probability =
+      OrDefault(in.has_flip_probability(), in.flip_probability(), 0.5);
+  if (!(out->scale_min > 0 && out->scale_min <= out->scale_max &&
+        out->scale_max <= 1)) {
+    return Invalid(absl::StrCat(
+        "pipeline.train scale range [", out->scale_min, ", ", out->scale_max,
+        "] is invalid; it needs 0 < scale_min <= scale_max <= 1"));
+  }
+  if (!(out->ratio_min > 0 && out->ratio_min <= out->ratio_max &&
+        std::isfinite(out->ratio_max))) {
+    return Invalid(absl::StrCat(
+        "pipeline.train ratio range [", out->ratio_min, ", ", out->ratio_max,
+        "] is invalid; it needs 0 < ratio_min <= ratio_max"));
+  }
+  if (!(out->flip_probability >= 0 && out->flip_probability <= 1)) {
+    return Invalid(absl::StrCat("pipeline.train.flip_probability is ",
+                                out->flip_probability, "; it must be 0..1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveEval(const batchd::v1::ResizeCenterCrop& in,
+                         const PlanLimits& limits, EvalTransform* out) {
+  if (absl::Status s = CheckSize("pipeline.eval.size", in.size(), limits);
+      !s.ok()) {
+    return s;
+  }
+  out->size = static_cast<int>(in.size());
+  out->resize_shorter = in.resize_shorter() != 0
+                            ? static_cast<int>(in.resize_shorter())
+                            : out->size * 256 / 224;
+  if (out->resize_shorter < out->size ||
+      out->resize_shorter > 4 * limits.max_output_size) {
+    return Invalid(absl::StrCat(
+        "pipeline.eval.resize_shorter is ", out->resize_shorter,
+        "; it must be at least pipeline.eval.size (", out->size,
+        ") and at most ", 4 * limits.max_output_size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<uint64_t> ResolvedPlan::shape(uint64_t samples) const {
+  const uint64_t side = static_cast<uint64_t>(output_size());
+  if (layout == batchd::v1::LAYOUT_NCHW) return {samples, 3, side, side};
+  return {samples, side, side, 3};
+}
+
+CropSpec ResolvedPlan::Crop(uint64_t epoch, uint64_t sample_index, int width,
+                            int height) const {
+  if (!train) return CenterCropSpec(width, height, eval_transform);
+  common::SampleRandom rng(shard.seed, epoch, sample_index,
+                           common::RandomPurpose::kAugment);
+  return RandomResizedCropSpec(width, height, train_transform, rng);
+}
+
+absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
+    const batchd::v1::Plan& plan, const DatasetMap& datasets,
+    const PlanLimits& limits) {
+  auto resolved = std::make_shared<ResolvedPlan>();
+  auto it = datasets.find(plan.dataset());
+  if (it == datasets.end()) {
+    std::vector<std::string> names;
+    for (const auto& [name, dataset] : datasets) names.push_back(name);
+    return Invalid(absl::StrCat("unknown dataset '", plan.dataset(),
+                                "'; this daemon serves: ",
+                                names.empty() ? "(none)"
+                                              : absl::StrJoin(names, ", ")));
+  }
+  resolved->dataset = it->second;
+  if (plan.batch_size() == 0 || plan.batch_size() > limits.max_batch_size) {
+    return Invalid(absl::StrCat("batch_size is ", plan.batch_size(),
+                                "; it must be 1..", limits.max_batch_size));
+  }
+  const uint32_t world_size = plan.world_size() == 0 ? 1 : plan.world_size();
+  if (plan.rank() >= world_size) {
+    return Invalid(absl::StrCat("rank ", plan.rank(),
+                                " is out of range for world_size ", world_size,
+                                "; it must be 0..", world_size - 1));
+  }
+  if (resolved->dataset->size() > common::kMaxSampleIndex) {
+    return Invalid("dataset is too large (more than 2^56 samples)");
+  }
+  resolved->shard = ShardSpec{
+      .num_samples = resolved->dataset->size(),
+      .seed = plan.seed(),
+      .shuffle = plan.shuffle(),
+      .drop_last = plan.drop_last(),
+      .rank = plan.rank(),
+      .world_size = world_size,
+      .batch_size = plan.batch_size(),
+  };
+  if (BatchesPerEpoch(resolved->shard) == 0) {
+    return Invalid(absl::StrCat(
+        "with drop_last, batch_size ", plan.batch_size(),
+        " is larger than this shard's ", ShardSize(resolved->shard),
+        " samples, so an epoch has no batches; lower batch_size or unset "
+        "drop_last"));
+  }
+  const batchd::v1::Pipeline& pipeline = plan.pipeline();
+  switch (pipeline.transform_case()) {
+    case batchd::v1::Pipeline::kTrain:
+      resolved->train = true;
+      if (absl::Status s = ResolveTrain(pipeline.train(), limits,
+                                        &resolved->train_transform);
+          !s.ok()) {
+        return s;
+      }
+      break;
+    case batchd::v1::Pipeline::kEval:
+      resolved->train = false;
+      if (absl::Status s = ResolveEval(pipeline.eval(), limits,
+                                       &resolved->eval_transform);
+          !s.ok()) {
+        return s;
+      }
+      break;
+    default:
+      return Invalid(
+          "pipeline has no transform; set pipeline.train (RandomResizedCrop) "
+          "or pipeline.eval (ResizeCenterCrop)");
+  }
+  switch (pipeline.layout()) {
+    case batchd::v1::LAYOUT_UNSPECIFIED:
+    case batchd::v1::LAYOUT_NHWC:
+      resolved->layout = batchd::v1::LAYOUT_NHWC;
+      break;
+    case batchd::v1::LAYOUT_NCHW:
+      resolved->layout = batchd::v1::LAYOUT_NCHW;
+      break;
+    default:
+      return Invalid(absl::StrCat("pipeline.layout ", pipeline.layout(),
+                                  " is unknown; use LAYOUT_NHWC or "
+                                  "LAYOUT_NCHW"));
+  }
+  resolved->job = plan.job().empty() ? "default" : plan.job();
+  if (resolved->job.size() > 128) {
+    return Invalid("job name is longer than 128 characters");
+  }
+  return std::shared_ptr<const ResolvedPlan>(std::move(resolved));
+}
+
+}  // namespace batchd::server

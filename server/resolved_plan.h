@@ -1,0 +1,72 @@
+// ResolvedPlan: a client's batchd.v1.Plan checked against the daemon's
+// datasets and limits, with defaults filled in. Everything that decides a
+// batch's bytes is here; nothing else is consulted when building one.
+//
+// Immutable after ResolvePlan; shared (shared_ptr<const>) by a stream and its
+// in-flight work. Thread-safe.
+#ifndef BATCHD_SERVER_RESOLVED_PLAN_H_
+#define BATCHD_SERVER_RESOLVED_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "batchd/v1/data.pb.h"
+#include "server/dataset/dataset.h"
+#include "server/decode/crop_spec.h"
+#include "server/plan/sampler.h"
+#include "server/plan/transform.h"
+
+namespace batchd::server {
+
+// Limits a plan is checked against.
+struct PlanLimits {
+  uint32_t max_batch_size = 4096;
+  int max_output_size = 4096;  // output side, pixels
+};
+
+struct ResolvedPlan {
+  std::shared_ptr<const Dataset> dataset;
+  ShardSpec shard;
+  bool train = true;  // RandomResizedCrop + flip; else resize + centre crop
+  TrainTransform train_transform;
+  EvalTransform eval_transform;
+  batchd::v1::Layout layout = batchd::v1::LAYOUT_NHWC;
+  std::string job;
+
+  int output_size() const {
+    return train ? train_transform.size : eval_transform.size;
+  }
+  // Pixel bytes of one sample: size * size * 3 (uint8 RGB).
+  uint64_t sample_bytes() const {
+    return uint64_t{3} * output_size() * output_size();
+  }
+  // Pixel bytes of a batch of `samples` samples.
+  uint64_t batch_bytes(uint64_t samples) const {
+    return samples * sample_bytes();
+  }
+  PixelLayout pixel_layout() const {
+    return layout == batchd::v1::LAYOUT_NCHW ? PixelLayout::kCHW
+                                             : PixelLayout::kHWC;
+  }
+  // Shape of a batch of `samples` samples in the plan's layout.
+  std::vector<uint64_t> shape(uint64_t samples) const;
+  // The crop of `sample_index` in `epoch` for an image of width x height.
+  CropSpec Crop(uint64_t epoch, uint64_t sample_index, int width,
+                int height) const;
+};
+
+using DatasetMap = std::map<std::string, std::shared_ptr<const Dataset>>;
+
+// Checks `plan` and fills in defaults. INVALID_ARGUMENT with a message naming
+// the field and the accepted range for every kind of bad plan.
+absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
+    const batchd::v1::Plan& plan, const DatasetMap& datasets,
+    const PlanLimits& limits);
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_RESOLVED_PLAN_H_
