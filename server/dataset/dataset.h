@@ -25,11 +25,20 @@ struct Sample {
 
 class Dataset {
  public:
+  // The largest label a list file may use (class_names() has one entry per
+  // label up to the largest, so this bounds its memory).
+  static constexpr int32_t kMaxListFileLabel = (1 << 20) - 1;
+
   // ImageFolder: root/<class>/<file>. Classes are the sorted names of root's
   // subdirectories (label = position); samples are the files in them with an
   // image extension (.jpg .jpeg .png .gif .bmp .ppm .pgm .tif .tiff .webp,
   // any case; hidden files skipped), sorted by (class, file name). Non-JPEG
   // images stay in the index and are substituted when read.
+  // As torchvision, class directories are searched recursively (symlinks
+  // followed, each directory visited once) and a class's samples are ordered
+  // by (directory path, file name). Unlike torchvision, hidden directories
+  // (".ipynb_checkpoints") are not classes, and non-regular files (FIFOs,
+  // broken symlinks) are skipped.
   // Errors: NOT_FOUND / INVALID_ARGUMENT naming the path and the problem
   // (missing, not a directory, no classes, no images).
   static absl::StatusOr<std::shared_ptr<const Dataset>> LoadImageFolder(
@@ -39,8 +48,10 @@ class Dataset {
   // separated; the path may not contain spaces; blank lines and lines
   // starting with '#' are skipped). Paths are relative to `root` (default:
   // the list file's directory). Samples are sorted by path (then label) for a
-  // stable order. Class names are "0".."max label".
-  // Errors name the file and line number.
+  // stable order. Class names are "0".."max label"; labels are at most
+  // kMaxListFileLabel.
+  // Errors name the file and line number, e.g.
+  //   "train.txt:12: label 'x' is not a non-negative integer".
   static absl::StatusOr<std::shared_ptr<const Dataset>> LoadListFile(
       std::string name, const std::string& list_path, std::string root);
 
@@ -66,6 +77,12 @@ class Dataset {
 absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
     const batchd::v1::DatasetConfig& config);
 
+// Loads every dataset of `config`, in order. INVALID_ARGUMENT when two share a
+// name (checked before anything is loaded); otherwise the first error of
+// LoadDataset. An empty config gives an empty vector.
+absl::StatusOr<std::vector<std::shared_ptr<const Dataset>>> LoadDatasets(
+    const batchd::v1::DaemonConfig& config);
+
 // Parses a config file in protobuf text format (DaemonConfig). Errors name
 // the file and the parser's line/column.
 absl::StatusOr<batchd::v1::DaemonConfig> ReadConfigFile(
@@ -75,7 +92,10 @@ absl::StatusOr<batchd::v1::DaemonConfig> ReadConfigFile(
 absl::StatusOr<batchd::v1::DatasetConfig> ParseDatasetFlag(
     absl::string_view flag);
 
-// Reads a whole file. NOT_FOUND / UNAVAILABLE with the path and errno text.
+// Reads a whole file. NOT_FOUND (ENOENT), PERMISSION_DENIED (EACCES) or
+// UNAVAILABLE (other errors), with the path and errno text; INVALID_ARGUMENT
+// for something that is not a regular file (a directory, a FIFO: never
+// blocks on one) or is larger than 4 GiB.
 absl::StatusOr<std::string> ReadFileBytes(const std::string& path);
 
 }  // namespace batchd::server

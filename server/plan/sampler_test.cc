@@ -118,7 +118,9 @@ TEST(ShardIndicesTest, DistributedSamplerSemantics) {
           const std::vector<uint64_t> order =
               EpochOrder(n, /*seed=*/7, shuffle, /*epoch=*/3);
           ASSERT_TRUE(IsPermutation(order, n));
-          if (!shuffle) EXPECT_EQ(order, Iota(n));
+          if (!shuffle) {
+            EXPECT_EQ(order, Iota(n));
+          }
 
           const uint64_t shard_size = CeilDiv(n, world);
           const uint64_t padding = shard_size * world - n;
@@ -151,7 +153,9 @@ TEST(ShardIndicesTest, DistributedSamplerSemantics) {
                   BatchSampleIndices(spec, shard, b);
               EXPECT_FALSE(batch.empty());
               EXPECT_LE(batch.size(), 4u);
-              if (drop_last || b + 1 < batches) EXPECT_EQ(batch.size(), 4u);
+              if (drop_last || b + 1 < batches) {
+                EXPECT_EQ(batch.size(), 4u);
+              }
               concatenated.insert(concatenated.end(), batch.begin(),
                                   batch.end());
             }
