@@ -94,14 +94,12 @@ void Pipeline::BuildBatch(
   const ShardSpec& shard = plan->shard;
   std::shared_ptr<const std::vector<uint64_t>> order =
       orders_.Get(shard.num_samples, shard.seed, shard.shuffle, epoch);
-  const std::vector<uint64_t> shard_indices = ShardIndices(shard, *order);
-
   auto job = std::make_shared<BatchJob>();
   job->batch = std::make_unique<BuiltBatch>();
   BuiltBatch& batch = *job->batch;
   batch.epoch = epoch;
   batch.batch_index = batch_index;
-  batch.sample_indices = BatchSampleIndices(shard, shard_indices, batch_index);
+  batch.sample_indices = BatchIndicesFromOrder(shard, *order, batch_index);
   const size_t n = batch.sample_indices.size();
   batch.labels.reserve(n);
   for (uint64_t index : batch.sample_indices) {

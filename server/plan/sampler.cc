@@ -85,6 +85,23 @@ std::vector<uint64_t> BatchSampleIndices(const ShardSpec& spec,
   return std::vector<uint64_t>(shard.begin() + begin, shard.begin() + end);
 }
 
+std::vector<uint64_t> BatchIndicesFromOrder(
+    const ShardSpec& spec, const std::vector<uint64_t>& epoch_order,
+    uint64_t batch_index) {
+  if (!IsValid(spec) || epoch_order.size() != spec.num_samples) return {};
+  if (batch_index >= BatchesPerEpoch(spec)) return {};
+  const uint64_t n = epoch_order.size();
+  const uint64_t begin = batch_index * spec.batch_size;
+  const uint64_t end =
+      std::min<uint64_t>(ShardSize(spec), begin + spec.batch_size);
+  std::vector<uint64_t> batch;
+  batch.reserve(end - begin);
+  for (uint64_t k = begin; k < end; ++k) {
+    batch.push_back(epoch_order[(spec.rank + k * spec.world_size) % n]);
+  }
+  return batch;
+}
+
 // One cached order. The slot is created under the cache's lock; the order is
 // computed outside it, exactly once, by whichever caller gets there first
 // (the others wait in call_once). A slot evicted while being computed stays

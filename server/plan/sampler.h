@@ -54,6 +54,13 @@ std::vector<uint64_t> BatchSampleIndices(const ShardSpec& spec,
                                          const std::vector<uint64_t>& shard,
                                          uint64_t batch_index);
 
+// The same as BatchSampleIndices(spec, ShardIndices(spec, epoch_order),
+// batch_index), read straight from the epoch order in O(batch_size), so
+// building a batch never copies a whole shard.
+std::vector<uint64_t> BatchIndicesFromOrder(
+    const ShardSpec& spec, const std::vector<uint64_t>& epoch_order,
+    uint64_t batch_index);
+
 // Shares epoch orders between streams: identical (num_samples, seed,
 // shuffle, epoch) are computed once. Keeps the `capacity` most recently used
 // orders.

@@ -230,6 +230,30 @@ TEST(ShardIndicesTest, MatchesTorchDistributedSamplerExample) {
   EXPECT_THAT(BatchSampleIndices(spec, shard, 1), IsEmpty());
 }
 
+TEST(BatchIndicesFromOrderTest, EqualsBatchesOfTheShard) {
+  for (uint64_t n : {1, 7, 100, 1001}) {
+    for (uint32_t world : {1u, 3u, 8u}) {
+      for (bool drop_last : {false, true}) {
+        for (uint32_t rank = 0; rank < world; ++rank) {
+          const ShardSpec spec{.num_samples = n, .seed = 5, .shuffle = true,
+                               .drop_last = drop_last, .rank = rank,
+                               .world_size = world, .batch_size = 16};
+          const std::vector<uint64_t> order = EpochOrder(n, 5, true, 2);
+          const std::vector<uint64_t> shard = ShardIndices(spec, order);
+          const uint64_t batches = BatchesPerEpoch(spec);
+          for (uint64_t b = 0; b < batches; ++b) {
+            EXPECT_EQ(BatchIndicesFromOrder(spec, order, b),
+                      BatchSampleIndices(spec, shard, b))
+                << "n=" << n << " world=" << world << " rank=" << rank
+                << " batch=" << b;
+          }
+          EXPECT_TRUE(BatchIndicesFromOrder(spec, order, batches).empty());
+        }
+      }
+    }
+  }
+}
+
 TEST(EpochOrderCacheTest, ComputesOncePerKey) {
   EpochOrderCache cache(/*capacity=*/4);
   auto a = cache.Get(100, /*seed=*/1, /*shuffle=*/true, /*epoch=*/0);

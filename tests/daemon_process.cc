@@ -1,0 +1,159 @@
+#include "tests/daemon_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace batchd::testing {
+namespace {
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Waits for `pid` up to `timeout`; returns the exit code, or -2 on timeout.
+int WaitFor(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return 128 + WTERMSIG(status);
+    }
+    if (r < 0) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -2;
+}
+
+std::vector<char*> ToArgv(std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return argv;
+}
+
+}  // namespace
+
+std::string BuiltBinary(const std::string& relative_path) {
+  return absl::StrCat(BATCHD_BINARY_DIR, "/", relative_path);
+}
+
+std::string MakeTempDir(const std::string& name) {
+  static std::atomic<int> counter{0};
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string dir = absl::StrCat(::testing::TempDir(), "batchd-", getpid(),
+                                 "-", counter++, "-",
+                                 info ? info->name() : "global", "-", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv_in) {
+  std::vector<std::string> args = argv_in;
+  const std::string out_path = MakeTempDir("cmd") + "/out.txt";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv = ToArgv(args);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  CommandResult result;
+  result.exit_code = WaitFor(pid, std::chrono::minutes(5));
+  if (result.exit_code == -2) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  result.output = ReadWholeFile(out_path);
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
+    const std::vector<std::string>& args) {
+  std::unique_ptr<DaemonProcess> daemon(new DaemonProcess());
+  daemon->dir_ = MakeTempDir("daemon");
+  const std::string port_file = daemon->dir_ + "/port";
+  const std::string log = daemon->dir_ + "/log.txt";
+  std::vector<std::string> full = {BuiltBinary("server/batchd"), "--port",
+                                   "0", "--port-file", port_file};
+  full.insert(full.end(), args.begin(), args.end());
+  daemon->pid_ = fork();
+  if (daemon->pid_ == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv = ToArgv(full);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(port_file);
+    int port = 0;
+    if (in >> port && port > 0) {
+      daemon->port_ = port;
+      return daemon;
+    }
+    int status = 0;
+    if (waitpid(daemon->pid_, &status, WNOHANG) == daemon->pid_) {
+      daemon->pid_ = -1;
+      return absl::InternalError(
+          absl::StrCat("batchd exited at start: ", ReadWholeFile(log)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("batchd did not start in 20 s: ", ReadWholeFile(log)));
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (pid_ > 0) Stop();
+}
+
+int DaemonProcess::Stop() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int code = WaitFor(pid_, std::chrono::seconds(20));
+  if (code == -2) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    code = -1;
+  }
+  pid_ = -1;
+  return code;
+}
+
+void DaemonProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+std::string DaemonProcess::Log() const {
+  return ReadWholeFile(dir_ + "/log.txt");
+}
+
+}  // namespace batchd::testing
