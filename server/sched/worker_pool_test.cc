@@ -25,6 +25,9 @@ namespace {
 using ::testing::ElementsAreArray;
 using ::testing::UnorderedElementsAre;
 
+// In every test the pool is declared after the objects its tasks use, so that
+// its destructor joins the workers before those objects are destroyed.
+
 // Guards against a hang turning into a stuck test binary: a correct pool
 // reaches every awaited state almost at once, so this limit never decides a
 // passing run.
@@ -146,11 +149,11 @@ TEST(WorkerPoolTest, RunsEveryTaskExactlyOnce) {
 }
 
 TEST(WorkerPoolTest, RunsTasksOfOneJobInSubmissionOrder) {
-  WorkerPool pool(/*num_workers=*/1, "fifo");
-  Blocker blocker;
-  blocker.Submit(pool);
   OrderLog log;
   absl::BlockingCounter done(100);
+  Blocker blocker;
+  WorkerPool pool(/*num_workers=*/1, "fifo");
+  blocker.Submit(pool);
   std::vector<std::string> expected;
   for (int i = 0; i < 100; ++i) {
     expected.push_back(std::to_string(i));
@@ -166,11 +169,11 @@ TEST(WorkerPoolTest, RunsTasksOfOneJobInSubmissionOrder) {
 }
 
 TEST(WorkerPoolTest, GreedyJobDoesNotStarveSmallJob) {
-  WorkerPool pool(/*num_workers=*/1, "fair");
-  Blocker blocker;
-  blocker.Submit(pool);
   OrderLog log;
   absl::BlockingCounter done(110);
+  Blocker blocker;
+  WorkerPool pool(/*num_workers=*/1, "fair");
+  blocker.Submit(pool);
   for (int i = 0; i < 100; ++i) {
     pool.Submit("a", [&log, &done] {
       log.Append("a");
@@ -197,11 +200,11 @@ TEST(WorkerPoolTest, GreedyJobDoesNotStarveSmallJob) {
 }
 
 TEST(WorkerPoolTest, ServesThreeJobsRoundRobin) {
-  WorkerPool pool(/*num_workers=*/1, "rr");
-  Blocker blocker;
-  blocker.Submit(pool);
   OrderLog log;
   absl::BlockingCounter done(3 * 5);
+  Blocker blocker;
+  WorkerPool pool(/*num_workers=*/1, "rr");
+  blocker.Submit(pool);
   for (const std::string job : {"x", "y", "z"}) {
     for (int i = 0; i < 5; ++i) {
       pool.Submit(job, [&log, &done, job, i] {
@@ -222,11 +225,11 @@ TEST(WorkerPoolTest, ServesThreeJobsRoundRobin) {
 }
 
 TEST(WorkerPoolTest, JobThatRunsDryRejoinsAtTheEnd) {
-  WorkerPool pool(/*num_workers=*/1, "rejoin");
-  Blocker blocker;
-  blocker.Submit(pool);
   OrderLog log;
   absl::BlockingCounter done(6);
+  Blocker blocker;
+  WorkerPool pool(/*num_workers=*/1, "rejoin");
+  blocker.Submit(pool);
   auto append = [&log, &done](std::string entry) {
     return [&log, &done, entry] {
       log.Append(entry);
@@ -248,10 +251,10 @@ TEST(WorkerPoolTest, JobThatRunsDryRejoinsAtTheEnd) {
 }
 
 TEST(WorkerPoolTest, NamesItsThreads) {
-  WorkerPool pool(/*num_workers=*/2, "sched");
   OrderLog names;
   Counter started;
   absl::Notification release;
+  WorkerPool pool(/*num_workers=*/2, "sched");
   for (int i = 0; i < 2; ++i) {
     pool.Submit("job", [&] {
       names.Append(CurrentThreadName());
@@ -266,9 +269,9 @@ TEST(WorkerPoolTest, NamesItsThreads) {
 }
 
 TEST(WorkerPoolTest, TruncatesLongThreadNames) {
-  WorkerPool pool(/*num_workers=*/1, "a-very-long-pool-name");
   absl::Notification done;
   std::string name;
+  WorkerPool pool(/*num_workers=*/1, "a-very-long-pool-name");
   pool.Submit("job", [&] {
     name = CurrentThreadName();
     done.Notify();
@@ -278,10 +281,10 @@ TEST(WorkerPoolTest, TruncatesLongThreadNames) {
 }
 
 TEST(WorkerPoolTest, GrowingStartsWorkersAtOnce) {
-  WorkerPool pool(/*num_workers=*/1, "grow");
   Counter running;
   absl::Notification release;
   absl::BlockingCounter done(4);
+  WorkerPool pool(/*num_workers=*/1, "grow");
   for (int i = 0; i < 4; ++i) {
     pool.Submit("job-" + std::to_string(i % 2), [&] {
       running.Add(1);
@@ -308,7 +311,6 @@ TEST(WorkerPoolTest, ShrinkingKeepsEveryTaskAndLimitsConcurrency) {
   constexpr int kPhase2Tasks = 2000;
   std::vector<std::atomic<int>> runs(kPhase1Tasks + kPhase2Tasks);
   Counter running;
-  WorkerPool pool(/*num_workers=*/4, "shrink");
 
   auto make_task = [&](int index, absl::BlockingCounter* done) {
     return [&, index, done] {
@@ -324,7 +326,9 @@ TEST(WorkerPoolTest, ShrinkingKeepsEveryTaskAndLimitsConcurrency) {
 
   // Phase 1: shrink from 4 to 2 while a stream of tasks is being submitted.
   absl::BlockingCounter phase1_done(kPhase1Tasks);
+  absl::BlockingCounter phase2_done(kPhase2Tasks);
   absl::Notification halfway;
+  WorkerPool pool(/*num_workers=*/4, "shrink");
   std::thread submitter([&] {
     for (int i = 0; i < kPhase1Tasks; ++i) {
       pool.Submit("job-" + std::to_string(i % 3), make_task(i, &phase1_done));
@@ -340,7 +344,6 @@ TEST(WorkerPoolTest, ShrinkingKeepsEveryTaskAndLimitsConcurrency) {
   // Phase 2: every surplus worker has finished its last task by now and
   // will exit instead of taking another, so at most two tasks overlap.
   running.ResetMax();
-  absl::BlockingCounter phase2_done(kPhase2Tasks);
   for (int i = 0; i < kPhase2Tasks; ++i) {
     pool.Submit("job-" + std::to_string(i % 3),
                 make_task(kPhase1Tasks + i, &phase2_done));
@@ -356,13 +359,13 @@ TEST(WorkerPoolTest, ShrinkingKeepsEveryTaskAndLimitsConcurrency) {
 }
 
 TEST(WorkerPoolTest, ShrinkThenGrowReusesThreadNames) {
+  OrderLog names;
+  Counter started;
+  absl::Notification release;
   WorkerPool pool(/*num_workers=*/3, "reuse");
   pool.SetNumWorkers(1);
   pool.SetNumWorkers(3);
   EXPECT_EQ(pool.num_workers(), 3);
-  OrderLog names;
-  Counter started;
-  absl::Notification release;
   for (int i = 0; i < 3; ++i) {
     pool.Submit("job", [&] {
       names.Append(CurrentThreadName());
@@ -379,20 +382,20 @@ TEST(WorkerPoolTest, ShrinkThenGrowReusesThreadNames) {
 }
 
 TEST(WorkerPoolTest, ClampsWorkerCountToOne) {
+  absl::Notification ran;
   WorkerPool pool(/*num_workers=*/0, "clamp");
   EXPECT_EQ(pool.num_workers(), 1);
   pool.SetNumWorkers(-3);
   EXPECT_EQ(pool.num_workers(), 1);
-  absl::Notification ran;
   pool.Submit("job", [&] { ran.Notify(); });
   EXPECT_TRUE(ran.WaitForNotificationWithTimeout(kHangGuard));
 }
 
 TEST(WorkerPoolTest, IgnoresEmptyTask) {
+  absl::Notification ran;
   WorkerPool pool(/*num_workers=*/1, "empty");
   pool.Submit("job", WorkerPool::Task());
   EXPECT_EQ(pool.queued(), 0u);
-  absl::Notification ran;
   pool.Submit("job", [&] { ran.Notify(); });
   EXPECT_TRUE(ran.WaitForNotificationWithTimeout(kHangGuard));
 }
@@ -439,12 +442,13 @@ TEST(WorkerPoolTest, DestructorDiscardsQueuedTasksAndWaitsForRunningOnes) {
 
 TEST(WorkerPoolTest, TaskCanSubmitTasks) {
   for (int num_workers : {1, 3}) {
-    WorkerPool pool(num_workers, "nested");
     constexpr int kDepth = 200;
     Counter ran;
     absl::Notification done;
+    std::function<void(int)> step;
+    WorkerPool pool(num_workers, "nested");
     // Each task submits the next, alternating jobs; the last one notifies.
-    std::function<void(int)> step = [&](int depth) {
+    step = [&](int depth) {
       ran.Add(1);
       if (depth == kDepth) {
         done.Notify();
@@ -460,12 +464,12 @@ TEST(WorkerPoolTest, TaskCanSubmitTasks) {
 }
 
 TEST(WorkerPoolTest, BusyTimeGrowsWhileTaskRunsAndNeverExceedsAliveTime) {
-  WorkerPool pool(/*num_workers=*/2, "busy");
-  EXPECT_LE(pool.busy_time(), pool.alive_time());
-
   absl::Notification started;
   absl::Notification release;
   absl::Notification finished;
+  WorkerPool pool(/*num_workers=*/2, "busy");
+  EXPECT_LE(pool.busy_time(), pool.alive_time());
+
   pool.Submit("job", [&] {
     started.Notify();
     release.WaitForNotification();
@@ -493,8 +497,8 @@ TEST(WorkerPoolTest, BusyTimeGrowsWhileTaskRunsAndNeverExceedsAliveTime) {
 }
 
 TEST(WorkerPoolTest, AccountsTimeOfExitedWorkers) {
-  WorkerPool pool(/*num_workers=*/4, "exited");
   absl::BlockingCounter done(8);
+  WorkerPool pool(/*num_workers=*/4, "exited");
   for (int i = 0; i < 8; ++i) {
     pool.Submit("job", [&] { done.DecrementCount(); });
   }
