@@ -39,7 +39,8 @@ struct WorkerPool::Impl {
   // `mu_` (the annotation sits on `workers_`).
   struct Worker {
     enum class State {
-      kFree,     // Slot unused: no thread, or its thread has been joined.
+      kFree,     // Slot unused: no thread, or its thread exited and was
+                 // handed to a caller to join.
       kRunning,  // Thread is serving tasks; counted in `live_workers_`.
       kExited,   // Thread has left its loop and awaits a join.
     };
@@ -93,8 +94,8 @@ struct WorkerPool::Impl {
   int live_workers_ ABSL_GUARDED_BY(mu_) = 0;
   // Set by the destructor: workers exit, Submit discards.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // Indexed by slot; a thread is named "<name_>-<slot>". Slots are reused
-  // (lowest free first) once their thread has been joined.
+  // Indexed by slot; a thread is named "<name_>-<slot>". Growing fills the
+  // lowest free slots, including those of workers that exited.
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
   // Busy time of finished tasks, and alive time of exited workers. Time of
   // running tasks and live workers is added on read.
