@@ -112,7 +112,7 @@ SynthOptions DrawOptions(uint64_t seed, uint64_t index) {
                   : sub < 0.95 ? ChromaSubsampling::k422
                                : ChromaSubsampling::k444;
   o.progressive = rng.Uniform() < 0.03;
-  o.detail = rng.Uniform(0.7, 1.5);
+  o.detail = rng.Uniform(0.5, 1.2);
   o.seed = seed * 1000003 + index;
   return o;
 }

