@@ -422,6 +422,10 @@ class DecoderCore {
     resize.layout = layout;
     auto plan = [&](int width, int height, RectRequest* rect) {
       CropSpec crop = choose_crop(width, height);
+      if (!std::isfinite(crop.x) || !std::isfinite(crop.y) ||
+          !std::isfinite(crop.width) || !std::isfinite(crop.height)) {
+        return Error(SampleError::kCorrupt, "invalid crop: not finite");
+      }
       // Clamp the window into the image.
       const double x = std::clamp(crop.x, 0.0, static_cast<double>(width));
       const double y = std::clamp(crop.y, 0.0, static_cast<double>(height));
