@@ -1,0 +1,456 @@
+// batchd-client: streams a plan from a batchd daemon and reports how fast the
+// batches came, where the daemon spent its time, and optionally whether each
+// epoch covered exactly this shard's samples.
+//
+//   batchd-client --endpoint=localhost:7070 --dataset=imagenet-val \
+//       --batch_size=64 --epochs=2 --verify --dump=/tmp/run1.txt
+//   batchd-client --list
+//
+// Exit status: 0 on success, 1 on an error (the message is printed), 2 when
+// --verify finds a coverage mismatch.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "batchd/v1/admin.grpc.pb.h"
+#include "batchd/v1/data.grpc.pb.h"
+#include "client/loader.h"
+
+ABSL_FLAG(std::string, endpoint, "localhost:7070",
+          "daemon address: host:port or unix:/path");
+ABSL_FLAG(std::string, dataset, "", "dataset name (see --list)");
+ABSL_FLAG(uint32_t, batch_size, 64, "samples per batch");
+ABSL_FLAG(uint32_t, epochs, 1, "epochs to stream");
+ABSL_FLAG(uint64_t, first_epoch, 0, "number of the first epoch");
+ABSL_FLAG(uint32_t, size, 224, "output height and width, pixels");
+ABSL_FLAG(std::string, mode, "train",
+          "train (RandomResizedCrop + flip) or eval (resize + centre crop)");
+ABSL_FLAG(std::string, layout, "nhwc", "nhwc or nchw");
+ABSL_FLAG(uint64_t, seed, 0, "seed for the order and augmentation");
+ABSL_FLAG(bool, shuffle, true, "shuffle the order each epoch");
+ABSL_FLAG(bool, drop_last, false, "drop each epoch's last partial batch");
+ABSL_FLAG(uint32_t, rank, 0, "this client's shard, 0 <= rank < world_size");
+ABSL_FLAG(uint32_t, world_size, 1, "number of shards");
+ABSL_FLAG(uint32_t, prefetch, 4, "batches outstanding (ring slots)");
+ABSL_FLAG(std::string, job, "", "job name for fair sharing and metrics");
+ABSL_FLAG(bool, verify, false,
+          "check that each epoch covers exactly this shard's samples");
+ABSL_FLAG(std::string, dump, "",
+          "write 'epoch batch fnv1a64 sample_indices...' per batch to FILE");
+ABSL_FLAG(bool, list, false, "list the daemon's datasets and exit");
+
+namespace batchd::client {
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitMismatch = 2;
+constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
+
+// FNV-1a, 64 bits.
+uint64_t Fnv1a64(const uint8_t* data, size_t size) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < size; ++i) {
+    hash ^= data[i];
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(what, ": ", status.error_message()));
+}
+
+absl::StatusOr<batchd::v1::ListDatasetsResponse> ListDatasets(
+    const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = batchd::v1::DataService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
+  batchd::v1::ListDatasetsResponse response;
+  grpc::Status status =
+      stub->ListDatasets(&context, batchd::v1::ListDatasetsRequest(), &response);
+  if (!status.ok()) return FromGrpc(status, "ListDatasets");
+  return response;
+}
+
+absl::StatusOr<batchd::v1::ServerStatus> GetServerStatus(
+    const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = batchd::v1::AdminService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
+  batchd::v1::ServerStatus response;
+  grpc::Status status =
+      stub->GetStatus(&context, batchd::v1::GetStatusRequest(), &response);
+  if (!status.ok()) return FromGrpc(status, "GetStatus");
+  return response;
+}
+
+absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
+  batchd::v1::Plan plan;
+  plan.set_dataset(absl::GetFlag(FLAGS_dataset));
+  if (plan.dataset().empty()) {
+    return absl::InvalidArgumentError("--dataset is required (see --list)");
+  }
+  plan.set_batch_size(absl::GetFlag(FLAGS_batch_size));
+  plan.set_seed(absl::GetFlag(FLAGS_seed));
+  plan.set_shuffle(absl::GetFlag(FLAGS_shuffle));
+  plan.set_drop_last(absl::GetFlag(FLAGS_drop_last));
+  plan.set_rank(absl::GetFlag(FLAGS_rank));
+  plan.set_world_size(absl::GetFlag(FLAGS_world_size));
+  plan.set_job(absl::GetFlag(FLAGS_job));
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  const uint32_t size = absl::GetFlag(FLAGS_size);
+  if (mode == "train") {
+    plan.mutable_pipeline()->mutable_train()->set_size(size);
+  } else if (mode == "eval") {
+    plan.mutable_pipeline()->mutable_eval()->set_size(size);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode must be train or eval, not '", mode, "'"));
+  }
+  const std::string layout = absl::GetFlag(FLAGS_layout);
+  if (layout == "nhwc") {
+    plan.mutable_pipeline()->set_layout(batchd::v1::LAYOUT_NHWC);
+  } else if (layout == "nchw") {
+    plan.mutable_pipeline()->set_layout(batchd::v1::LAYOUT_NCHW);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layout must be nhwc or nchw, not '", layout, "'"));
+  }
+  return plan;
+}
+
+// What one epoch of this shard must contain, by DistributedSampler
+// arithmetic (see proto Plan): the epoch order (0..N-1, or a permutation of
+// it) is padded by repeating its head to a multiple of world_size, rank r
+// takes positions r, r + W, ..., and drop_last keeps whole batches only.
+class ShardExpectation {
+ public:
+  ShardExpectation(uint64_t num_samples, const batchd::v1::Plan& plan)
+      : num_samples_(num_samples),
+        world_size_(plan.world_size() == 0 ? 1 : plan.world_size()),
+        batch_size_(plan.batch_size()),
+        shuffle_(plan.shuffle()) {
+    const uint64_t shard = (num_samples_ + world_size_ - 1) / world_size_;
+    batches_ = plan.drop_last() ? shard / batch_size_
+                                : (shard + batch_size_ - 1) / batch_size_;
+    kept_ = plan.drop_last() ? batches_ * batch_size_ : shard;
+    // Positions in the unpadded epoch order this shard takes.
+    for (uint64_t k = 0; k < kept_; ++k) {
+      ++positions_[(plan.rank() + k * world_size_) % num_samples_];
+    }
+  }
+
+  uint64_t batches() const { return batches_; }
+  // Samples in batch `index`.
+  uint64_t BatchSamples(uint64_t index) const {
+    const uint64_t start = index * batch_size_;
+    return start >= kept_ ? 0 : std::min<uint64_t>(batch_size_, kept_ - start);
+  }
+
+  // Checks the epoch's samples; returns the problems found (empty if none).
+  // Without shuffling the order is the identity, so the multiset must equal
+  // the positions' multiset exactly. With shuffling the permutation is the
+  // daemon's, and what can be checked without it is that the multiset has
+  // the same shape: as many distinct samples, each as often, as positions.
+  std::vector<std::string> Check(const std::vector<uint64_t>& samples) const {
+    std::vector<std::string> problems;
+    std::map<uint64_t, uint64_t> counts;
+    for (uint64_t sample : samples) {
+      if (sample >= num_samples_) {
+        problems.push_back(absl::StrCat("sample index ", sample,
+                                        " is beyond the dataset's ",
+                                        num_samples_));
+        return problems;
+      }
+      ++counts[sample];
+    }
+    if (samples.size() != kept_) {
+      problems.push_back(absl::StrCat(samples.size(), " samples, expected ",
+                                      kept_));
+    }
+    if (!shuffle_) {
+      for (const auto& [sample, expected] : positions_) {
+        auto it = counts.find(sample);
+        const uint64_t got = it == counts.end() ? 0 : it->second;
+        if (got != expected && problems.size() < 10) {
+          problems.push_back(absl::StrCat("sample ", sample, " appeared ", got,
+                                          " times, expected ", expected));
+        }
+      }
+      for (const auto& [sample, got] : counts) {
+        if (positions_.count(sample) == 0 && problems.size() < 10) {
+          problems.push_back(absl::StrCat("sample ", sample, " appeared ", got,
+                                          " times, expected 0"));
+        }
+      }
+      return problems;
+    }
+    std::map<uint64_t, uint64_t> expected_profile, got_profile;
+    for (const auto& [position, count] : positions_) ++expected_profile[count];
+    for (const auto& [sample, count] : counts) ++got_profile[count];
+    if (expected_profile != got_profile) {
+      for (const auto& [times, n] : expected_profile) {
+        problems.push_back(absl::StrCat("expected ", n, " samples appearing ",
+                                        times, " times, got ", got_profile[times]));
+      }
+      for (const auto& [times, n] : got_profile) {
+        if (expected_profile.count(times) == 0) {
+          problems.push_back(absl::StrCat(n, " samples appeared ", times,
+                                          " times, expected none"));
+        }
+      }
+    }
+    return problems;
+  }
+
+ private:
+  const uint64_t num_samples_;
+  const uint64_t world_size_;
+  const uint64_t batch_size_;
+  const bool shuffle_;
+  uint64_t batches_ = 0;
+  uint64_t kept_ = 0;
+  std::map<uint64_t, uint64_t> positions_;  // position -> times taken
+};
+
+void PrintStageBreakdown(const batchd::v1::ServerStatus& before,
+                         const batchd::v1::ServerStatus& after,
+                         uint64_t images_received) {
+  const batchd::v1::StageSeconds& a = before.stage_seconds();
+  const batchd::v1::StageSeconds& b = after.stage_seconds();
+  uint64_t images = after.samples_decoded() - before.samples_decoded();
+  const char* denominator = "decoded";
+  if (after.samples_decoded() < before.samples_decoded() || images == 0) {
+    images = images_received;
+    denominator = "received";
+  }
+  const double per_image_ms = images == 0 ? 0.0 : 1e3 / images;
+  absl::PrintF(
+      "daemon stages (all jobs, ms per %s image over %d images): read %.3f, "
+      "decode %.3f, transform %.3f, send %.3f\n",
+      denominator, images, (b.read() - a.read()) * per_image_ms,
+      (b.decode() - a.decode()) * per_image_ms,
+      (b.transform() - a.transform()) * per_image_ms,
+      (b.send() - a.send()) * per_image_ms);
+  const double alive =
+      after.worker_alive_seconds() - before.worker_alive_seconds();
+  const double busy = after.worker_busy_seconds() - before.worker_busy_seconds();
+  const double busy_fraction = alive > 0 ? busy / alive : after.busy_fraction();
+  absl::PrintF("daemon workers: %d, busy %.1f%%, substituted samples %d\n",
+               after.workers(), 100.0 * busy_fraction,
+               after.samples_substituted() - before.samples_substituted());
+}
+
+int Run() {
+  const std::string endpoint = absl::GetFlag(FLAGS_endpoint);
+  std::shared_ptr<grpc::Channel> channel = NewBatchdChannel(endpoint);
+
+  if (absl::GetFlag(FLAGS_list)) {
+    absl::StatusOr<batchd::v1::ListDatasetsResponse> datasets =
+        ListDatasets(channel);
+    if (!datasets.ok()) {
+      absl::FPrintF(stderr, "error: %s\n", datasets.status().ToString());
+      return kExitError;
+    }
+    for (const batchd::v1::DatasetInfo& info : datasets->datasets()) {
+      absl::PrintF("%s\t%d samples\t%d classes\n", info.name(),
+                   info.num_samples(), info.class_names_size());
+    }
+    return 0;
+  }
+
+  absl::StatusOr<batchd::v1::Plan> plan = PlanFromFlags();
+  if (!plan.ok()) {
+    absl::FPrintF(stderr, "error: %s\n", plan.status().message());
+    return kExitError;
+  }
+
+  std::optional<ShardExpectation> expectation;
+  if (absl::GetFlag(FLAGS_verify)) {
+    absl::StatusOr<batchd::v1::ListDatasetsResponse> datasets =
+        ListDatasets(channel);
+    if (!datasets.ok()) {
+      absl::FPrintF(stderr, "error: %s\n", datasets.status().ToString());
+      return kExitError;
+    }
+    for (const batchd::v1::DatasetInfo& info : datasets->datasets()) {
+      if (info.name() == plan->dataset() && info.num_samples() > 0 &&
+          plan->batch_size() > 0) {
+        expectation.emplace(info.num_samples(), *plan);
+      }
+    }
+    if (!expectation.has_value()) {
+      absl::FPrintF(stderr,
+                    "error: --verify: dataset '%s' is not served at %s (or "
+                    "is empty, or --batch_size is 0)\n",
+                    plan->dataset(), endpoint);
+      return kExitError;
+    }
+  }
+
+  std::ofstream dump;
+  if (!absl::GetFlag(FLAGS_dump).empty()) {
+    dump.open(absl::GetFlag(FLAGS_dump), std::ios::out | std::ios::trunc);
+    if (!dump) {
+      absl::FPrintF(stderr, "error: cannot write --dump file %s\n",
+                    absl::GetFlag(FLAGS_dump));
+      return kExitError;
+    }
+  }
+
+  LoaderOptions options;
+  options.endpoint = endpoint;
+  options.plan = *plan;
+  options.prefetch = absl::GetFlag(FLAGS_prefetch);
+  absl::StatusOr<std::unique_ptr<Loader>> created =
+      Loader::Create(std::move(options));
+  if (!created.ok()) {
+    absl::FPrintF(stderr, "error: %s\n", created.status().ToString());
+    return kExitError;
+  }
+  Loader& loader = **created;
+  absl::PrintF("streaming '%s' from %s: %d batches per epoch, window %d, "
+               "batch shape [%s]\n",
+               plan->dataset(), endpoint, loader.batches_per_epoch(),
+               loader.window(),
+               absl::StrJoin(loader.opened().shape(), ", "));
+
+  absl::StatusOr<batchd::v1::ServerStatus> status_before =
+      GetServerStatus(channel);
+
+  bool mismatch = false;
+  uint64_t total_images = 0;
+  uint64_t total_bytes = 0;
+  const absl::Time run_start = absl::Now();
+  const Loader::Stats run_stats = loader.stats();
+  const uint64_t first_epoch = absl::GetFlag(FLAGS_first_epoch);
+  for (uint64_t epoch = first_epoch;
+       epoch < first_epoch + absl::GetFlag(FLAGS_epochs); ++epoch) {
+    const absl::Time epoch_start = absl::Now();
+    const Loader::Stats epoch_stats = loader.stats();
+    absl::Status status = loader.StartEpoch(epoch);
+    if (!status.ok()) {
+      absl::FPrintF(stderr, "error: %s\n", status.ToString());
+      return kExitError;
+    }
+    uint64_t images = 0;
+    uint64_t bytes = 0;
+    uint64_t batches = 0;
+    std::vector<uint64_t> samples;
+    for (;;) {
+      absl::StatusOr<Batch> batch = loader.Next();
+      if (absl::IsOutOfRange(batch.status())) break;
+      if (!batch.ok()) {
+        absl::FPrintF(stderr, "error: epoch %d batch %d: %s\n", epoch,
+                      loader.state().next_batch, batch.status().ToString());
+        return kExitError;
+      }
+      ++batches;
+      images += batch->sample_indices.size();
+      bytes += batch->size();
+      if (expectation.has_value()) {
+        const uint64_t want = expectation->BatchSamples(batch->batch_index);
+        if (batch->sample_indices.size() != want) {
+          absl::FPrintF(stderr, "verify: epoch %d batch %d has %d samples, "
+                        "expected %d\n", epoch, batch->batch_index,
+                        batch->sample_indices.size(), want);
+          mismatch = true;
+        }
+        samples.insert(samples.end(), batch->sample_indices.begin(),
+                       batch->sample_indices.end());
+      }
+      if (dump.is_open()) {
+        dump << epoch << ' ' << batch->batch_index << ' '
+             << absl::StrFormat("%016x", Fnv1a64(batch->data(), batch->size()));
+        for (uint64_t sample : batch->sample_indices) dump << ' ' << sample;
+        dump << '\n';
+      }
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
+    const Loader::Stats after = loader.stats();
+    const double waited = absl::ToDoubleSeconds(after.waited - epoch_stats.waited);
+    absl::PrintF(
+        "epoch %d: %d batches, %d images in %.2f s: %.1f images/s, %.1f MB/s, "
+        "waited %.1f%% of wall time\n",
+        epoch, batches, images, seconds, seconds > 0 ? images / seconds : 0.0,
+        seconds > 0 ? bytes / seconds / 1e6 : 0.0,
+        seconds > 0 ? 100.0 * waited / seconds : 0.0);
+    total_images += images;
+    total_bytes += bytes;
+    if (expectation.has_value()) {
+      std::vector<std::string> problems = expectation->Check(samples);
+      if (batches != expectation->batches() ||
+          batches != loader.batches_per_epoch()) {
+        problems.push_back(absl::StrCat(
+            batches, " batches, expected ", expectation->batches(),
+            " (daemon says ", loader.batches_per_epoch(), ")"));
+      }
+      for (const std::string& problem : problems) {
+        absl::FPrintF(stderr, "verify: epoch %d: %s\n", epoch, problem);
+      }
+      if (!problems.empty()) mismatch = true;
+      absl::PrintF("verify: epoch %d %s\n", epoch,
+                   problems.empty() ? "ok" : "MISMATCH");
+    }
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - run_start);
+  const double waited =
+      absl::ToDoubleSeconds(loader.stats().waited - run_stats.waited);
+  absl::PrintF(
+      "total: %d images, %.1f MB in %.2f s: %.1f images/s, %.1f MB/s, waited "
+      "%.1f%% of wall time\n",
+      total_images, total_bytes / 1e6, seconds,
+      seconds > 0 ? total_images / seconds : 0.0,
+      seconds > 0 ? total_bytes / seconds / 1e6 : 0.0,
+      seconds > 0 ? 100.0 * waited / seconds : 0.0);
+
+  absl::StatusOr<batchd::v1::ServerStatus> status_after =
+      GetServerStatus(channel);
+  if (status_before.ok() && status_after.ok()) {
+    PrintStageBreakdown(*status_before, *status_after, total_images);
+  } else {
+    const absl::Status& why =
+        status_before.ok() ? status_after.status() : status_before.status();
+    absl::PrintF("daemon stages: unavailable (%s)\n", why.ToString());
+  }
+  if (dump.is_open()) {
+    dump.close();
+    if (!dump) {
+      absl::FPrintF(stderr, "error: writing --dump file %s failed\n",
+                    absl::GetFlag(FLAGS_dump));
+      return kExitError;
+    }
+  }
+  return mismatch ? kExitMismatch : 0;
+}
+
+}  // namespace
+}  // namespace batchd::client
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Streams batches from a batchd daemon and reports throughput.\n"
+      "  batchd-client --endpoint=HOST:PORT --dataset=NAME [--verify] "
+      "[--dump=FILE]\n  batchd-client --list");
+  absl::ParseCommandLine(argc, argv);
+  return batchd::client::Run();
+}

@@ -1,0 +1,670 @@
+#include "client/loader.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "client/buffer.h"
+#include "client/testing/fake_data_service.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace batchd::client {
+namespace {
+
+using ::batchd::client::testing::FakeDataService;
+using ::batchd::client::testing::FakePixel;
+using ::batchd::client::testing::FakeSampleIndex;
+using ::batchd::client::testing::FakeServer;
+using ::batchd::client::testing::FakeStream;
+using ::batchd::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+LoaderOptions OptionsFor(const FakeServer& server, uint32_t prefetch = 4) {
+  LoaderOptions options;
+  options.endpoint = server.endpoint();
+  options.plan.set_dataset("fake");
+  options.plan.set_batch_size(4);
+  options.prefetch = prefetch;
+  return options;
+}
+
+// Checks every field and byte of `batch` against what the fake sends.
+void ExpectFakeBatch(const Batch& batch, uint64_t epoch, uint64_t index,
+                     const FakeDataService& service) {
+  const FakeDataService::Options& options = service.options();
+  EXPECT_EQ(batch.epoch, epoch);
+  EXPECT_EQ(batch.batch_index, index);
+  const uint64_t bytes = service.BatchBytes(index);
+  ASSERT_EQ(batch.size(), bytes);
+  const uint64_t samples = bytes / (options.height * options.width * 3);
+  EXPECT_THAT(batch.shape,
+              ElementsAre(samples, options.height, options.width, 3u));
+  EXPECT_EQ(batch.layout, batchd::v1::LAYOUT_NHWC);
+  ASSERT_EQ(batch.sample_indices.size(), samples);
+  ASSERT_EQ(batch.labels.size(), samples);
+  for (uint64_t i = 0; i < samples; ++i) {
+    const uint64_t sample = FakeSampleIndex(epoch, index, i, options.batch_size);
+    EXPECT_EQ(batch.sample_indices[i], sample);
+    EXPECT_EQ(batch.labels[i], static_cast<int32_t>(sample % 7));
+  }
+  EXPECT_EQ(batch.substitutions.size(), index == 1 ? 1u : 0u);
+  uint64_t mismatches = 0;
+  for (uint64_t offset = 0; offset < bytes; ++offset) {
+    if (batch.data()[offset] != FakePixel(epoch, index, offset)) ++mismatches;
+  }
+  EXPECT_EQ(mismatches, 0u) << "epoch " << epoch << " batch " << index;
+}
+
+// Reads the rest of `epoch` from `loader`, starting at `first`, checking
+// order and content, then expects OUT_OF_RANGE.
+void ExpectRestOfEpoch(Loader& loader, uint64_t epoch, uint64_t first,
+                       const FakeDataService& service) {
+  for (uint64_t index = first; index < service.options().batches_per_epoch;
+       ++index) {
+    absl::StatusOr<Batch> batch = loader.Next();
+    ASSERT_OK(batch);
+    ExpectFakeBatch(*batch, epoch, index, service);
+  }
+  EXPECT_THAT(loader.Next(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("end of epoch")));
+}
+
+TEST(LoaderTest, DeliversEveryBatchInOrderWithItsBytes) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 8;
+  fake.last_batch_size = 2;  // 600 bytes in 2 chunks; full batches 3 chunks
+  FakeServer server(fake, FakeDataService::ServeInOrder());
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  EXPECT_EQ((*loader)->window(), 4u);
+  EXPECT_EQ((*loader)->batches_per_epoch(), 8u);
+  EXPECT_EQ((*loader)->opened().max_batch_bytes(), 1200u);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  ExpectRestOfEpoch(**loader, 0, 0, server.service());
+
+  const Loader::Stats stats = (*loader)->stats();
+  EXPECT_EQ(stats.batches, 8u);
+  EXPECT_EQ(stats.bytes, 7 * 1200u + 600u);
+  EXPECT_LE(stats.waited, stats.wall);
+  EXPECT_EQ(server.service().window_violations(), 0u);
+
+  // A second epoch on the same stream.
+  ASSERT_OK((*loader)->StartEpoch(1));
+  ExpectRestOfEpoch(**loader, 1, 0, server.service());
+}
+
+TEST(LoaderTest, SubstitutionsAreReported) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  ASSERT_OK((*loader)->Next());
+  absl::StatusOr<Batch> batch = (*loader)->Next();
+  ASSERT_OK(batch);
+  ASSERT_EQ(batch->substitutions.size(), 1u);
+  EXPECT_EQ(batch->substitutions[0].reason(), batchd::v1::TRUNCATED);
+  EXPECT_EQ(batch->substitutions[0].original_index(), batch->sample_indices[0]);
+  EXPECT_EQ(batch->substitutions[0].detail(), "fake truncation");
+}
+
+TEST(LoaderTest, ReordersBatchesThatArriveOutOfOrder) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 13;
+  fake.last_batch_size = 3;
+  FakeServer server(fake, FakeDataService::ServeReversedGroups(4));
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  ExpectRestOfEpoch(**loader, 0, 0, server.service());
+  // The fake held back requests until four were outstanding, then answered
+  // them last-first.
+  EXPECT_EQ(server.service().max_outstanding(), 4u);
+  EXPECT_EQ(server.service().window_violations(), 0u);
+}
+
+TEST(LoaderTest, ReassemblesBatchesFromManySmallChunks) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 5;
+  fake.height = 16;
+  fake.width = 17;
+  fake.chunk_bytes = 7;  // 3264 bytes: 466 chunks of 7 and one of 2
+  FakeServer server(fake, FakeDataService::ServeReversedGroups(3));
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(2));
+  ExpectRestOfEpoch(**loader, 2, 0, server.service());
+}
+
+TEST(LoaderTest, NeverExceedsTheGrantedWindow) {
+  FakeDataService::Options fake;
+  fake.window = 3;  // fewer than the client asks for
+  fake.batches_per_epoch = 30;
+  FakeServer server(fake, FakeDataService::ServeReversedGroups(3));
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server, /*prefetch=*/8));
+  ASSERT_OK(loader);
+  EXPECT_EQ((*loader)->window(), 3u);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  ExpectRestOfEpoch(**loader, 0, 0, server.service());
+  EXPECT_EQ(server.service().max_outstanding(), 3u);
+  EXPECT_EQ(server.service().window_violations(), 0u);
+  EXPECT_EQ(server.service().requested_total(), 30u);
+}
+
+TEST(LoaderTest, ZeroPrefetchTakesTheServersWindow) {
+  FakeDataService::Options fake;
+  fake.window = 5;
+  FakeServer server(fake, FakeDataService::ServeInOrder());
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server, /*prefetch=*/0));
+  ASSERT_OK(loader);
+  EXPECT_EQ((*loader)->window(), 5u);
+  EXPECT_EQ((*loader)->opened().window(), 5u);
+}
+
+TEST(LoaderTest, HeldBatchKeepsItsSlotAndBytes) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 20;
+  // Answers only when three batches are pending, so a loader that reused
+  // the held slot would show four outstanding.
+  FakeServer server(fake, FakeDataService::ServeReversedGroups(3));
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server, /*prefetch=*/4));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  absl::StatusOr<Batch> held = (*loader)->Next();
+  ASSERT_OK(held);
+  server.service().ResetMaxOutstanding();
+  for (uint64_t index = 1; index < 20; ++index) {
+    absl::StatusOr<Batch> batch = (*loader)->Next();
+    ASSERT_OK(batch);
+    ExpectFakeBatch(*batch, 0, index, server.service());
+    // Returned so far: `index` + 1 batches, one of them still held, so at
+    // most window - 1 = 3 more may have been asked for.
+    EXPECT_LE(server.service().requested_total(), index + 1 + 3);
+  }
+  EXPECT_EQ(server.service().max_outstanding(), 3u);
+  EXPECT_EQ(server.service().window_violations(), 0u);
+  // Nineteen batches went through the other three slots; the held one is
+  // untouched.
+  ExpectFakeBatch(*held, 0, 0, server.service());
+  held->Release();
+  EXPECT_EQ(held->data(), nullptr);
+  EXPECT_THAT((*loader)->Next(), StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+}
+
+TEST(LoaderTest, NextWithEverySlotHeldIsFailedPrecondition) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server, /*prefetch=*/2));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  absl::StatusOr<Batch> first = (*loader)->Next();
+  absl::StatusOr<Batch> second = (*loader)->Next();
+  ASSERT_OK(first);
+  ASSERT_OK(second);
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("release one")));
+  // Moving a Batch keeps the lease; destroying it ends the lease.
+  Batch moved = *std::move(first);
+  EXPECT_EQ(first->data(), nullptr);
+  ExpectFakeBatch(moved, 0, 0, server.service());
+  moved = Batch();
+  absl::StatusOr<Batch> third = (*loader)->Next();
+  ASSERT_OK(third);
+  ExpectFakeBatch(*third, 0, 2, server.service());
+}
+
+TEST(LoaderTest, StateAndRestoreResumeInANewLoader) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 9;
+  FakeServer server(fake, FakeDataService::ServeReversedGroups(2));
+  LoaderState saved;
+  {
+    absl::StatusOr<std::unique_ptr<Loader>> loader =
+        Loader::Create(OptionsFor(server));
+    ASSERT_OK(loader);
+    EXPECT_EQ((*loader)->state().next_batch, 0u);
+    ASSERT_OK((*loader)->StartEpoch(3));
+    for (uint64_t index = 0; index < 4; ++index) {
+      ASSERT_OK((*loader)->Next());
+    }
+    saved = (*loader)->state();
+  }  // destroyed with batches outstanding
+  EXPECT_EQ(saved.epoch, 3u);
+  EXPECT_EQ(saved.next_batch, 4u);
+
+  absl::StatusOr<std::unique_ptr<Loader>> resumed =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(resumed);
+  ASSERT_OK((*resumed)->Restore(saved));
+  ExpectRestOfEpoch(**resumed, 3, 4, server.service());
+  EXPECT_EQ(server.service().window_violations(), 0u);
+}
+
+TEST(LoaderTest, StartEpochMidEpochDropsOutstandingBatches) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 10;
+  FakeServer server(fake, FakeDataService::ServeReversedGroups(3));
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  for (uint64_t index = 0; index < 3; ++index) ASSERT_OK((*loader)->Next());
+
+  // Back to batch 1 of the same epoch while 3.. are outstanding or ready.
+  ASSERT_OK((*loader)->Restore(LoaderState{0, 1}));
+  EXPECT_EQ((*loader)->state().next_batch, 1u);
+  for (uint64_t index = 1; index < 6; ++index) {
+    absl::StatusOr<Batch> batch = (*loader)->Next();
+    ASSERT_OK(batch);
+    ExpectFakeBatch(*batch, 0, index, server.service());
+  }
+  // On to another epoch mid-way, holding a batch of the old one.
+  absl::StatusOr<Batch> held = (*loader)->Next();
+  ASSERT_OK(held);
+  ASSERT_OK((*loader)->StartEpoch(1, /*first_batch=*/2));
+  ExpectRestOfEpoch(**loader, 1, 2, server.service());
+  ExpectFakeBatch(*held, 0, 6, server.service());
+  EXPECT_EQ(server.service().window_violations(), 0u);
+  EXPECT_LE(server.service().max_outstanding(), 4u);
+}
+
+TEST(LoaderTest, StartEpochValidatesArguments) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("StartEpoch")));
+  EXPECT_THAT((*loader)->StartEpoch(0, /*first_batch=*/9),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("first batch")));
+  EXPECT_THAT((*loader)->StartEpoch(uint64_t{1} << 32),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("epoch")));
+  ASSERT_OK((*loader)->StartEpoch(0, /*first_batch=*/8));
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+}
+
+TEST(LoaderTest, RejectedBatchIsAnErrorAndIsAskedForAgain) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 6;
+  std::atomic<int> rejections{0};
+  FakeServer server(fake, [&rejections](FakeStream& stream) {
+    while (stream.ReadRequest()) {
+      while (!stream.pending().empty()) {
+        const FakeStream::Key key = stream.pending().front();
+        if (key.second == 2 && rejections.fetch_add(1) == 0) {
+          stream.Reject(key, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "daemon is busy, try later");
+        } else {
+          stream.SendBatch(key);
+        }
+      }
+    }
+    return grpc::Status::OK;
+  });
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  ASSERT_OK((*loader)->Next());
+  ASSERT_OK((*loader)->Next());
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("daemon is busy, try later")));
+  EXPECT_EQ((*loader)->state().next_batch, 2u);
+  ExpectRestOfEpoch(**loader, 0, 2, server.service());
+  EXPECT_EQ(rejections.load(), 2);  // batch 2 was asked for twice
+}
+
+TEST(LoaderTest, BadPlanFailsCreateWithTheServersStatus) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  LoaderOptions options = OptionsFor(server);
+  options.plan.set_dataset("bad");
+  EXPECT_THAT(Loader::Create(std::move(options)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.dataset: unknown dataset \"bad\"")));
+}
+
+TEST(LoaderTest, UnreachableDaemonIsUnavailable) {
+  std::string endpoint;
+  {
+    FakeServer server(FakeDataService::Options{},
+                      FakeDataService::ServeInOrder());
+    endpoint = server.endpoint();
+  }
+  LoaderOptions options;
+  options.endpoint = endpoint;
+  options.plan.set_dataset("fake");
+  options.connect_timeout = absl::Milliseconds(300);
+  EXPECT_THAT(Loader::Create(std::move(options)),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("could not connect")));
+  LoaderOptions empty;
+  EXPECT_THAT(Loader::Create(std::move(empty)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("endpoint")));
+}
+
+TEST(LoaderTest, ServerShutdownMidEpochIsUnavailable) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 20;
+  FakeServer server(fake, [](FakeStream& stream) {
+    int served = 0;
+    while (stream.ReadRequest()) {
+      while (!stream.pending().empty() && served < 2) {
+        stream.SendBatch(stream.pending().front());
+        ++served;
+      }
+    }
+    return grpc::Status::OK;
+  });
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  ASSERT_OK((*loader)->Next());
+  ASSERT_OK((*loader)->Next());
+  std::thread killer([&server] { server.Shutdown(); });
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("lost the stream")));
+  killer.join();
+  // Sticky.
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+  EXPECT_THAT((*loader)->StartEpoch(1),
+              StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+}
+
+TEST(LoaderTest, ServerEndingTheStreamEarlyIsUnavailable) {
+  FakeServer server(FakeDataService::Options{}, [](FakeStream& stream) {
+    stream.ReadRequest();
+    stream.SendBatch(stream.pending().front());
+    return grpc::Status::OK;  // with three batches still outstanding
+  });
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  absl::StatusOr<Batch> first = (*loader)->Next();
+  ASSERT_OK(first);
+  ExpectFakeBatch(*first, 0, 0, server.service());
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("not delivered")));
+}
+
+TEST(LoaderTest, StreamErrorIsSurfacedAfterCompleteBatches) {
+  FakeServer server(FakeDataService::Options{}, [](FakeStream& stream) {
+    stream.ReadRequest();
+    stream.SendBatch(stream.pending().front());
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "buffer budget spent");
+  });
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  ASSERT_OK((*loader)->Next());
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("buffer budget spent")));
+}
+
+// A protocol violation: what the fake sends after the first request.
+struct Violation {
+  std::string name;
+  std::function<std::vector<batchd::v1::StreamResponse>(FakeStream&)> messages;
+  std::string expected;
+};
+
+batchd::v1::StreamResponse Chunk(uint64_t index, uint64_t offset, size_t bytes) {
+  batchd::v1::StreamResponse response;
+  response.mutable_chunk()->set_batch_index(index);
+  response.mutable_chunk()->set_offset(offset);
+  response.mutable_chunk()->set_data(std::string(bytes, 'x'));
+  return response;
+}
+
+batchd::v1::StreamResponse HeaderOf(FakeStream& stream, uint64_t index) {
+  batchd::v1::StreamResponse response;
+  *response.mutable_header() = stream.Header({0, index});
+  return response;
+}
+
+class ProtocolViolationTest : public ::testing::TestWithParam<Violation> {};
+
+TEST_P(ProtocolViolationTest, IsInternalAndSticky) {
+  const Violation& violation = GetParam();
+  FakeServer server(FakeDataService::Options{}, [&violation](FakeStream& stream) {
+    stream.ReadRequest();
+    for (const batchd::v1::StreamResponse& response :
+         violation.messages(stream)) {
+      stream.SendRaw(response);
+    }
+    while (stream.ReadRequest()) {
+    }
+    return grpc::Status::OK;
+  });
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kInternal,
+                       ::testing::AllOf(HasSubstr("protocol error"),
+                                        HasSubstr(violation.expected))));
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kInternal, ::testing::_));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Violations, ProtocolViolationTest,
+    ::testing::Values(
+        Violation{"ChunkOverflowsTheBatch",
+                  [](FakeStream& stream) {
+                    return std::vector<batchd::v1::StreamResponse>{
+                        HeaderOf(stream, 0), Chunk(0, 0, 1000),
+                        Chunk(0, 1000, 201)};
+                  },
+                  "overflows"},
+        Violation{"ChunkAtTheWrongOffset",
+                  [](FakeStream& stream) {
+                    return std::vector<batchd::v1::StreamResponse>{
+                        HeaderOf(stream, 0), Chunk(0, 1190, 10)};
+                  },
+                  "expected offset 0"},
+        Violation{"ChunkWithoutHeader",
+                  [](FakeStream&) {
+                    return std::vector<batchd::v1::StreamResponse>{
+                        Chunk(0, 0, 10)};
+                  },
+                  "not the batch being received"},
+        Violation{"ChunkOfAnotherBatchInterleaved",
+                  [](FakeStream& stream) {
+                    return std::vector<batchd::v1::StreamResponse>{
+                        HeaderOf(stream, 0), Chunk(0, 0, 100),
+                        Chunk(1, 0, 100)};
+                  },
+                  "not the batch being received"},
+        Violation{"HeaderOfUnrequestedBatch",
+                  [](FakeStream& stream) {
+                    return std::vector<batchd::v1::StreamResponse>{
+                        HeaderOf(stream, 7)};
+                  },
+                  "not awaited"},
+        Violation{"HeaderBiggerThanMaxBatchBytes",
+                  [](FakeStream& stream) {
+                    batchd::v1::StreamResponse response = HeaderOf(stream, 0);
+                    response.mutable_header()->set_total_bytes(1201);
+                    return std::vector<batchd::v1::StreamResponse>{response};
+                  },
+                  "more than max_batch_bytes"},
+        Violation{"ShapeDisagreesWithBytes",
+                  [](FakeStream& stream) {
+                    batchd::v1::StreamResponse response = HeaderOf(stream, 0);
+                    response.mutable_header()->set_shape(0, 3);
+                    return std::vector<batchd::v1::StreamResponse>{response};
+                  },
+                  "shape"},
+        Violation{"EmptyMessage",
+                  [](FakeStream&) {
+                    return std::vector<batchd::v1::StreamResponse>{
+                        batchd::v1::StreamResponse()};
+                  },
+                  "empty or unknown"},
+        Violation{"SecondOpened",
+                  [](FakeStream&) {
+                    batchd::v1::StreamResponse response;
+                    response.mutable_opened()->set_window(9);
+                    return std::vector<batchd::v1::StreamResponse>{response};
+                  },
+                  "second `opened`"},
+        Violation{"RejectionOfUnrequestedBatch",
+                  [](FakeStream&) {
+                    batchd::v1::StreamResponse response;
+                    response.mutable_rejected()->set_batch_index(6);
+                    response.mutable_rejected()->set_code(8);
+                    return std::vector<batchd::v1::StreamResponse>{response};
+                  },
+                  "not awaited"}),
+    [](const ::testing::TestParamInfo<Violation>& info) {
+      return info.param.name;
+    });
+
+TEST(LoaderTest, ZeroWindowFromServerFailsCreate) {
+  FakeDataService::Options fake;
+  fake.window = 0;
+  FakeServer server(fake, FakeDataService::ServeInOrder());
+  EXPECT_THAT(Loader::Create(OptionsFor(server, /*prefetch=*/0)),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("window is 0")));
+}
+
+// Counts allocations and hands out heap buffers.
+class CountingAllocator : public BufferAllocator {
+ public:
+  absl::StatusOr<std::unique_ptr<HostBuffer>> Allocate(size_t bytes) override {
+    absl::StatusOr<std::unique_ptr<HostBuffer>> buffer = heap_->Allocate(bytes);
+    if (buffer.ok()) {
+      absl::MutexLock lock(&mu_);
+      starts_.push_back((*buffer)->data());
+    }
+    return buffer;
+  }
+  const char* name() const override { return "counting"; }
+  std::vector<const uint8_t*> starts() const {
+    absl::MutexLock lock(&mu_);
+    return starts_;
+  }
+
+ private:
+  std::unique_ptr<BufferAllocator> heap_ = NewHeapAllocator();
+  mutable absl::Mutex mu_;
+  std::vector<const uint8_t*> starts_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(LoaderTest, AllocatesTheRingOnceThroughTheGivenAllocator) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 12;
+  FakeServer server(fake, FakeDataService::ServeReversedGroups(3));
+  CountingAllocator allocator;
+  LoaderOptions options = OptionsFor(server, /*prefetch=*/3);
+  options.allocator = &allocator;
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(std::move(options));
+  ASSERT_OK(loader);
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    ASSERT_OK((*loader)->StartEpoch(epoch));
+    for (uint64_t index = 0; index < 12; ++index) {
+      absl::StatusOr<Batch> batch = (*loader)->Next();
+      ASSERT_OK(batch);
+      EXPECT_THAT(allocator.starts(), ::testing::Contains(batch->data()));
+    }
+  }
+  EXPECT_EQ(allocator.starts().size(), 3u);
+}
+
+TEST(LoaderTest, BatchOutlivesItsLoader) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  Batch batch;
+  {
+    absl::StatusOr<std::unique_ptr<Loader>> loader =
+        Loader::Create(OptionsFor(server));
+    ASSERT_OK(loader);
+    ASSERT_OK((*loader)->StartEpoch(0));
+    absl::StatusOr<Batch> next = (*loader)->Next();
+    ASSERT_OK(next);
+    batch = *std::move(next);
+  }
+  ExpectFakeBatch(batch, 0, 0, server.service());
+}
+
+TEST(LoaderTest, ConsumerReleasingBatchesOnAnotherThread) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 40;
+  FakeServer server(fake, FakeDataService::ServeReversedGroups(2));
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server, /*prefetch=*/3));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  absl::Mutex mu;
+  std::vector<Batch> handoff;  // protected by mu
+  uint64_t released = 0;       // protected by mu
+  bool done = false;           // protected by mu
+  std::thread releaser([&] {
+    for (;;) {
+      std::vector<Batch> batches;
+      {
+        absl::MutexLock lock(&mu);
+        auto ready = [&] { return !handoff.empty() || done; };
+        mu.Await(absl::Condition(&ready));
+        if (handoff.empty()) return;
+        batches.swap(handoff);
+      }
+      const uint64_t n = batches.size();
+      batches.clear();  // returns the slots, from this thread
+      absl::MutexLock lock(&mu);
+      released += n;
+    }
+  });
+  for (uint64_t index = 0; index < 40; ++index) {
+    {
+      // Keep a slot free for the next batch.
+      absl::MutexLock lock(&mu);
+      auto slot_free = [&] { return index - released < 3; };
+      mu.Await(absl::Condition(&slot_free));
+    }
+    absl::StatusOr<Batch> batch = (*loader)->Next();
+    if (!batch.ok()) {
+      ADD_FAILURE() << batch.status();
+      break;
+    }
+    ExpectFakeBatch(*batch, 0, index, server.service());
+    absl::MutexLock lock(&mu);
+    handoff.push_back(*std::move(batch));
+  }
+  {
+    absl::MutexLock lock(&mu);
+    done = true;
+  }
+  releaser.join();
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+  EXPECT_EQ(server.service().window_violations(), 0u);
+}
+
+}  // namespace
+}  // namespace batchd::client
