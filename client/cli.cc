@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +31,7 @@
 #include "batchd/v1/admin.grpc.pb.h"
 #include "batchd/v1/data.grpc.pb.h"
 #include "client/loader.h"
+#include "client/shard_coverage.h"
 
 ABSL_FLAG(std::string, endpoint, "localhost:7070",
           "daemon address: host:port or unix:/path");
@@ -138,100 +138,6 @@ absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
   return plan;
 }
 
-// What one epoch of this shard must contain, by DistributedSampler
-// arithmetic (see proto Plan): the epoch order (0..N-1, or a permutation of
-// it) is padded by repeating its head to a multiple of world_size, rank r
-// takes positions r, r + W, ..., and drop_last keeps whole batches only.
-class ShardExpectation {
- public:
-  ShardExpectation(uint64_t num_samples, const batchd::v1::Plan& plan)
-      : num_samples_(num_samples),
-        world_size_(plan.world_size() == 0 ? 1 : plan.world_size()),
-        batch_size_(plan.batch_size()),
-        shuffle_(plan.shuffle()) {
-    const uint64_t shard = (num_samples_ + world_size_ - 1) / world_size_;
-    batches_ = plan.drop_last() ? shard / batch_size_
-                                : (shard + batch_size_ - 1) / batch_size_;
-    kept_ = plan.drop_last() ? batches_ * batch_size_ : shard;
-    // Positions in the unpadded epoch order this shard takes.
-    for (uint64_t k = 0; k < kept_; ++k) {
-      ++positions_[(plan.rank() + k * world_size_) % num_samples_];
-    }
-  }
-
-  uint64_t batches() const { return batches_; }
-  // Samples in batch `index`.
-  uint64_t BatchSamples(uint64_t index) const {
-    const uint64_t start = index * batch_size_;
-    return start >= kept_ ? 0 : std::min<uint64_t>(batch_size_, kept_ - start);
-  }
-
-  // Checks the epoch's samples; returns the problems found (empty if none).
-  // Without shuffling the order is the identity, so the multiset must equal
-  // the positions' multiset exactly. With shuffling the permutation is the
-  // daemon's, and what can be checked without it is that the multiset has
-  // the same shape: as many distinct samples, each as often, as positions.
-  std::vector<std::string> Check(const std::vector<uint64_t>& samples) const {
-    std::vector<std::string> problems;
-    std::map<uint64_t, uint64_t> counts;
-    for (uint64_t sample : samples) {
-      if (sample >= num_samples_) {
-        problems.push_back(absl::StrCat("sample index ", sample,
-                                        " is beyond the dataset's ",
-                                        num_samples_));
-        return problems;
-      }
-      ++counts[sample];
-    }
-    if (samples.size() != kept_) {
-      problems.push_back(absl::StrCat(samples.size(), " samples, expected ",
-                                      kept_));
-    }
-    if (!shuffle_) {
-      for (const auto& [sample, expected] : positions_) {
-        auto it = counts.find(sample);
-        const uint64_t got = it == counts.end() ? 0 : it->second;
-        if (got != expected && problems.size() < 10) {
-          problems.push_back(absl::StrCat("sample ", sample, " appeared ", got,
-                                          " times, expected ", expected));
-        }
-      }
-      for (const auto& [sample, got] : counts) {
-        if (positions_.count(sample) == 0 && problems.size() < 10) {
-          problems.push_back(absl::StrCat("sample ", sample, " appeared ", got,
-                                          " times, expected 0"));
-        }
-      }
-      return problems;
-    }
-    std::map<uint64_t, uint64_t> expected_profile, got_profile;
-    for (const auto& [position, count] : positions_) ++expected_profile[count];
-    for (const auto& [sample, count] : counts) ++got_profile[count];
-    if (expected_profile != got_profile) {
-      for (const auto& [times, n] : expected_profile) {
-        problems.push_back(absl::StrCat("expected ", n, " samples appearing ",
-                                        times, " times, got ", got_profile[times]));
-      }
-      for (const auto& [times, n] : got_profile) {
-        if (expected_profile.count(times) == 0) {
-          problems.push_back(absl::StrCat(n, " samples appeared ", times,
-                                          " times, expected none"));
-        }
-      }
-    }
-    return problems;
-  }
-
- private:
-  const uint64_t num_samples_;
-  const uint64_t world_size_;
-  const uint64_t batch_size_;
-  const bool shuffle_;
-  uint64_t batches_ = 0;
-  uint64_t kept_ = 0;
-  std::map<uint64_t, uint64_t> positions_;  // position -> times taken
-};
-
 void PrintStageBreakdown(const batchd::v1::ServerStatus& before,
                          const batchd::v1::ServerStatus& after,
                          uint64_t images_received) {
@@ -284,7 +190,7 @@ int Run() {
     return kExitError;
   }
 
-  std::optional<ShardExpectation> expectation;
+  std::optional<ShardCoverage> expectation;
   if (absl::GetFlag(FLAGS_verify)) {
     absl::StatusOr<batchd::v1::ListDatasetsResponse> datasets =
         ListDatasets(channel);
@@ -293,15 +199,18 @@ int Run() {
       return kExitError;
     }
     for (const batchd::v1::DatasetInfo& info : datasets->datasets()) {
-      if (info.name() == plan->dataset() && info.num_samples() > 0 &&
-          plan->batch_size() > 0) {
-        expectation.emplace(info.num_samples(), *plan);
+      if (info.name() != plan->dataset()) continue;
+      absl::StatusOr<ShardCoverage> coverage =
+          ShardCoverage::Create(info.num_samples(), *plan);
+      if (!coverage.ok()) {
+        absl::FPrintF(stderr, "error: --verify: %s\n",
+                      coverage.status().message());
+        return kExitError;
       }
+      expectation = *std::move(coverage);
     }
     if (!expectation.has_value()) {
-      absl::FPrintF(stderr,
-                    "error: --verify: dataset '%s' is not served at %s (or "
-                    "is empty, or --batch_size is 0)\n",
+      absl::FPrintF(stderr, "error: --verify: dataset '%s' is not served at %s\n",
                     plan->dataset(), endpoint);
       return kExitError;
     }

@@ -1,0 +1,104 @@
+#include "client/shard_coverage.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace batchd::client {
+
+absl::StatusOr<ShardCoverage> ShardCoverage::Create(
+    uint64_t num_samples, const batchd::v1::Plan& plan) {
+  const uint64_t world_size = plan.world_size() == 0 ? 1 : plan.world_size();
+  if (num_samples == 0) {
+    return absl::InvalidArgumentError("the dataset has no samples");
+  }
+  if (plan.batch_size() == 0) {
+    return absl::InvalidArgumentError("batch_size must be > 0");
+  }
+  if (plan.rank() >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", plan.rank(), " must be below world_size ", world_size));
+  }
+  ShardCoverage coverage;
+  coverage.num_samples_ = num_samples;
+  coverage.batch_size_ = plan.batch_size();
+  coverage.shuffle_ = plan.shuffle();
+  const uint64_t shard = (num_samples + world_size - 1) / world_size;
+  coverage.batches_ = plan.drop_last()
+                          ? shard / plan.batch_size()
+                          : (shard + plan.batch_size() - 1) / plan.batch_size();
+  coverage.kept_ =
+      plan.drop_last() ? coverage.batches_ * plan.batch_size() : shard;
+  for (uint64_t k = 0; k < coverage.kept_; ++k) {
+    // Padded position p holds order[p mod N].
+    ++coverage.positions_[(plan.rank() + k * world_size) % num_samples];
+  }
+  return coverage;
+}
+
+uint64_t ShardCoverage::BatchSamples(uint64_t index) const {
+  if (index >= batches_) return 0;
+  const uint64_t start = index * batch_size_;
+  return std::min<uint64_t>(batch_size_, kept_ - start);
+}
+
+std::vector<std::string> ShardCoverage::Check(
+    const std::vector<uint64_t>& samples, size_t max_problems) const {
+  std::vector<std::string> problems;
+  auto add = [&problems, max_problems](std::string problem) {
+    if (problems.size() < max_problems) problems.push_back(std::move(problem));
+  };
+  std::map<uint64_t, uint64_t> counts;
+  for (uint64_t sample : samples) {
+    if (sample >= num_samples_) {
+      add(absl::StrCat("sample index ", sample, " is beyond the dataset's ",
+                       num_samples_, " samples"));
+      continue;
+    }
+    ++counts[sample];
+  }
+  if (samples.size() != kept_) {
+    add(absl::StrCat(samples.size(), " samples in the epoch, expected ",
+                     kept_));
+  }
+  if (!shuffle_) {
+    for (const auto& [sample, expected] : positions_) {
+      auto it = counts.find(sample);
+      const uint64_t got = it == counts.end() ? 0 : it->second;
+      if (got != expected) {
+        add(absl::StrCat("sample ", sample, " appeared ", got,
+                         " times, expected ", expected));
+      }
+    }
+    for (const auto& [sample, got] : counts) {
+      if (positions_.count(sample) == 0) {
+        add(absl::StrCat("sample ", sample, " appeared ", got,
+                         " times, expected 0"));
+      }
+    }
+    return problems;
+  }
+  // times -> how many distinct samples appear that often.
+  std::map<uint64_t, uint64_t> expected_profile;
+  std::map<uint64_t, uint64_t> got_profile;
+  for (const auto& [position, times] : positions_) ++expected_profile[times];
+  for (const auto& [sample, times] : counts) ++got_profile[times];
+  for (const auto& [times, n] : expected_profile) {
+    auto it = got_profile.find(times);
+    const uint64_t got = it == got_profile.end() ? 0 : it->second;
+    if (got != n) {
+      add(absl::StrCat(got, " distinct samples appeared ", times,
+                       " times, expected ", n));
+    }
+  }
+  for (const auto& [times, n] : got_profile) {
+    if (expected_profile.count(times) == 0) {
+      add(absl::StrCat(n, " distinct samples appeared ", times,
+                       " times, expected none"));
+    }
+  }
+  return problems;
+}
+
+}  // namespace batchd::client

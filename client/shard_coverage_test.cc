@@ -1,0 +1,103 @@
+#include "client/shard_coverage.h"
+
+#include <numeric>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace batchd::client {
+namespace {
+
+using ::batchd::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+batchd::v1::Plan MakePlan(uint32_t batch_size, uint32_t rank,
+                          uint32_t world_size, bool shuffle, bool drop_last) {
+  batchd::v1::Plan plan;
+  plan.set_batch_size(batch_size);
+  plan.set_rank(rank);
+  plan.set_world_size(world_size);
+  plan.set_shuffle(shuffle);
+  plan.set_drop_last(drop_last);
+  return plan;
+}
+
+TEST(ShardCoverageTest, UnshuffledShardWithPadding) {
+  // N = 10, W = 4: padded to 12 = 0..9, 0, 1; rank 1 takes 1, 5, 9.
+  // rank 2 takes 2, 6, 0 (padding).
+  absl::StatusOr<ShardCoverage> rank1 =
+      ShardCoverage::Create(10, MakePlan(2, 1, 4, false, false));
+  ASSERT_OK(rank1);
+  EXPECT_EQ(rank1->batches(), 2u);
+  EXPECT_EQ(rank1->samples(), 3u);
+  EXPECT_EQ(rank1->BatchSamples(0), 2u);
+  EXPECT_EQ(rank1->BatchSamples(1), 1u);
+  EXPECT_EQ(rank1->BatchSamples(2), 0u);
+  EXPECT_THAT(rank1->Check({1, 5, 9}), IsEmpty());
+  EXPECT_THAT(rank1->Check({9, 1, 5}), IsEmpty());
+  EXPECT_THAT(rank1->Check({1, 5, 8}),
+              ElementsAre(HasSubstr("sample 9 appeared 0 times, expected 1"),
+                          HasSubstr("sample 8 appeared 1 times, expected 0")));
+  EXPECT_THAT(rank1->Check({1, 5}), ::testing::Contains(HasSubstr("2 samples")));
+
+  absl::StatusOr<ShardCoverage> rank2 =
+      ShardCoverage::Create(10, MakePlan(2, 2, 4, false, false));
+  ASSERT_OK(rank2);
+  EXPECT_THAT(rank2->Check({2, 6, 0}), IsEmpty());
+}
+
+TEST(ShardCoverageTest, WorldLargerThanDatasetRepeatsSamples) {
+  // N = 2, W = 5: padded order 0 1 0 1 0; rank 4 takes position 4 -> {0}.
+  absl::StatusOr<ShardCoverage> coverage =
+      ShardCoverage::Create(2, MakePlan(1, 4, 5, false, false));
+  ASSERT_OK(coverage);
+  EXPECT_EQ(coverage->batches(), 1u);
+  EXPECT_THAT(coverage->Check({0}), IsEmpty());
+  EXPECT_THAT(coverage->Check({1}), ::testing::Not(IsEmpty()));
+}
+
+TEST(ShardCoverageTest, DropLastKeepsWholeBatches) {
+  // N = 10, W = 1, batch 4: 2 batches, samples 0..7.
+  absl::StatusOr<ShardCoverage> coverage =
+      ShardCoverage::Create(10, MakePlan(4, 0, 1, false, true));
+  ASSERT_OK(coverage);
+  EXPECT_EQ(coverage->batches(), 2u);
+  EXPECT_EQ(coverage->BatchSamples(1), 4u);
+  EXPECT_THAT(coverage->Check({0, 1, 2, 3, 4, 5, 6, 7}), IsEmpty());
+}
+
+TEST(ShardCoverageTest, ShuffledSingleShardIsEverySampleOnce) {
+  absl::StatusOr<ShardCoverage> coverage =
+      ShardCoverage::Create(6, MakePlan(4, 0, 1, true, false));
+  ASSERT_OK(coverage);
+  EXPECT_THAT(coverage->Check({5, 3, 0, 1, 4, 2}), IsEmpty());
+  EXPECT_THAT(coverage->Check({5, 3, 0, 1, 4, 4}),
+              ::testing::Not(IsEmpty()));
+  EXPECT_THAT(coverage->Check({5, 3, 0, 1, 4, 6}),
+              ::testing::Contains(HasSubstr("beyond")));
+}
+
+TEST(ShardCoverageTest, ShuffledShardsAreDistinctWhenWorldFitsTheDataset) {
+  // N = 10, W = 4: each rank takes 3 distinct samples whatever the order.
+  absl::StatusOr<ShardCoverage> coverage =
+      ShardCoverage::Create(10, MakePlan(2, 3, 4, true, false));
+  ASSERT_OK(coverage);
+  EXPECT_THAT(coverage->Check({7, 2, 9}), IsEmpty());
+  EXPECT_THAT(coverage->Check({7, 7, 9}), ::testing::Not(IsEmpty()));
+}
+
+TEST(ShardCoverageTest, RejectsImpossiblePlans) {
+  EXPECT_THAT(ShardCoverage::Create(0, MakePlan(1, 0, 1, false, false)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no samples")));
+  EXPECT_THAT(ShardCoverage::Create(5, MakePlan(0, 0, 1, false, false)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_size")));
+  EXPECT_THAT(ShardCoverage::Create(5, MakePlan(1, 2, 2, false, false)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank")));
+}
+
+}  // namespace
+}  // namespace batchd::client
