@@ -306,7 +306,7 @@ int Run() {
     total_images += images;
     total_bytes += bytes;
     if (expectation.has_value()) {
-      std::vector<std::string> problems = expectation->Check(samples);
+      std::vector<std::string> problems = expectation->Check(epoch, samples);
       if (batches != expectation->batches() ||
           batches != loader.batches_per_epoch()) {
         problems.push_back(absl::StrCat(

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/plan/sampler.h"
 
 namespace batchd::client {
 
@@ -24,6 +25,7 @@ absl::StatusOr<ShardCoverage> ShardCoverage::Create(
   coverage.num_samples_ = num_samples;
   coverage.batch_size_ = plan.batch_size();
   coverage.shuffle_ = plan.shuffle();
+  coverage.seed_ = plan.seed();
   const uint64_t shard = (num_samples + world_size - 1) / world_size;
   coverage.batches_ = plan.drop_last()
                           ? shard / plan.batch_size()
@@ -44,11 +46,16 @@ uint64_t ShardCoverage::BatchSamples(uint64_t index) const {
 }
 
 std::vector<std::string> ShardCoverage::Check(
-    const std::vector<uint64_t>& samples, size_t max_problems) const {
+    uint64_t epoch, const std::vector<uint64_t>& samples,
+    size_t max_problems) const {
   std::vector<std::string> problems;
   auto add = [&problems, max_problems](std::string problem) {
     if (problems.size() < max_problems) problems.push_back(std::move(problem));
   };
+  if (samples.size() != kept_) {
+    add(absl::StrCat(samples.size(), " samples in the epoch, expected ",
+                     kept_));
+  }
   std::map<uint64_t, uint64_t> counts;
   for (uint64_t sample : samples) {
     if (sample >= num_samples_) {
@@ -58,44 +65,25 @@ std::vector<std::string> ShardCoverage::Check(
     }
     ++counts[sample];
   }
-  if (samples.size() != kept_) {
-    add(absl::StrCat(samples.size(), " samples in the epoch, expected ",
-                     kept_));
+  // Position in the epoch order -> sample, by the plan's permutation.
+  const std::vector<uint64_t> order =
+      server::EpochOrder(num_samples_, seed_, shuffle_, epoch);
+  std::map<uint64_t, uint64_t> expected;
+  for (const auto& [position, times] : positions_) {
+    expected[order[position]] += times;
   }
-  if (!shuffle_) {
-    for (const auto& [sample, expected] : positions_) {
-      auto it = counts.find(sample);
-      const uint64_t got = it == counts.end() ? 0 : it->second;
-      if (got != expected) {
-        add(absl::StrCat("sample ", sample, " appeared ", got,
-                         " times, expected ", expected));
-      }
-    }
-    for (const auto& [sample, got] : counts) {
-      if (positions_.count(sample) == 0) {
-        add(absl::StrCat("sample ", sample, " appeared ", got,
-                         " times, expected 0"));
-      }
-    }
-    return problems;
-  }
-  // times -> how many distinct samples appear that often.
-  std::map<uint64_t, uint64_t> expected_profile;
-  std::map<uint64_t, uint64_t> got_profile;
-  for (const auto& [position, times] : positions_) ++expected_profile[times];
-  for (const auto& [sample, times] : counts) ++got_profile[times];
-  for (const auto& [times, n] : expected_profile) {
-    auto it = got_profile.find(times);
-    const uint64_t got = it == got_profile.end() ? 0 : it->second;
-    if (got != n) {
-      add(absl::StrCat(got, " distinct samples appeared ", times,
-                       " times, expected ", n));
+  for (const auto& [sample, want] : expected) {
+    auto it = counts.find(sample);
+    const uint64_t got = it == counts.end() ? 0 : it->second;
+    if (got != want) {
+      add(absl::StrCat("sample ", sample, " appeared ", got,
+                       " times, expected ", want));
     }
   }
-  for (const auto& [times, n] : got_profile) {
-    if (expected_profile.count(times) == 0) {
-      add(absl::StrCat(n, " distinct samples appeared ", times,
-                       " times, expected none"));
+  for (const auto& [sample, got] : counts) {
+    if (expected.count(sample) == 0) {
+      add(absl::StrCat("sample ", sample, " appeared ", got,
+                       " times, expected 0"));
     }
   }
   return problems;

@@ -6,6 +6,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/plan/sampler.h"
 
 namespace batchd::client {
 namespace {
@@ -37,17 +38,17 @@ TEST(ShardCoverageTest, UnshuffledShardWithPadding) {
   EXPECT_EQ(rank1->BatchSamples(0), 2u);
   EXPECT_EQ(rank1->BatchSamples(1), 1u);
   EXPECT_EQ(rank1->BatchSamples(2), 0u);
-  EXPECT_THAT(rank1->Check({1, 5, 9}), IsEmpty());
-  EXPECT_THAT(rank1->Check({9, 1, 5}), IsEmpty());
-  EXPECT_THAT(rank1->Check({1, 5, 8}),
+  EXPECT_THAT(rank1->Check(/*epoch=*/0, {1, 5, 9}), IsEmpty());
+  EXPECT_THAT(rank1->Check(/*epoch=*/0, {9, 1, 5}), IsEmpty());
+  EXPECT_THAT(rank1->Check(/*epoch=*/0, {1, 5, 8}),
               ElementsAre(HasSubstr("sample 9 appeared 0 times, expected 1"),
                           HasSubstr("sample 8 appeared 1 times, expected 0")));
-  EXPECT_THAT(rank1->Check({1, 5}), ::testing::Contains(HasSubstr("2 samples")));
+  EXPECT_THAT(rank1->Check(/*epoch=*/0, {1, 5}), ::testing::Contains(HasSubstr("2 samples")));
 
   absl::StatusOr<ShardCoverage> rank2 =
       ShardCoverage::Create(10, MakePlan(2, 2, 4, false, false));
   ASSERT_OK(rank2);
-  EXPECT_THAT(rank2->Check({2, 6, 0}), IsEmpty());
+  EXPECT_THAT(rank2->Check(/*epoch=*/0, {2, 6, 0}), IsEmpty());
 }
 
 TEST(ShardCoverageTest, WorldLargerThanDatasetRepeatsSamples) {
@@ -56,8 +57,8 @@ TEST(ShardCoverageTest, WorldLargerThanDatasetRepeatsSamples) {
       ShardCoverage::Create(2, MakePlan(1, 4, 5, false, false));
   ASSERT_OK(coverage);
   EXPECT_EQ(coverage->batches(), 1u);
-  EXPECT_THAT(coverage->Check({0}), IsEmpty());
-  EXPECT_THAT(coverage->Check({1}), ::testing::Not(IsEmpty()));
+  EXPECT_THAT(coverage->Check(/*epoch=*/0, {0}), IsEmpty());
+  EXPECT_THAT(coverage->Check(/*epoch=*/0, {1}), ::testing::Not(IsEmpty()));
 }
 
 TEST(ShardCoverageTest, DropLastKeepsWholeBatches) {
@@ -67,27 +68,30 @@ TEST(ShardCoverageTest, DropLastKeepsWholeBatches) {
   ASSERT_OK(coverage);
   EXPECT_EQ(coverage->batches(), 2u);
   EXPECT_EQ(coverage->BatchSamples(1), 4u);
-  EXPECT_THAT(coverage->Check({0, 1, 2, 3, 4, 5, 6, 7}), IsEmpty());
+  EXPECT_THAT(coverage->Check(/*epoch=*/0, {0, 1, 2, 3, 4, 5, 6, 7}), IsEmpty());
 }
 
-TEST(ShardCoverageTest, ShuffledSingleShardIsEverySampleOnce) {
-  absl::StatusOr<ShardCoverage> coverage =
-      ShardCoverage::Create(6, MakePlan(4, 0, 1, true, false));
+TEST(ShardCoverageTest, ShuffledShardIsTheSamplersExactMultiset) {
+  // N = 10, W = 4, rank 3: positions 3, 7 and 1 (padding) of the epoch's
+  // permutation, which differs between epochs.
+  batchd::v1::Plan plan = MakePlan(2, 3, 4, true, false);
+  plan.set_seed(17);
+  absl::StatusOr<ShardCoverage> coverage = ShardCoverage::Create(10, plan);
   ASSERT_OK(coverage);
-  EXPECT_THAT(coverage->Check({5, 3, 0, 1, 4, 2}), IsEmpty());
-  EXPECT_THAT(coverage->Check({5, 3, 0, 1, 4, 4}),
-              ::testing::Not(IsEmpty()));
-  EXPECT_THAT(coverage->Check({5, 3, 0, 1, 4, 6}),
+  for (uint64_t epoch : {0, 1, 5}) {
+    const std::vector<uint64_t> order =
+        server::EpochOrder(10, /*seed=*/17, /*shuffle=*/true, epoch);
+    EXPECT_THAT(coverage->Check(epoch, {order[7], order[1], order[3]}),
+                IsEmpty());
+    EXPECT_THAT(coverage->Check(epoch, {order[3], order[3], order[7]}),
+                ::testing::Not(IsEmpty()));
+    // Any other sample in place of order[1] is caught, even though the
+    // multiset has the right shape.
+    EXPECT_THAT(coverage->Check(epoch, {order[3], order[7], order[2]}),
+                ::testing::Contains(HasSubstr("expected 0")));
+  }
+  EXPECT_THAT(coverage->Check(0, {0, 1, 10}),
               ::testing::Contains(HasSubstr("beyond")));
-}
-
-TEST(ShardCoverageTest, ShuffledShardsAreDistinctWhenWorldFitsTheDataset) {
-  // N = 10, W = 4: each rank takes 3 distinct samples whatever the order.
-  absl::StatusOr<ShardCoverage> coverage =
-      ShardCoverage::Create(10, MakePlan(2, 3, 4, true, false));
-  ASSERT_OK(coverage);
-  EXPECT_THAT(coverage->Check({7, 2, 9}), IsEmpty());
-  EXPECT_THAT(coverage->Check({7, 7, 9}), ::testing::Not(IsEmpty()));
 }
 
 TEST(ShardCoverageTest, RejectsImpossiblePlans) {
