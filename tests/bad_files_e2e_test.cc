@@ -98,6 +98,33 @@ class BadFilesTest : public ::testing::Test {
                                 static_cast<uint8_t>(jpeg[sos + 3]);
       WriteBytes(path, jpeg.substr(0, sos + 2 + sos_length + 64));
     }
+    {
+      // The first half of a file. Only the decoded part of a file is checked
+      // (a region decode stops after the crop's last row), so whether this
+      // is noticed depends on the crop; with this plan's seed every crop
+      // reaches past the cut.
+      const std::string path = d + "/class_002/img_000006.jpg";
+      const std::string jpeg = ReadBytes(path);
+      WriteBytes(path, jpeg.substr(0, jpeg.size() / 2));
+    }
+    {
+      // Unexpected restart markers at the start of the entropy-coded data:
+      // every crop decodes through them.
+      const std::string path = d + "/class_003/img_000007.jpg";
+      std::string jpeg = ReadBytes(path);
+      const size_t sos =
+          FindMarker(jpeg, [](uint8_t code) { return code == 0xDA; });
+      ASSERT_NE(sos, std::string::npos);
+      const size_t data = sos + 2 +
+                          ((static_cast<uint8_t>(jpeg[sos + 2]) << 8) |
+                           static_cast<uint8_t>(jpeg[sos + 3]));
+      ASSERT_LT(data + 80, jpeg.size());
+      for (size_t i = data + 16; i < data + 80; i += 2) {
+        jpeg[i] = static_cast<char>(0xFF);
+        jpeg[i + 1] = static_cast<char>(0xD3);
+      }
+      WriteBytes(path, jpeg);
+    }
     WriteBytes(d + "/class_002/img_000002.jpg",
                "This is a text file, not a JPEG.\n");
     {
@@ -123,6 +150,8 @@ class BadFilesTest : public ::testing::Test {
     bad_files_ = new std::vector<BadFile>{
         {"class_000/img_000000.jpg", v1::EMPTY_FILE},
         {"class_001/img_000001.jpg", v1::TRUNCATED},
+        {"class_002/img_000006.jpg", v1::TRUNCATED},
+        {"class_003/img_000007.jpg", v1::CORRUPT},
         {"class_002/img_000002.jpg", v1::NOT_JPEG},
         {"class_003/img_000003.png", v1::UNSUPPORTED_FORMAT},
         {"class_000/img_000008.jpg", v1::TOO_MANY_PIXELS},

@@ -336,5 +336,47 @@ TEST_F(DeterminismTest, RestoredLoaderContinuesByteForByte) {
   EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
 }
 
+TEST_F(DeterminismTest, RestartingOnTheSameLoaderDiscardsOutstandingBatches) {
+  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                           StartDaemon(2));
+  const v1::Plan plan = TrainPlan("d", 5, kSize, 3);
+  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
+                           ReadEpochs(daemon->endpoint(), plan, 0, 2));
+  ASSERT_EQ(reference.size(), 20u);
+  {
+    LoaderOptions options;
+    options.endpoint = daemon->endpoint();
+    options.plan = plan;
+    options.prefetch = 4;
+    E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+                             Loader::Create(std::move(options)));
+    // Epoch 1, batches 0..2 read and 3.. in flight; then back to batch 2
+    // (already received), then to epoch 0 in the middle, then epoch 1 again
+    // from the end of what is in flight.
+    ASSERT_TRUE(loader->StartEpoch(1).ok());
+    E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> got,
+                             ReadFrom(*loader, 3));
+    ASSERT_EQ(got.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got[i], reference[10 + i]);
+
+    ASSERT_TRUE(loader->StartEpoch(1, 2).ok());
+    E2E_ASSERT_OK_AND_ASSIGN(got, ReadFrom(*loader, 2));
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0], reference[12]);
+    EXPECT_EQ(got[1], reference[13]);
+
+    ASSERT_TRUE(loader->StartEpoch(0, 6).ok());
+    E2E_ASSERT_OK_AND_ASSIGN(got, ReadFrom(*loader));
+    ASSERT_EQ(got.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(got[i], reference[6 + i]);
+
+    ASSERT_TRUE(loader->Restore({1, 7}).ok());
+    E2E_ASSERT_OK_AND_ASSIGN(got, ReadFrom(*loader));
+    ASSERT_EQ(got.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got[i], reference[17 + i]);
+  }
+  EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
+}
+
 }  // namespace
 }  // namespace batchd::testing
