@@ -23,9 +23,17 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "batchd/v1/data.pb.h"
+#include "grpcpp/impl/codegen/serialization_traits.h"
 #include "grpcpp/support/byte_buffer.h"
 
 namespace batchd::common {
+
+// A message kept as its serialized bytes, so a stream can be read (or
+// written) without protobuf parsing (or copying) the payload:
+//   grpc::ClientReaderWriter<StreamRequest, RawMessage>
+struct RawMessage {
+  grpc::ByteBuffer buffer;
+};
 
 // Serializes `message` into a ByteBuffer (copies; for small messages).
 grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& message);
@@ -57,5 +65,24 @@ absl::StatusOr<batchd::v1::StreamResponse::KindCase> DecodeResponse(
     ChunkDestination destination, ChunkInfo* chunk = nullptr);
 
 }  // namespace batchd::common
+
+namespace grpc {
+template <>
+class SerializationTraits<batchd::common::RawMessage, void> {
+ public:
+  static Status Serialize(const batchd::common::RawMessage& message,
+                          ByteBuffer* buffer, bool* own_buffer) {
+    *buffer = message.buffer;
+    *own_buffer = true;
+    return Status::OK;
+  }
+  static Status Deserialize(ByteBuffer* buffer,
+                            batchd::common::RawMessage* message) {
+    message->buffer.Swap(buffer);
+    buffer->Clear();
+    return Status::OK;
+  }
+};
+}  // namespace grpc
 
 #endif  // BATCHD_COMMON_CHUNK_CODEC_H_
