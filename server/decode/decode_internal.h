@@ -5,10 +5,12 @@
 #define BATCHD_SERVER_DECODE_DECODE_INTERNAL_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/types/span.h"
 #include "server/decode/jpeg_decoder.h"
+#include "server/decode/resize.h"
 
 namespace batchd::server {
 
@@ -34,6 +36,28 @@ DecodeResult DecodeScaledRegionForTest(absl::Span<const uint8_t> data,
                                        int scale_denom, int x0, int y0,
                                        int x1, int y1, bool use_region,
                                        RegionPixels* out);
+
+// Decodes exactly what JpegDecoder::Decode decodes for the same crop (same
+// DCT scale, same region) and stops before the resize, flip and layout
+// write: the decode-only limit that the benchmarks compare the daemon with.
+//
+// Thread-compatible: use one per thread.
+class RegionDecoder {
+ public:
+  explicit RegionDecoder(DecodeLimits limits = {});
+  ~RegionDecoder();
+
+  // On success `*view` shows the crop's window (rounded out to whole pixels)
+  // at the chosen scale; it stays valid until the next call.
+  DecodeResult Decode(absl::Span<const uint8_t> data,
+                      absl::FunctionRef<CropSpec(int width, int height)>
+                          choose_crop,
+                      RgbView* view);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace batchd::server
 

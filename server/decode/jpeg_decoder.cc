@@ -416,7 +416,7 @@ class DecoderCore {
   DecodeResult Decode(absl::Span<const uint8_t> data,
                       absl::FunctionRef<CropSpec(int, int)> choose_crop,
                       bool reference, PixelLayout layout, uint8_t* out,
-                      DecodeTimings* timings) {
+                      DecodeTimings* timings, RgbView* decoded_only = nullptr) {
     const auto start = std::chrono::steady_clock::now();
     ResizeRequest resize;
     resize.layout = layout;
@@ -468,6 +468,11 @@ class DecoderCore {
     RgbView view;
     DecodeResult result = DecodeRect(data, plan, &view);
     if (!result.ok()) return result;
+    if (decoded_only != nullptr) {
+      // The decode-only limit: the same pixels, no resize.
+      *decoded_only = view;
+      return result;
+    }
     const auto decoded = std::chrono::steady_clock::now();
     resizer.Resize(view, resize, out);
     if (timings != nullptr) {
@@ -518,6 +523,25 @@ DecodeResult DecodeReference(
   DecoderCore impl{DecodeLimits()};
   return impl.Decode(data, choose_crop, /*reference=*/true, layout, out,
                      /*timings=*/nullptr);
+}
+
+struct RegionDecoder::Impl {
+  explicit Impl(DecodeLimits limits) : core(limits) {}
+  DecoderCore core;
+};
+
+RegionDecoder::RegionDecoder(DecodeLimits limits)
+    : impl_(std::make_unique<Impl>(limits)) {}
+
+RegionDecoder::~RegionDecoder() = default;
+
+DecodeResult RegionDecoder::Decode(
+    absl::Span<const uint8_t> data,
+    absl::FunctionRef<CropSpec(int width, int height)> choose_crop,
+    RgbView* view) {
+  return impl_->core.Decode(data, choose_crop, /*reference=*/false,
+                            PixelLayout::kHWC, /*out=*/nullptr,
+                            /*timings=*/nullptr, view);
 }
 
 DecodeResult DecodeScaledRegionForTest(absl::Span<const uint8_t> data,

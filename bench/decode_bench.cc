@@ -1,0 +1,164 @@
+// Microbenchmarks of the daemon's per-sample work: decode (each mode),
+// resize (with and without the flip, both layouts) and batch assembly
+// (a fresh buffer per batch against a reused one).
+//
+// Images are synthetic ImageNet-like JPEGs (tools/jpeg_synth.h: 500x375,
+// quality 85, 4:2:0, about 100 KB) with the crops RandomResizedCrop(224)
+// draws for them, so the figures are comparable with the end-to-end harness
+// (bench/side_by_side.py).
+//
+//   build/bench/batchd_decode_bench --benchmark_repetitions=5 \
+//       --benchmark_report_aggregates_only=true
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "common/random.h"
+#include "server/decode/decode_internal.h"
+#include "server/decode/jpeg_decoder.h"
+#include "server/decode/resize.h"
+#include "server/plan/transform.h"
+#include "tools/jpeg_synth.h"
+
+namespace batchd::bench {
+namespace {
+
+constexpr int kImages = 16;
+constexpr int kOut = 224;
+constexpr size_t kSampleBytes = size_t{kOut} * kOut * 3;
+
+const std::vector<std::vector<uint8_t>>& Jpegs() {
+  static const auto* jpegs = [] {
+    auto* v = new std::vector<std::vector<uint8_t>>;
+    for (int i = 0; i < kImages; ++i) {
+      tools::SynthOptions options;
+      options.seed = static_cast<uint64_t>(i) + 1;
+      options.quality = 75 + (i * 7) % 21;
+      auto jpeg = tools::SynthesizeJpeg(options);
+      if (!jpeg.ok()) std::abort();
+      v->push_back(*std::move(jpeg));
+    }
+    return v;
+  }();
+  return *jpegs;
+}
+
+server::CropSpec Crop(int image, int width, int height) {
+  server::TrainTransform transform;
+  transform.size = kOut;
+  common::SampleRandom rng(/*seed=*/0, /*epoch=*/0,
+                           static_cast<uint64_t>(image),
+                           common::RandomPurpose::kAugment);
+  return server::RandomResizedCropSpec(width, height, transform, rng);
+}
+
+enum DecodeMode { kFullReference = 0, kRegionOnly = 1, kDecoder = 2 };
+
+// One image per iteration, cycling over kImages.
+void BM_Decode(benchmark::State& state) {
+  const auto mode = static_cast<DecodeMode>(state.range(0));
+  const auto& jpegs = Jpegs();
+  std::vector<uint8_t> out(kSampleBytes);
+  server::JpegDecoder decoder;
+  server::RegionDecoder region;
+  int i = 0;
+  int64_t bytes = 0;
+  for (auto _ : state) {
+    const auto& jpeg = jpegs[i];
+    auto crop = [&](int w, int h) { return Crop(i, w, h); };
+    server::DecodeResult result;
+    switch (mode) {
+      case kFullReference:
+        result = server::DecodeReference(jpeg, crop, server::PixelLayout::kHWC,
+                                         out.data());
+        break;
+      case kRegionOnly: {
+        server::RgbView view;
+        result = region.Decode(jpeg, crop, &view);
+        benchmark::DoNotOptimize(view.data);
+        break;
+      }
+      case kDecoder:
+        result = decoder.Decode(jpeg, crop, server::PixelLayout::kHWC,
+                                out.data());
+        break;
+    }
+    if (!result.ok()) state.SkipWithError(result.detail.c_str());
+    benchmark::DoNotOptimize(out.data());
+    bytes += static_cast<int64_t>(jpeg.size());
+    i = (i + 1) % kImages;
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(bytes);
+}
+BENCHMARK(BM_Decode)
+    ->ArgName("mode")  // 0 full+resize, 1 region+DCT no resize, 2 decoder
+    ->Arg(kFullReference)
+    ->Arg(kRegionOnly)
+    ->Arg(kDecoder);
+
+// Resize of a square window of side `range(0)` to 224x224; range(1): flip;
+// range(2): 0 HWC, 1 CHW.
+void BM_Resize(benchmark::State& state) {
+  const int side = static_cast<int>(state.range(0));
+  const auto src = tools::SynthesizeRgb(side, side, /*seed=*/3);
+  server::RgbView view{src.data(), side, side, ptrdiff_t{side} * 3};
+  server::ResizeRequest request;
+  request.width = side;
+  request.height = side;
+  request.out_width = kOut;
+  request.out_height = kOut;
+  request.flip = state.range(1) != 0;
+  request.layout =
+      state.range(2) != 0 ? server::PixelLayout::kCHW : server::PixelLayout::kHWC;
+  std::vector<uint8_t> out(kSampleBytes);
+  server::Resizer resizer;
+  for (auto _ : state) {
+    resizer.Resize(view, request, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_Resize)
+    ->ArgNames({"side", "flip", "chw"})
+    ->Args({224, 0, 0})
+    ->Args({300, 0, 0})
+    ->Args({300, 1, 0})
+    ->Args({300, 0, 1})
+    ->Args({448, 0, 0})
+    ->Args({500, 0, 0})
+    ->Args({500, 1, 0});
+
+// Batch assembly: 64 samples written into a batch buffer, either a fresh
+// allocation per batch (range(0) == 0, as the pipeline does today) or one
+// buffer reused (range(0) == 1, a pool).
+void BM_BatchAssembly(benchmark::State& state) {
+  constexpr int kBatch = 64;
+  const bool pooled = state.range(0) != 0;
+  std::vector<uint8_t> sample(kSampleBytes, 7);
+  std::unique_ptr<uint8_t[]> pool(new uint8_t[kBatch * kSampleBytes]);
+  for (auto _ : state) {
+    std::unique_ptr<uint8_t[]> fresh;
+    uint8_t* batch = pool.get();
+    if (!pooled) {
+      fresh.reset(new uint8_t[kBatch * kSampleBytes]);
+      batch = fresh.get();
+    }
+    for (int s = 0; s < kBatch; ++s) {
+      std::memcpy(batch + s * kSampleBytes, sample.data(), kSampleBytes);
+    }
+    benchmark::DoNotOptimize(batch);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  state.SetBytesProcessed(state.iterations() * kBatch *
+                          static_cast<int64_t>(kSampleBytes));
+}
+BENCHMARK(BM_BatchAssembly)->ArgName("pooled")->Arg(0)->Arg(1);
+
+}  // namespace
+}  // namespace batchd::bench
+
+BENCHMARK_MAIN();

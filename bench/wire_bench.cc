@@ -1,0 +1,260 @@
+// batchd-wire-bench: what the wire costs, apart from decoding. A server
+// process streams synthetic batches over one StreamBatches stream, exactly as
+// the daemon sends them today (a BatchHeader, then BatchChunk messages of up
+// to kMaxChunkBytes whose `data` bytes field is filled by copying from the
+// batch buffer, one write in flight); a client process reads them as the
+// Loader does (each chunk's bytes copied into the batch's buffer). Reports
+// bytes per second per stream and CPU seconds per GB on each side
+// (getrusage of each whole process, gRPC's threads included).
+//
+//   batchd-wire-bench --batches=40 --repeats=5            # TCP loopback
+//   batchd-wire-bench --unix_socket                            # Unix socket
+//   taskset -c 0 batchd-wire-bench                        # both on one core
+//
+// Prints one line per stream and a median line:
+//   stream 0: 1.54 GB in 0.81 s: 1.90 GB/s, server 0.41 CPU-s/GB, client 0.38 CPU-s/GB
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "batchd/v1/data.grpc.pb.h"
+#include "batchd/v1/data.pb.h"
+#include "grpcpp/grpcpp.h"
+
+ABSL_FLAG(uint32_t, batches, 40, "batches per stream");
+ABSL_FLAG(uint64_t, batch_bytes, uint64_t{64} * 224 * 224 * 3,
+          "bytes per batch (default: 64 samples of 224x224x3)");
+ABSL_FLAG(uint64_t, chunk_bytes, (uint64_t{4} << 20) - 1024,
+          "bytes per BatchChunk (the daemon's kMaxChunkBytes)");
+ABSL_FLAG(uint32_t, repeats, 3, "streams, one after another");
+ABSL_FLAG(bool, unix_socket, false, "Unix domain socket instead of TCP loopback");
+
+namespace batchd::bench {
+namespace {
+
+using ::batchd::v1::StreamRequest;
+using ::batchd::v1::StreamResponse;
+
+double CpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+         1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
+
+bool WriteAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* data, size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Streams `batches` synthetic batches to each client that opens a stream,
+// then reports the process's CPU seconds for that stream on `report_fd`.
+class WireService final : public batchd::v1::DataService::Service {
+ public:
+  WireService(uint32_t batches, uint64_t batch_bytes, uint64_t chunk_bytes,
+              int report_fd)
+      : batches_(batches),
+        batch_bytes_(batch_bytes),
+        chunk_bytes_(chunk_bytes),
+        report_fd_(report_fd),
+        pixels_(new uint8_t[batch_bytes]) {
+    for (uint64_t i = 0; i < batch_bytes; ++i) {
+      pixels_[i] = static_cast<uint8_t>(i * 131 + (i >> 12));
+    }
+  }
+
+  grpc::Status StreamBatches(
+      grpc::ServerContext* /*context*/,
+      grpc::ServerReaderWriter<StreamResponse, StreamRequest>* stream)
+      override {
+    StreamRequest request;
+    if (!stream->Read(&request)) return grpc::Status::OK;
+    const double cpu_start = CpuSeconds();
+    StreamResponse response;  // reused, as the daemon's reactor does
+    for (uint32_t b = 0; b < batches_; ++b) {
+      response.Clear();
+      auto* header = response.mutable_header();
+      header->set_epoch(0);
+      header->set_batch_index(b);
+      header->set_total_bytes(batch_bytes_);
+      if (!stream->Write(response)) return grpc::Status::CANCELLED;
+      for (uint64_t offset = 0; offset < batch_bytes_;) {
+        const uint64_t length = std::min(chunk_bytes_, batch_bytes_ - offset);
+        auto* chunk = response.mutable_chunk();
+        chunk->set_epoch(0);
+        chunk->set_batch_index(b);
+        chunk->set_offset(offset);
+        chunk->set_data(pixels_.get() + offset, length);
+        if (!stream->Write(response)) return grpc::Status::CANCELLED;
+        offset += length;
+      }
+    }
+    const double cpu = CpuSeconds() - cpu_start;
+    WriteAll(report_fd_, &cpu, sizeof(cpu));
+    return grpc::Status::OK;
+  }
+
+ private:
+  const uint32_t batches_;
+  const uint64_t batch_bytes_;
+  const uint64_t chunk_bytes_;
+  const int report_fd_;
+  std::unique_ptr<uint8_t[]> pixels_;
+};
+
+// The server process: listens, writes its port (or 0 on failure) to
+// `port_fd`, serves until killed.
+[[noreturn]] void Serve(const std::string& address, int port_fd,
+                        int report_fd) {
+  WireService service(absl::GetFlag(FLAGS_batches),
+                      absl::GetFlag(FLAGS_batch_bytes),
+                      absl::GetFlag(FLAGS_chunk_bytes), report_fd);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) port = -1;
+  if (absl::GetFlag(FLAGS_unix_socket) && server != nullptr) port = 1;
+  WriteAll(port_fd, &port, sizeof(port));
+  if (server == nullptr) _exit(1);
+  server->Wait();
+  _exit(0);
+}
+
+int Run() {
+  const bool use_unix = absl::GetFlag(FLAGS_unix_socket);
+  const std::string socket_path =
+      absl::StrCat("/tmp/batchd-wire-bench-", getpid(), ".sock");
+  const std::string listen =
+      use_unix ? absl::StrCat("unix:", socket_path) : "127.0.0.1:0";
+  int port_pipe[2], report_pipe[2];
+  if (pipe(port_pipe) != 0 || pipe(report_pipe) != 0) {
+    std::perror("pipe");
+    return 1;
+  }
+  // Fork before any gRPC call: gRPC does not survive a fork.
+  const pid_t child = fork();
+  if (child < 0) {
+    std::perror("fork");
+    return 1;
+  }
+  if (child == 0) Serve(listen, port_pipe[1], report_pipe[1]);
+  int port = 0;
+  if (!ReadAll(port_pipe[0], &port, sizeof(port)) || port <= 0) {
+    absl::FPrintF(stderr, "error: the server process did not start\n");
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    return 1;
+  }
+  const std::string target =
+      use_unix ? listen : absl::StrCat("127.0.0.1:", port);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);  // the client's limit
+  auto channel =
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  auto stub = batchd::v1::DataService::NewStub(channel);
+
+  const uint64_t batch_bytes = absl::GetFlag(FLAGS_batch_bytes);
+  std::unique_ptr<uint8_t[]> buffer(new uint8_t[batch_bytes]);
+  std::vector<double> rates, server_cpu_per_gb, client_cpu_per_gb;
+  int rc = 0;
+  for (uint32_t r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
+    grpc::ClientContext context;
+    auto stream = stub->StreamBatches(&context);
+    StreamRequest open;
+    open.mutable_open()->mutable_plan()->set_dataset("wire");
+    const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = CpuSeconds();
+    stream->Write(open);
+    StreamResponse response;
+    uint64_t received = 0;
+    while (stream->Read(&response)) {
+      if (response.has_chunk()) {
+        const auto& chunk = response.chunk();
+        if (chunk.offset() + chunk.data().size() > batch_bytes) {
+          absl::FPrintF(stderr, "error: chunk past the batch's end\n");
+          rc = 1;
+          break;
+        }
+        std::memcpy(buffer.get() + chunk.offset(), chunk.data().data(),
+                    chunk.data().size());
+        received += chunk.data().size();
+      }
+    }
+    const double seconds = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+    const double client_cpu = CpuSeconds() - cpu_start;
+    stream->WritesDone();
+    grpc::Status status = stream->Finish();
+    double server_cpu = 0;
+    if (!status.ok() || !ReadAll(report_pipe[0], &server_cpu, sizeof(double))) {
+      absl::FPrintF(stderr, "error: stream failed: %s\n",
+                    status.error_message());
+      rc = 1;
+      break;
+    }
+    const double gb = received / 1e9;
+    rates.push_back(gb / seconds);
+    server_cpu_per_gb.push_back(server_cpu / gb);
+    client_cpu_per_gb.push_back(client_cpu / gb);
+    absl::PrintF("stream %d: %.2f GB in %.2f s: %.2f GB/s, server %.3f "
+                 "CPU-s/GB, client %.3f CPU-s/GB\n",
+                 r, gb, seconds, rates.back(), server_cpu_per_gb.back(),
+                 client_cpu_per_gb.back());
+    std::fflush(stdout);
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  if (use_unix) unlink(socket_path.c_str());
+  if (rc != 0 || rates.empty()) return rc == 0 ? 1 : rc;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  absl::PrintF("median over %d streams (%s): %.2f GB/s, server %.3f CPU-s/GB, "
+               "client %.3f CPU-s/GB\n",
+               rates.size(), use_unix ? "unix socket" : "tcp loopback",
+               median(rates), median(server_cpu_per_gb),
+               median(client_cpu_per_gb));
+  return 0;
+}
+
+}  // namespace
+}  // namespace batchd::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return batchd::bench::Run();
+}
