@@ -83,8 +83,12 @@ class DataServiceImpl::BatchStream final
         }
       } else if (written_batch_) {
         const CompletedBatch& done = *written_batch_;
-        service_->send_nanos_ += static_cast<uint64_t>(
-            absl::ToInt64Nanoseconds(absl::Now() - done.finished));
+        const absl::Duration send = absl::Now() - done.finished;
+        service_->send_nanos_ +=
+            static_cast<uint64_t>(absl::ToInt64Nanoseconds(send));
+        if (ServerMetrics* metrics = service_->options_.metrics) {
+          metrics->send_seconds().Observe(absl::ToDoubleSeconds(send));
+        }
         service_->stats_->BatchSent(plan_->job, done.images, done.bytes,
                                     done.substitutions);
       }
@@ -110,6 +114,11 @@ class DataServiceImpl::BatchStream final
     {
       absl::MutexLock lock(&mu_);
       queue_.clear();
+      if (ServerMetrics* metrics = service_->options_.metrics) {
+        // Batches accepted but never fully sent (the stream ended first).
+        metrics->batches_outstanding().Add(-static_cast<double>(outstanding_));
+      }
+      outstanding_ = 0;
       if (reserved_bytes_ > 0) service_->budget_.Release(reserved_bytes_);
       if (plan_ != nullptr) service_->stats_->StreamClosed(plan_->job);
     }
@@ -148,6 +157,7 @@ class DataServiceImpl::BatchStream final
   // Records a stream error; the stream finishes with it once no write is in
   // flight. Returns false (stop reading).
   bool FailStream(grpc::Status status) {
+    CountRejected(status.error_code());
     absl::MutexLock lock(&mu_);
     cancelled_->store(true);
     if (!finish_status_) finish_status_ = std::move(status);
@@ -207,8 +217,15 @@ class DataServiceImpl::BatchStream final
     return true;
   }
 
-  static StreamResponse Rejected(uint64_t epoch, uint64_t batch_index,
-                                 grpc::StatusCode code, std::string message) {
+  void CountRejected(grpc::StatusCode code) {
+    if (ServerMetrics* metrics = service_->options_.metrics) {
+      metrics->RequestRejected(static_cast<int>(code));
+    }
+  }
+
+  StreamResponse Rejected(uint64_t epoch, uint64_t batch_index,
+                          grpc::StatusCode code, std::string message) {
+    CountRejected(code);
     StreamResponse response;
     batchd::v1::RequestRejected* rejected = response.mutable_rejected();
     rejected->set_epoch(epoch);
@@ -251,6 +268,9 @@ class DataServiceImpl::BatchStream final
         } else {
           ++outstanding_;
           accepted.push_back(index);
+          if (ServerMetrics* metrics = service_->options_.metrics) {
+            metrics->batches_outstanding().Add(1);
+          }
         }
       }
     }
@@ -322,6 +342,9 @@ class DataServiceImpl::BatchStream final
                                       batch.finished};
       queue_.pop_front();
       --outstanding_;
+      if (ServerMetrics* metrics = service_->options_.metrics) {
+        metrics->batches_outstanding().Add(-1);
+      }
     }
     return true;
   }

@@ -18,6 +18,7 @@
 #include "server/job_stats.h"
 #include "server/pipeline.h"
 #include "server/resolved_plan.h"
+#include "server/server_metrics.h"
 
 namespace batchd::server {
 
@@ -33,6 +34,9 @@ struct DataServiceOptions {
   // Bound on batch buffer memory over all streams: a stream reserves
   // window * max_batch_bytes when it opens.
   uint64_t max_buffer_bytes = uint64_t{2} << 30;
+  // Where send times, outstanding batches and rejections are recorded;
+  // nullptr records nothing. Not owned; must outlive the service.
+  ServerMetrics* metrics = nullptr;
 };
 
 // Counts reserved batch-buffer bytes against a limit. Thread-safe.

@@ -27,6 +27,12 @@ ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 7070, "Port to listen on; 0 picks a free one.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file once serving.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics at http://HOST:PORT/metrics; 0 picks a "
+          "free port, -1 (the default) serves none.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written to this file once "
+          "serving.");
 ABSL_FLAG(int, workers, static_cast<int>(std::thread::hardware_concurrency()),
           "Decode worker threads, shared by all streams.");
 ABSL_FLAG(int, max_workers, 256, "Upper bound for --workers and SetWorkers.");
@@ -48,6 +54,7 @@ constexpr char kUsage[] =
     "batchd: serves decoded, augmented image batches over gRPC.\n"
     "Usage: batchd --dataset name=path [--dataset ...] [--config file]\n"
     "              [--port 7070] [--workers N] [--max-buffer-bytes B]\n"
+    "              [--metrics-port 7071]\n"
     "Flags may be spelled with '-' or '_'.";
 
 // absl flags are spelled with '_'; accept '-' too (--max-buffer-bytes).
@@ -80,6 +87,15 @@ std::vector<char*> NormaliseArgs(int argc, char** argv,
     out.push_back(storage->back().data());
   }
   return out;
+}
+
+// Writes `port` to `path` (if set); write then rename, so a reader never
+// sees a partial file.
+void WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::rename(tmp.c_str(), path.c_str());
 }
 
 int Fail(const absl::Status& status) {
@@ -140,6 +156,13 @@ int main(int argc, char** argv) {
   options.service.max_window = absl::GetFlag(FLAGS_max_window);
   options.service.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
   options.max_workers = absl::GetFlag(FLAGS_max_workers);
+  options.metrics_host = absl::GetFlag(FLAGS_host);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (options.metrics_port < -1 || options.metrics_port > 65535) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--metrics-port is ", options.metrics_port,
+        "; it must be 0..65535, or -1 for no metrics endpoint")));
+  }
 
   absl::StatusOr<std::unique_ptr<BatchdServer>> server =
       BatchdServer::Start(options);
@@ -148,13 +171,17 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "batchd: serving on %s:%d with %d workers\n",
                absl::GetFlag(FLAGS_host).c_str(), port,
                options.pipeline.workers);
-  if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    // Write then rename, so a reader never sees a partial file.
-    const std::string path = absl::GetFlag(FLAGS_port_file);
-    const std::string tmp = path + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::rename(tmp.c_str(), path.c_str());
+  const int metrics_port = (*server)->metrics_port();
+  if (metrics_port > 0) {
+    std::fprintf(stderr, "batchd: metrics at http://%s:%d/metrics\n",
+                 absl::GetFlag(FLAGS_host).c_str(), metrics_port);
   }
+  // The metrics port first: a reader that sees the gRPC port file may
+  // expect both.
+  if (metrics_port > 0) {
+    WritePortFile(absl::GetFlag(FLAGS_metrics_port_file), metrics_port);
+  }
+  WritePortFile(absl::GetFlag(FLAGS_port_file), port);
 
   int signal = 0;
   sigwait(&stop_signals, &signal);

@@ -68,6 +68,8 @@ struct Pipeline::BatchJob {
   // One slot per position; set by that position's task only.
   std::vector<std::optional<batchd::v1::Substitution>> substitutions;
   std::atomic<size_t> remaining{0};
+  // When BuildBatch accepted the batch: the start of its assemble stage.
+  std::chrono::steady_clock::time_point started;
 };
 
 Pipeline::Pipeline(const PipelineOptions& options)
@@ -111,6 +113,7 @@ void Pipeline::BuildBatch(
   batch.pixels.reset(new uint8_t[batch.num_bytes]);
   job->substitutions.resize(n);
   job->remaining = n;
+  job->started = std::chrono::steady_clock::now();
   job->plan = std::move(plan);
   job->cancelled = std::move(cancelled);
   job->done = std::move(done);
@@ -131,7 +134,11 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::string> bytes =
       ReadFileBytes(job->plan->dataset->sample(index).path);
-  read_nanos_ += NanosSince(start);
+  const uint64_t read_nanos = NanosSince(start);
+  read_nanos_ += read_nanos;
+  if (options_.metrics != nullptr) {
+    options_.metrics->read_seconds().Observe(read_nanos * 1e-9);
+  }
   SampleError read_error = SampleError::kNone;
   std::string detail;
   std::string data;
@@ -158,7 +165,11 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::string> file =
         ReadFileBytes(plan.dataset->sample(sample_index).path);
-    read_nanos_ += NanosSince(start);
+    const uint64_t read_nanos = NanosSince(start);
+    read_nanos_ += read_nanos;
+    if (options_.metrics != nullptr) {
+      options_.metrics->read_seconds().Observe(read_nanos * 1e-9);
+    }
     if (!file.ok()) {
       return {SampleError::kReadError, std::string(file.status().message())};
     }
@@ -179,6 +190,10 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
                                 plan.pixel_layout(), out, &timings);
   decode_nanos_ += static_cast<uint64_t>(timings.decode_seconds * 1e9);
   transform_nanos_ += static_cast<uint64_t>(timings.transform_seconds * 1e9);
+  if (options_.metrics != nullptr) {
+    options_.metrics->decode_seconds().Observe(timings.decode_seconds);
+    options_.metrics->transform_seconds().Observe(timings.transform_seconds);
+  }
   return result;
 }
 
@@ -203,6 +218,9 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
     // A deterministic substitute: candidates come from the plan's generator
     // keyed by (seed, epoch, sample), so every daemon picks the same one.
     samples_substituted_.fetch_add(1, std::memory_order_relaxed);
+    if (options_.metrics != nullptr) {
+      options_.metrics->SampleSubstituted(ToReason(result.error));
+    }
     batchd::v1::Substitution sub;
     sub.set_position(static_cast<uint32_t>(position));
     sub.set_original_index(index);
@@ -237,6 +255,10 @@ void Pipeline::FinishSample(const std::shared_ptr<BatchJob>& job) {
     if (sub.has_value()) job->batch->substitutions.push_back(std::move(*sub));
   }
   job->batch->finished = absl::Now();
+  if (options_.metrics != nullptr) {
+    options_.metrics->assemble_seconds().Observe(NanosSince(job->started) *
+                                                 1e-9);
+  }
   job->done(std::move(job->batch));
 }
 

@@ -25,6 +25,7 @@
 #include "server/decode/jpeg_decoder.h"
 #include "server/plan/sampler.h"
 #include "server/resolved_plan.h"
+#include "server/server_metrics.h"
 #include "server/sched/worker_pool.h"
 
 namespace batchd::server {
@@ -58,6 +59,9 @@ struct PipelineOptions {
   // Candidates tried, in the plan's random order, to substitute a bad sample
   // before giving up and zero-filling it.
   int max_substitute_attempts = 8;
+  // Where stage times and substitutions are recorded; nullptr records
+  // nothing. Not owned; must outlive the Pipeline.
+  ServerMetrics* metrics = nullptr;
 };
 
 class Pipeline {
@@ -76,6 +80,8 @@ class Pipeline {
                   std::function<void(std::unique_ptr<BuiltBatch>)> done);
 
   WorkerPool& workers() { return workers_; }
+  // Samples waiting for a reader thread.
+  uint64_t read_queued() const { return readers_.queued(); }
   PipelineCounters counters() const;
 
  private:

@@ -20,6 +20,9 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
         "no datasets: register one with --dataset name=path or --config");
   }
   std::unique_ptr<BatchdServer> server(new BatchdServer());
+  server->metrics_ = std::make_unique<ServerMetrics>();
+  options.pipeline.metrics = server->metrics_.get();
+  options.service.metrics = server->metrics_.get();
   server->pipeline_ = std::make_unique<Pipeline>(options.pipeline);
   server->data_ = std::make_unique<DataServiceImpl>(
       options.datasets, options.service, server->pipeline_.get(),
@@ -41,6 +44,20 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
         absl::StrCat("cannot listen on ", options.listen_address,
                      ": the address is invalid or in use"));
   }
+  // Figures other objects keep are read when Prometheus scrapes.
+  server->metrics_->registry().AddCollector(
+      [admin = server->admin_.get(),
+       pipeline = server->pipeline_.get()](MetricWriter& writer) {
+        ServerMetrics::WriteStatus(admin->Status(), pipeline->read_queued(),
+                                   writer);
+      });
+  if (options.metrics_port >= 0) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+        MetricsHttpServer::Start(&server->metrics_->registry(),
+                                 options.metrics_host, options.metrics_port);
+    if (!http.ok()) return http.status();
+    server->http_ = *std::move(http);
+  }
   return server;
 }
 
@@ -52,9 +69,14 @@ void BatchdServer::Stop(absl::Duration grace) {
     if (stopped_) return;
     stopped_ = true;
   }
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  if (server_ != nullptr) {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  }
+  if (http_ != nullptr) http_->Stop();
 }
 
-void BatchdServer::Wait() { server_->Wait(); }
+void BatchdServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
 
 }  // namespace batchd::server

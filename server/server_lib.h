@@ -22,7 +22,9 @@
 #include "server/admin_service.h"
 #include "server/data_service.h"
 #include "server/job_stats.h"
+#include "server/metrics/metrics_http_server.h"
 #include "server/pipeline.h"
+#include "server/server_metrics.h"
 
 namespace batchd::server {
 
@@ -33,6 +35,11 @@ struct ServerOptions {
   PipelineOptions pipeline;
   DataServiceOptions service;
   int max_workers = 256;
+  // Prometheus endpoint (GET /metrics) on `metrics_host`:`metrics_port`;
+  // 0 picks a free port (see metrics_port()), -1 serves no HTTP. The
+  // pipeline and service record metrics either way (see metrics()).
+  std::string metrics_host = "0.0.0.0";
+  int metrics_port = -1;
 };
 
 class BatchdServer {
@@ -50,16 +57,22 @@ class BatchdServer {
   void Wait();
 
   AdminServiceImpl& admin() { return *admin_; }
+  // The bound metrics port, or -1 when no metrics endpoint was asked for.
+  int metrics_port() const { return http_ == nullptr ? -1 : http_->port(); }
+  ServerMetrics& metrics() { return *metrics_; }
 
  private:
   BatchdServer() = default;
 
-  // Destroyed in reverse: server first, then services, then the pipeline.
+  // Destroyed in reverse: the HTTP endpoint and the gRPC server first, then
+  // services, then the pipeline, then the metrics they record into.
+  std::unique_ptr<ServerMetrics> metrics_;
   JobStats stats_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<DataServiceImpl> data_;
   std::unique_ptr<AdminServiceImpl> admin_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsHttpServer> http_;
   int port_ = 0;
   absl::Mutex stop_mu_;
   bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;

@@ -72,9 +72,11 @@ class Resizer {
 
   AxisWeights horizontal_;
   AxisWeights vertical_;
-  std::vector<uint8_t> intermediate_;  // horizontally resized rows
-  std::vector<uint8_t> row_;           // one HWC output row, for kCHW
-  std::vector<int> acc_;               // vertical pass accumulators
+  // Vertically resized columns, transposed: entry (x, i) is the RGB triple
+  // of source column x at output row i, at intermediate_[(x * out_h + i) * 3].
+  std::vector<uint8_t> intermediate_;
+  std::vector<int32_t> acc_;            // one row's accumulators
+  std::vector<const uint8_t*> rows_;    // the rows of one weighted sum
 };
 
 // Fixed-point precision of the filter weights.

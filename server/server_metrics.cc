@@ -1,0 +1,139 @@
+#include "server/server_metrics.h"
+
+#include "absl/strings/ascii.h"
+
+namespace batchd::server {
+
+using Type = MetricWriter::Type;
+
+ServerMetrics::ServerMetrics()
+    : substitutions_(registry_.AddCounter(
+          "batchd_substitutions_total",
+          "Samples replaced by a deterministic substitute, by reason "
+          "(lower-case SubstitutionReason).",
+          {"reason"})),
+      rejected_(registry_.AddCounter(
+          "batchd_rejected_requests_total",
+          "Batch requests and streams refused, by gRPC status code.",
+          {"code"})),
+      stages_(registry_.AddHistogram(
+          "batchd_stage_seconds",
+          "Time per pipeline stage, seconds: read, decode, transform per "
+          "sample; assemble (request accepted to batch complete) and send "
+          "(batch complete to last chunk handed to gRPC) per batch.",
+          {"stage"}, kLatencyBucketsSeconds)),
+      read_(stages_.With({"read"})),
+      decode_(stages_.With({"decode"})),
+      transform_(stages_.With({"transform"})),
+      assemble_(stages_.With({"assemble"})),
+      send_(stages_.With({"send"})),
+      outstanding_(registry_
+                       .AddGauge("batchd_batches_outstanding",
+                                 "Batches accepted and not yet fully sent, "
+                                 "over all streams.")
+                       .With({})) {}
+
+void ServerMetrics::SampleSubstituted(batchd::v1::SubstitutionReason reason) {
+  substitutions_
+      .With({absl::AsciiStrToLower(batchd::v1::SubstitutionReason_Name(reason))})
+      .Increment();
+}
+
+void ServerMetrics::RequestRejected(int grpc_code) {
+  rejected_.With({GrpcCodeName(grpc_code)}).Increment();
+}
+
+void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
+                                uint64_t read_queue, MetricWriter& writer) {
+  writer.Begin("batchd_workers", "Decode worker threads.", Type::kGauge);
+  writer.Sample({}, status.workers());
+  writer.Begin("batchd_worker_busy_ratio",
+               "Fraction of worker time spent on tasks over the last ~5 s, "
+               "0..1.",
+               Type::kGauge);
+  writer.Sample({}, status.busy_fraction());
+  writer.Begin("batchd_worker_busy_seconds_total",
+               "Worker time spent on tasks, summed over workers, seconds.",
+               Type::kCounter);
+  writer.Sample({}, status.worker_busy_seconds());
+  writer.Begin("batchd_worker_alive_seconds_total",
+               "Worker thread lifetime, summed over workers, seconds "
+               "(busy ratio over any range = rate(busy) / rate(alive)).",
+               Type::kCounter);
+  writer.Sample({}, status.worker_alive_seconds());
+  writer.Begin("batchd_queue_depth",
+               "Tasks waiting: samples for a reader (read) or a worker "
+               "(decode).",
+               Type::kGauge);
+  writer.Sample({{"queue", "read"}}, static_cast<double>(read_queue));
+  writer.Sample({{"queue", "decode"}},
+                static_cast<double>(status.queued_samples()));
+  writer.Begin("batchd_buffer_reserved_bytes",
+               "Batch buffer bytes reserved by open streams.", Type::kGauge);
+  writer.Sample({}, static_cast<double>(status.buffer_bytes_reserved()));
+  writer.Begin("batchd_buffer_limit_bytes",
+               "Bound on batch buffer bytes (--max-buffer-bytes).",
+               Type::kGauge);
+  writer.Sample({}, static_cast<double>(status.max_buffer_bytes()));
+  writer.Begin("batchd_samples_decoded_total",
+               "Samples decoded (or attempted), substitutes not counted.",
+               Type::kCounter);
+  writer.Sample({}, static_cast<double>(status.samples_decoded()));
+  writer.Begin("batchd_uptime_seconds", "Seconds since the daemon started.",
+               Type::kGauge);
+  writer.Sample({}, status.uptime_seconds());
+
+  struct JobFamily {
+    const char* name;
+    const char* help;
+    Type type;
+    double (*value)(const batchd::v1::JobStatus&);
+  };
+  static const JobFamily kJobFamilies[] = {
+      {"batchd_job_streams", "Streams open now, per job.", Type::kGauge,
+       [](const batchd::v1::JobStatus& j) { return double(j.streams()); }},
+      {"batchd_job_batches_total", "Batches fully sent, per job.",
+       Type::kCounter,
+       [](const batchd::v1::JobStatus& j) { return double(j.batches_sent()); }},
+      {"batchd_job_images_total", "Images sent, per job.", Type::kCounter,
+       [](const batchd::v1::JobStatus& j) { return double(j.images_sent()); }},
+      {"batchd_job_bytes_total", "Pixel bytes sent, per job.", Type::kCounter,
+       [](const batchd::v1::JobStatus& j) { return double(j.bytes_sent()); }},
+      {"batchd_job_substitutions_total",
+       "Substituted samples in sent batches, per job.", Type::kCounter,
+       [](const batchd::v1::JobStatus& j) {
+         return double(j.substitutions());
+       }},
+      {"batchd_job_images_per_second",
+       "Images sent per second over the last ~5 s, per job.", Type::kGauge,
+       [](const batchd::v1::JobStatus& j) { return j.images_per_second(); }},
+      {"batchd_job_bytes_per_second",
+       "Pixel bytes sent per second over the last ~5 s, per job.",
+       Type::kGauge,
+       [](const batchd::v1::JobStatus& j) { return j.bytes_per_second(); }},
+  };
+  for (const JobFamily& family : kJobFamilies) {
+    writer.Begin(family.name, family.help, family.type);
+    for (const batchd::v1::JobStatus& job : status.jobs()) {
+      writer.Sample({{"job", job.job()}}, family.value(job));
+    }
+  }
+
+  writer.Begin("batchd_process_resident_memory_bytes",
+               "Resident memory of the daemon process, bytes.", Type::kGauge);
+  writer.Sample({}, static_cast<double>(ProcessResidentBytes()));
+}
+
+const char* GrpcCodeName(int code) {
+  static const char* const kNames[] = {
+      "OK",           "CANCELLED",          "UNKNOWN",
+      "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+      "FAILED_PRECONDITION", "ABORTED",      "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS",     "UNAUTHENTICATED"};
+  if (code < 0 || code > 16) return "UNKNOWN";
+  return kNames[code];
+}
+
+}  // namespace batchd::server

@@ -1,0 +1,71 @@
+// ServerMetrics: the daemon's Prometheus metrics (names, units, labels) and
+// the handles the hot paths update. docs/observability.md lists every metric.
+//
+// Owns the MetricsRegistry. The pipeline and the data service hold a
+// pointer (nullable: without one they record nothing) and update the
+// handles below with relaxed atomics; values that other objects already
+// keep (workers, queues, per-job totals) are read at scrape time by the
+// collector that BatchdServer adds.
+//
+// Thread-safe.
+#ifndef BATCHD_SERVER_SERVER_METRICS_H_
+#define BATCHD_SERVER_SERVER_METRICS_H_
+
+#include "batchd/v1/admin.pb.h"
+#include "batchd/v1/data.pb.h"
+#include "server/metrics/metrics.h"
+
+namespace batchd::server {
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  MetricsRegistry& registry() { return registry_; }
+
+  // batchd_stage_seconds{stage}: per sample for read, decode and transform;
+  // per batch for assemble (request accepted to last sample written, queue
+  // waits included) and send (last sample written to last chunk handed to
+  // gRPC).
+  Histogram& read_seconds() { return read_; }
+  Histogram& decode_seconds() { return decode_; }
+  Histogram& transform_seconds() { return transform_; }
+  Histogram& assemble_seconds() { return assemble_; }
+  Histogram& send_seconds() { return send_; }
+
+  // batchd_batches_outstanding: batches accepted and not yet fully sent.
+  Gauge& batches_outstanding() { return outstanding_; }
+
+  // batchd_substitutions_total{reason}.
+  void SampleSubstituted(batchd::v1::SubstitutionReason reason);
+  // batchd_rejected_requests_total{code}: batch requests refused with a
+  // RequestRejected, and streams ended because a request was invalid.
+  void RequestRejected(int grpc_code);
+
+  // Writes the families read from an admin status (workers, queues, busy
+  // fraction, per-job figures) and process memory.
+  static void WriteStatus(const batchd::v1::ServerStatus& status,
+                          uint64_t read_queue, MetricWriter& writer);
+
+ private:
+  MetricsRegistry registry_;
+  Family<Counter>& substitutions_;
+  Family<Counter>& rejected_;
+  Family<Histogram>& stages_;
+  Histogram& read_;
+  Histogram& decode_;
+  Histogram& transform_;
+  Histogram& assemble_;
+  Histogram& send_;
+  Gauge& outstanding_;
+};
+
+// The name of a gRPC status code as gRPC spells it (INVALID_ARGUMENT);
+// UNKNOWN for a number out of range.
+const char* GrpcCodeName(int code);
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_SERVER_METRICS_H_
