@@ -1,0 +1,395 @@
+"""batchd: stream ready training batches from a batchd daemon into PyTorch.
+
+A drop-in for ``torch.utils.data.DataLoader`` over an image dataset::
+
+    import batchd
+    loader = batchd.Loader("localhost:7070", "imagenet", batch_size=256,
+                           size=224, normalize=batchd.IMAGENET_NORMALIZE)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for images, labels in loader:     # torch tensors
+            ...
+
+The daemon decodes and augments; the loader wraps each batch's bytes where
+the client received them (no copy) and yields ``(images, labels)``.
+
+Slot lifetime: every batch lives in one slot of a ring of ``prefetch``
+buffers. A yielded uint8 tensor *is* that slot: the slot stays leased, and
+is never overwritten, until every tensor (and view) of it has been freed.
+Holding on to tensors therefore holds slots; with all of them held, the
+loader cannot read ahead and ``next()`` raises
+:class:`batchd.errors.FailedPreconditionError` instead of waiting forever.
+``.clone()`` what you keep. With ``normalize`` (or a float ``dtype``) on the
+CPU, the float tensor is new memory and the slot is returned as soon as it
+has been converted.
+"""
+
+import gc
+import os
+import pkgutil
+import time
+
+# Lets the package come from the source tree while the extension comes from
+# a build tree (both on sys.path).
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+from . import errors  # noqa: E402
+from ._native import NativeLoader, list_datasets  # noqa: E402,F401
+from .errors import BatchdError  # noqa: E402,F401
+
+__all__ = ["Loader", "BatchdError", "errors", "list_datasets",
+           "IMAGENET_NORMALIZE"]
+
+#: torchvision's ImageNet ``Normalize(mean, std)``, in 0..1 units.
+IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+_STATE_VERSION = 1
+
+
+def _default_rank_world_size():
+    """torch.distributed when initialised, else RANK/WORLD_SIZE, else 0/1."""
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    return rank, world_size
+
+
+class Loader:
+    """Iterable over ``(images, labels)`` batches of one plan.
+
+    Args:
+      endpoint: daemon address, ``"host:port"`` or ``"unix:/path"``.
+      dataset: name of a dataset the daemon serves (see :func:`list_datasets`).
+      batch_size: samples per batch.
+      mode: ``"train"`` (RandomResizedCrop + horizontal flip) or ``"eval"``
+        (resize the shorter side, then centre crop).
+      size: output height and width, pixels.
+      scale, ratio: RandomResizedCrop's ranges, ``(min, max)``; None for
+        torchvision's defaults. Train only.
+      flip: probability of a horizontal flip (train only; default 0.5).
+      resize_shorter: eval only; default ``size * 256 // 224``.
+      layout: ``"nchw"`` (default, what torch models take) or ``"nhwc"``.
+      seed: seed of the order and of every augmentation.
+      shuffle, drop_last: as DataLoader's.
+      rank, world_size: this process's shard (DistributedSampler semantics).
+        Default: torch.distributed's when initialised, else the RANK and
+        WORLD_SIZE environment variables, else 0 and 1.
+      prefetch: ring slots, i.e. batches read ahead, including those whose
+        tensors are alive. Memory: ``prefetch * slot_bytes``.
+      device: where tensors are yielded. ``"cpu"``: uint8 tensors wrapping the
+        slot (float when ``normalize`` or a float ``dtype`` is given).
+        ``"cuda[:n]"``: device tensors, copied asynchronously on the current
+        stream and normalised there.
+      normalize: ``(mean, std)`` per channel in 0..1 units, as torchvision's
+        ``Normalize`` after ``ToTensor``; or None for raw pixels.
+      dtype: float dtype of normalised output (default torch.float32). A float
+        dtype without ``normalize`` gives pixels scaled to 0..1 (ToTensor).
+      job: job name for the daemon's fair sharing and metrics.
+      connect_timeout: seconds to wait for the daemon and its answer.
+
+    Raises :class:`batchd.errors.BatchdError` (a subclass per status code)
+    with the daemon's message when the plan is refused or the daemon cannot
+    be reached.
+    """
+
+    def __init__(self, endpoint, dataset, batch_size, *, mode="train",
+                 size=224, scale=None, ratio=None, flip=None,
+                 resize_shorter=None, layout="nchw", seed=0, shuffle=True,
+                 drop_last=False, rank=None, world_size=None, prefetch=4,
+                 device="cpu", normalize=None, dtype=None, job="",
+                 connect_timeout=10.0):
+        import torch
+
+        self._native = None
+        if rank is None or world_size is None:
+            default_rank, default_world_size = _default_rank_world_size()
+            rank = default_rank if rank is None else rank
+            world_size = default_world_size if world_size is None else world_size
+        if not 0 <= rank < world_size:
+            raise ValueError(
+                f"rank {rank} is outside 0..world_size-1 (world_size "
+                f"{world_size})")
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, not {prefetch}")
+        self.device = torch.device(device)
+        self.layout = layout
+        self.rank = rank
+        self.world_size = world_size
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.seed = seed
+        self._setup_output(normalize, dtype)
+
+        self._native = NativeLoader(
+            endpoint, dataset, batch_size, seed=seed, shuffle=shuffle,
+            drop_last=drop_last, rank=rank, world_size=world_size, job=job,
+            mode=mode, size=size,
+            scale=None if scale is None else tuple(scale),
+            ratio=None if ratio is None else tuple(ratio), flip=flip,
+            resize_shorter=resize_shorter or 0, layout=layout,
+            prefetch=prefetch, connect_timeout=connect_timeout)
+        self.endpoint = endpoint
+        self._length = self._native.batches_per_epoch
+        # The epoch (and first batch) the next __iter__ starts.
+        self._epoch = 0
+        self._start = 0
+        # Position of the current (or last) iteration: (epoch, next batch to
+        # yield), or None when none ran since set_epoch / load_state_dict.
+        self._position = None
+        self._generation = 0
+        # Host tensors whose asynchronous copy to the device is in flight:
+        # [(cuda event, host tensor)].
+        self._in_flight = []
+        # Time spent waiting for batches, and batches yielded.
+        self.waited_s = 0.0
+        self.batches = 0
+
+    def _setup_output(self, normalize, dtype):
+        import torch
+
+        self._float_dtype = None
+        self._scale = self._bias = None
+        if dtype is not None and dtype != torch.uint8:
+            if not dtype.is_floating_point:
+                raise ValueError(f"dtype must be torch.uint8 or a float dtype, "
+                                 f"not {dtype}")
+            self._float_dtype = dtype
+        elif dtype == torch.uint8 and normalize is not None:
+            raise ValueError("normalize gives float tensors; dtype=torch.uint8 "
+                             "cannot hold them")
+        if normalize is not None:
+            mean, std = normalize
+            mean = torch.tensor(mean, dtype=torch.float32)
+            std = torch.tensor(std, dtype=torch.float32)
+            if mean.numel() != 3 or std.numel() != 3 or bool((std <= 0).any()):
+                raise ValueError("normalize must be (mean, std) with 3 values "
+                                 "each and std > 0")
+            self._float_dtype = self._float_dtype or torch.float32
+        elif self._float_dtype is not None:
+            mean = torch.zeros(3)
+            std = torch.ones(3)
+        else:
+            return
+        # x_float = (x / 255 - mean) / std = x * scale + bias
+        scale = 1.0 / (255.0 * std)
+        bias = -mean / std
+        view = (1, 3, 1, 1) if self.layout == "nchw" else (1, 1, 1, 3)
+        self._scale = scale.view(view).to(self.device)
+        self._bias = bias.view(view).to(self.device)
+
+    # -- DataLoader / DistributedSampler surface ---------------------------
+
+    def __len__(self):
+        """Batches per epoch for this rank (after drop_last)."""
+        return self._length
+
+    def set_epoch(self, epoch):
+        """Sets the epoch the next iteration streams, as DistributedSampler's.
+
+        Without it every iteration repeats the same epoch (same order and
+        augmentation). A position loaded by load_state_dict() for this epoch
+        is kept; for another epoch the iteration starts at batch 0.
+        """
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, not {epoch}")
+        if epoch != self._epoch:
+            self._start = 0
+            self._position = None
+        self._epoch = epoch
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def __iter__(self):
+        native = self._require_open()
+        epoch, first = self._epoch, self._start
+        native.start_epoch(epoch, first)
+        self._start = 0
+        self._position = (epoch, first)
+        self._generation += 1
+        return self._iterate(native, epoch, self._generation)
+
+    def _iterate(self, native, epoch, generation):
+        while True:
+            if generation != self._generation:
+                raise RuntimeError("this iterator was replaced by a newer "
+                                   "iter() of the same Loader")
+            started = time.perf_counter()
+            batch = self._next_native(native)
+            self.waited_s += time.perf_counter() - started
+            if batch is None:
+                return
+            out = self._to_tensors(batch)
+            del batch
+            self._position = (epoch, self._position[1] + 1)
+            self.batches += 1
+            yield out
+
+    def _next_native(self, native):
+        try:
+            return native.next()
+        except errors.FailedPreconditionError:
+            if native.live_batches < native.window:
+                raise
+        # Every slot is leased. Tensors caught in reference cycles may be
+        # unreachable already: collect them and try once more.
+        gc.collect()
+        self._reap_copies(wait=True)
+        try:
+            return native.next()
+        except errors.FailedPreconditionError as error:
+            raise errors.FailedPreconditionError(
+                error.code,
+                f"all {native.window} slots of the ring are held by live "
+                f"tensors from this loader, so it cannot read ahead. Free "
+                f"them, .clone() the ones you keep, or raise prefetch. "
+                f"({error.message})") from None
+
+    def _to_tensors(self, batch):
+        import torch
+
+        labels = torch.tensor(batch.labels, dtype=torch.int64)
+        # Wraps the slot: the tensor's storage holds `batch`, which holds
+        # the slot until the storage is freed.
+        pixels = torch.frombuffer(batch, dtype=torch.uint8).view(batch.shape)
+        if self.device.type == "cpu":
+            if self._float_dtype is None:
+                return pixels, labels
+            images = torch.addcmul(self._bias, pixels, self._scale)
+            if images.dtype != self._float_dtype:
+                images = images.to(self._float_dtype)
+            return images, labels
+        return self._to_device(pixels, labels)
+
+    def _to_device(self, pixels, labels):
+        import torch
+
+        # The copy reads the slot asynchronously: keep the host tensor (and
+        # so the slot) until an event recorded after it has completed.
+        self._reap_copies(wait=False)
+        images = pixels.to(self.device, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._in_flight.append((event, pixels))
+        labels = labels.to(self.device, non_blocking=True)
+        if self._float_dtype is not None:
+            images = torch.addcmul(self._bias, images, self._scale)
+            if images.dtype != self._float_dtype:
+                images = images.to(self._float_dtype)
+        return images, labels
+
+    def _reap_copies(self, wait):
+        kept = []
+        for event, host in self._in_flight:
+            if wait:
+                event.synchronize()
+            elif not event.query():
+                kept.append((event, host))
+        self._in_flight = kept
+
+    # -- Checkpoints --------------------------------------------------------
+
+    def state_dict(self):
+        """Where the stream is: resuming from it gives exactly the batches
+        the uninterrupted run would have given next.
+
+        ``next_batch`` counts the batches this loader has yielded in the
+        current epoch; save it after the step that consumed the last one.
+        """
+        if self._position is not None:
+            epoch, next_batch = self._position
+        else:
+            epoch, next_batch = self._epoch, self._start
+        return {
+            "version": _STATE_VERSION,
+            "epoch": epoch,
+            "next_batch": next_batch,
+            "dataset": self.dataset,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "batches_per_epoch": self._length,
+        }
+
+    def load_state_dict(self, state):
+        """Makes the next iteration start where ``state`` was taken.
+
+        Raises ValueError when ``state`` is from a different plan (dataset,
+        batch size, seed, shard) or out of range.
+        """
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unknown batchd state version "
+                             f"{state.get('version')!r}")
+        for key in ("dataset", "batch_size", "seed", "rank", "world_size",
+                    "batches_per_epoch"):
+            mine = self.state_dict()[key]
+            if state.get(key) != mine:
+                raise ValueError(f"state_dict is for {key}={state.get(key)!r}"
+                                 f", this loader has {key}={mine!r}")
+        next_batch = int(state["next_batch"])
+        if not 0 <= next_batch <= self._length:
+            raise ValueError(f"next_batch {next_batch} is outside "
+                             f"0..{self._length}")
+        self._epoch = int(state["epoch"])
+        self._start = next_batch
+        self._position = None
+
+    # -- Resources ----------------------------------------------------------
+
+    @property
+    def window(self):
+        """Ring slots actually allocated (prefetch, or fewer if the daemon
+        granted fewer)."""
+        return self._require_open().window
+
+    @property
+    def slot_bytes(self):
+        """Bytes of one ring slot: the largest batch's pixels."""
+        return self._require_open().max_batch_bytes
+
+    @property
+    def ring_bytes(self):
+        """Host memory of the ring: window x slot_bytes."""
+        return self.window * self.slot_bytes
+
+    @property
+    def live_batches(self):
+        """Slots leased by batches whose tensors are still alive."""
+        native = self._native
+        return 0 if native is None else native.live_batches
+
+    def stats(self):
+        """Batches, bytes and waiting time as the C++ client counts them."""
+        return self._require_open().stats()
+
+    def _require_open(self):
+        if self._native is None or self._native.closed:
+            raise errors.FailedPreconditionError("FAILED_PRECONDITION",
+                                                 "the loader is closed")
+        return self._native
+
+    def close(self):
+        """Ends the stream. Tensors already yielded stay valid. Idempotent."""
+        native, self._native = self._native, None
+        if native is not None:
+            self._reap_copies(wait=True)
+            native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass

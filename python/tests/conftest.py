@@ -1,0 +1,114 @@
+"""Fixtures: real batchd daemons over small synthetic datasets.
+
+Binaries come from BATCHD_DAEMON, BATCHD_MAKE_DATASET and BATCHD_CLIENT
+(set by ctest), else from build/ under the source tree.
+"""
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+SOURCE_DIR = pathlib.Path(os.environ.get(
+    "BATCHD_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+
+
+def _binary(env, relative):
+    path = os.environ.get(env) or str(SOURCE_DIR / "build" / relative)
+    if not os.access(path, os.X_OK):
+        pytest.exit(f"{path} is not built (set {env})", returncode=2)
+    return path
+
+
+@pytest.fixture(scope="session")
+def binaries():
+    return {
+        "daemon": _binary("BATCHD_DAEMON", "server/batchd"),
+        "make_dataset": _binary("BATCHD_MAKE_DATASET", "tools/make_dataset"),
+        "client": _binary("BATCHD_CLIENT", "client/batchd-client"),
+    }
+
+
+@pytest.fixture(scope="session")
+def dataset_dir(binaries, tmp_path_factory):
+    """48 ImageNet-like JPEGs in 4 classes."""
+    out = tmp_path_factory.mktemp("data") / "tiny"
+    subprocess.run([binaries["make_dataset"], "--out", str(out), "--images",
+                    "48", "--classes", "4", "--seed", "7"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+class Daemon:
+    """A batchd process on a free port, stopped with SIGTERM."""
+
+    def __init__(self, binary, datasets, directory, workers=2):
+        directory.mkdir(parents=True, exist_ok=True)
+        port_file = directory / "port"
+        self.log_path = directory / "batchd.log"
+        args = [binary, "--port", "0", "--port-file", str(port_file),
+                "--host", "127.0.0.1", "--workers", str(workers)]
+        for name, path in datasets.items():
+            args += ["--dataset", f"{name}={path}"]
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(args, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("batchd did not start: "
+                                   + self.log_path.read_text())
+            time.sleep(0.05)
+        self.port = int(port_file.read_text())
+        self.endpoint = f"127.0.0.1:{self.port}"
+
+    def kill(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+
+@pytest.fixture(scope="session")
+def daemon(binaries, dataset_dir, tmp_path_factory):
+    """One daemon for the whole session, serving `tiny`."""
+    d = Daemon(binaries["daemon"], {"tiny": dataset_dir},
+               tmp_path_factory.mktemp("daemon"))
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def fresh_daemon(binaries, dataset_dir, tmp_path):
+    """A daemon of its own, for tests that kill or stop it."""
+    d = Daemon(binaries["daemon"], {"tiny": dataset_dir}, tmp_path / "daemon")
+    yield d
+    d.stop()
+
+
+def fnv1a64(data):
+    """FNV-1a, 64 bits, as batchd-client --dump computes it."""
+    h = 0xcbf29ce484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def python_env():
+    """Environment for child Python processes: this one's sys.path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
