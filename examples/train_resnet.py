@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Trains a torchvision ResNet-18 reading batches from batchd, then from a
+torchvision DataLoader on the same images, and says which run waited for
+input.
+
+For each run it prints the step time, the fraction of wall time spent
+waiting for data, and a verdict: input-bound (the model waited for data
+more than --input-bound-threshold of the time) or compute-bound.
+
+    /usr/bin/python3 examples/train_resnet.py --data data/demo \\
+        --build build --image-size 64 --batch-size 32 --steps 20
+
+With --endpoint the batchd run uses a daemon already serving the dataset
+(as --dataset); otherwise the example starts BUILD/server/batchd on the
+--data directory (an ImageFolder; generated with BUILD/tools/make_dataset
+when it does not exist) and stops it at the end. Runs on the CPU unless
+--device says otherwise.
+"""
+import argparse
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True,
+                   help="ImageFolder directory (created if missing)")
+    p.add_argument("--images", type=int, default=512,
+                   help="images to generate when --data does not exist")
+    p.add_argument("--build", default="build", help="CMake build directory")
+    p.add_argument("--endpoint", help="a running daemon (else one is started)")
+    p.add_argument("--dataset", default="train",
+                   help="dataset name at --endpoint")
+    p.add_argument("--daemon-workers", type=int, default=os.cpu_count(),
+                   help="decode workers of the daemon this example starts")
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=20, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="untimed steps before timing")
+    p.add_argument("--num-workers", type=int, default=0,
+                   help="DataLoader worker processes")
+    p.add_argument("--pin-memory", action="store_true",
+                   help="DataLoader pin_memory")
+    p.add_argument("--prefetch", type=int, default=4, help="batchd slots")
+    p.add_argument("--loaders", default="batchd,dataloader",
+                   help="comma-separated: batchd, dataloader")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch.set_num_threads (0: leave as is)")
+    p.add_argument("--input-bound-threshold", type=float, default=0.10,
+                   help="waiting fraction above which a run is input-bound")
+    return p.parse_args(argv)
+
+
+def ensure_dataset(args):
+    data = pathlib.Path(args.data)
+    if not data.exists():
+        tool = pathlib.Path(args.build) / "tools" / "make_dataset"
+        subprocess.run([str(tool), "--out", str(data), "--images",
+                        str(args.images), "--classes", "10", "--seed", "1"],
+                       check=True)
+    return data
+
+
+class Daemon:
+    """batchd serving `data` as dataset 'train', for the length of a run."""
+
+    def __init__(self, args, data):
+        self.dir = tempfile.TemporaryDirectory()
+        port_file = pathlib.Path(self.dir.name) / "port"
+        binary = pathlib.Path(args.build) / "server" / "batchd"
+        self.log = open(pathlib.Path(self.dir.name) / "log", "wb")
+        self.process = subprocess.Popen(
+            [str(binary), "--dataset", f"train={data}", "--port", "0",
+             "--host", "127.0.0.1", "--port-file", str(port_file),
+             "--workers", str(args.daemon_workers)],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{binary} did not start")
+            time.sleep(0.05)
+        self.endpoint = f"127.0.0.1:{int(port_file.read_text())}"
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=10)
+        self.log.close()
+        self.dir.cleanup()
+
+
+def batchd_batches(args, endpoint, dataset, normalize):
+    import batchd
+    loader = batchd.Loader(endpoint, dataset, args.batch_size,
+                           size=args.image_size, normalize=normalize,
+                           device=args.device, prefetch=args.prefetch,
+                           drop_last=True, rank=0, world_size=1)
+    epoch = 0
+    while True:
+        loader.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def dataloader_batches(args, data, normalize):
+    import torch
+    from torchvision import datasets, transforms
+    transform = transforms.Compose([
+        transforms.RandomResizedCrop(args.image_size),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize(*normalize),
+    ])
+    loader = torch.utils.data.DataLoader(
+        datasets.ImageFolder(str(data), transform=transform),
+        batch_size=args.batch_size, shuffle=True, drop_last=True,
+        num_workers=args.num_workers, pin_memory=args.pin_memory,
+        persistent_workers=args.num_workers > 0)
+    while True:
+        for images, labels in loader:
+            yield (images.to(args.device, non_blocking=True),
+                   labels.to(args.device, non_blocking=True))
+
+
+def train(args, name, batches, num_classes):
+    """Runs warmup + timed steps; returns (step s, waiting fraction)."""
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=num_classes)
+    model.to(args.device).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    sync = (torch.cuda.synchronize if args.device.startswith("cuda")
+            else (lambda: None))
+    waited = 0.0
+    started = None
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            sync()
+            waited = 0.0
+            started = time.perf_counter()
+        before = time.perf_counter()
+        images, labels = next(batches)
+        if args.device.startswith("cuda"):
+            torch.cuda.current_stream().synchronize()
+        waited += time.perf_counter() - before
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        del images, labels
+    sync()
+    wall = time.perf_counter() - started
+    return wall / args.steps, waited / wall, float(loss)
+
+
+def report(args, name, step_s, wait_fraction, loss):
+    verdict = ("input-bound" if wait_fraction > args.input_bound_threshold
+               else "compute-bound")
+    images_per_s = args.batch_size / step_s
+    print(f"{name}: step {step_s * 1e3:.1f} ms, {images_per_s:.1f} images/s, "
+          f"waiting for data {100 * wait_fraction:.1f}% of wall time, "
+          f"loss {loss:.3f}", flush=True)
+    print(f"{name}: verdict: {verdict} (waiting "
+          f"{100 * wait_fraction:.1f}% vs threshold "
+          f"{100 * args.input_bound_threshold:.0f}%)", flush=True)
+
+
+def main(argv):
+    args = parse_args(argv)
+    import torch
+    import batchd
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data = ensure_dataset(args)
+    num_classes = sum(1 for p in data.iterdir() if p.is_dir())
+    normalize = batchd.IMAGENET_NORMALIZE
+    print(f"ResNet-18 on {args.device}, {args.image_size}x{args.image_size}, "
+          f"batch {args.batch_size}, {args.steps} timed steps after "
+          f"{args.warmup} warmup; torch threads {torch.get_num_threads()}",
+          flush=True)
+    for name in args.loaders.split(","):
+        if name == "batchd":
+            daemon = None
+            endpoint, dataset = args.endpoint, args.dataset
+            if endpoint is None:
+                daemon = Daemon(args, data)
+                endpoint, dataset = daemon.endpoint, "train"
+            try:
+                batches = batchd_batches(args, endpoint, dataset, normalize)
+                result = train(args, name, batches, num_classes)
+                batches.close()
+            finally:
+                if daemon is not None:
+                    daemon.stop()
+            label = f"batchd (prefetch {args.prefetch})"
+        elif name == "dataloader":
+            batches = dataloader_batches(args, data, normalize)
+            result = train(args, name, batches, num_classes)
+            batches.close()
+            label = (f"DataLoader (num_workers {args.num_workers}, "
+                     f"pin_memory {args.pin_memory})")
+        else:
+            raise SystemExit(f"unknown loader {name!r}")
+        report(args, label, *result)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,84 @@
+"""Errors become Python exceptions with the daemon's message; Ctrl-C and
+garbage collection end the stream cleanly."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import batchd
+from conftest import python_env
+
+
+def test_unknown_dataset_names_what_is_served(daemon):
+    with pytest.raises(batchd.errors.InvalidArgumentError) as info:
+        batchd.Loader(daemon.endpoint, "no-such-set", 4, rank=0, world_size=1)
+    assert info.value.code == "INVALID_ARGUMENT"
+    assert "unknown dataset 'no-such-set'" in info.value.message
+    assert "tiny" in info.value.message
+    assert isinstance(info.value, ValueError)
+
+
+def test_unreachable_daemon(tmp_path):
+    with pytest.raises(batchd.errors.UnavailableError) as info:
+        batchd.Loader(f"unix:{tmp_path}/nothing", "tiny", 4, rank=0,
+                      world_size=1, connect_timeout=0.5)
+    assert "could not connect" in info.value.message
+    assert isinstance(info.value, ConnectionError)
+
+
+def test_daemon_killed_mid_epoch_raises_unavailable(fresh_daemon):
+    loader = batchd.Loader(fresh_daemon.endpoint, "tiny", 4, size=16,
+                           rank=0, world_size=1, prefetch=2)
+    iterator = iter(loader)
+    next(iterator)
+    fresh_daemon.kill()
+    with pytest.raises(batchd.errors.UnavailableError) as info:
+        for _ in iterator:
+            pass
+    assert fresh_daemon.endpoint in info.value.message
+    with pytest.raises(batchd.errors.UnavailableError):
+        iter(loader)  # the error is sticky
+    loader.close()
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, time, batchd
+    loader = batchd.Loader(sys.argv[1], "tiny", 4, size=16, rank=0,
+                           world_size=1)
+    iterator = iter(loader)
+    next(iterator)
+    print("streaming", flush=True)
+    try:
+        for epoch in range(1000):
+            loader.set_epoch(epoch)
+            for _ in loader:
+                pass
+    except KeyboardInterrupt:
+        started = time.monotonic()
+        loader.close()
+        print("interrupted; closed in %.1f s" % (time.monotonic() - started),
+              flush=True)
+        sys.exit(3)
+""")
+
+
+def test_ctrl_c_interrupts_a_wait_for_data_and_closes(fresh_daemon):
+    child = subprocess.Popen([sys.executable, "-c", SCRIPT,
+                              fresh_daemon.endpoint], env=python_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    assert child.stdout.readline().strip() == "streaming"
+    # A daemon that stops answering: the child waits for data forever.
+    os.kill(fresh_daemon.process.pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.5)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=20)
+    finally:
+        os.kill(fresh_daemon.process.pid, signal.SIGCONT)
+    assert child.returncode == 3, err
+    assert out.startswith("interrupted; closed in"), (out, err)
