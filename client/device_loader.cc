@@ -1,0 +1,377 @@
+#include "client/device_loader.h"
+
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/cuda/copy_engine.h"
+#include "common/status_macros.h"
+
+// Evaluates `expr` (a batchd::cuda::Status) and returns it as an
+// absl::Status when it is not OK.
+#define RETURN_IF_CUDA_ERROR(expr)                                         \
+  do {                                                                     \
+    const ::batchd::cuda::Status batchd_cuda_status_ = (expr);             \
+    if (!batchd_cuda_status_.ok()) {                                       \
+      return ::batchd::client::FromCudaStatus(batchd_cuda_status_);        \
+    }                                                                      \
+  } while (false)
+
+namespace batchd::client {
+
+absl::Status FromCudaStatus(const cuda::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.code()),
+                      status.message());
+}
+
+namespace {
+
+constexpr int kMaxDepth = 64;
+
+// Pinned memory owned by a cuda::PinnedBuffer.
+class PinnedHostBuffer : public HostBuffer {
+ public:
+  explicit PinnedHostBuffer(std::unique_ptr<cuda::PinnedBuffer> buffer)
+      : buffer_(std::move(buffer)) {}
+  uint8_t* data() override { return buffer_->data(); }
+  size_t size() const override { return buffer_->size(); }
+
+ private:
+  const std::unique_ptr<cuda::PinnedBuffer> buffer_;
+};
+
+class PinnedAllocator : public BufferAllocator {
+ public:
+  PinnedAllocator() {
+    if (!cuda::ProbeDevice().ok()) heap_ = NewHeapAllocator();
+  }
+  absl::StatusOr<std::unique_ptr<HostBuffer>> Allocate(size_t bytes) override {
+    if (heap_ != nullptr) return heap_->Allocate(bytes);
+    std::unique_ptr<cuda::PinnedBuffer> buffer;
+    RETURN_IF_CUDA_ERROR(cuda::PinnedBuffer::Allocate(bytes, &buffer));
+    return std::unique_ptr<HostBuffer>(new PinnedHostBuffer(std::move(buffer)));
+  }
+  const char* name() const override {
+    return heap_ != nullptr ? "heap" : "cuda-pinned";
+  }
+
+ private:
+  std::unique_ptr<BufferAllocator> heap_;  // set when there is no device
+};
+
+cuda::Layout ToCudaLayout(batchd::v1::Layout layout) {
+  return layout == batchd::v1::LAYOUT_NCHW ? cuda::Layout::kNCHW
+                                           : cuda::Layout::kNHWC;
+}
+
+}  // namespace
+
+std::unique_ptr<BufferAllocator> NewPinnedAllocator() {
+  return std::make_unique<PinnedAllocator>();
+}
+
+namespace internal {
+
+// State shared by a DeviceLoader and the DeviceBatches it returned.
+class DeviceLoaderCore {
+ public:
+  // Constant after construction. The allocator is declared first so that
+  // it outlives everything allocated from it.
+  std::unique_ptr<BufferAllocator> allocator;
+  cuda::NormalizeSpec spec;
+  cuda::StreamHandle consumer_stream = nullptr;
+  int depth = 0;
+  size_t max_output_bytes = 0;
+  // Host path: the output slots. Empty on the device path.
+  std::vector<std::unique_ptr<HostBuffer>> host_outputs;
+  // Device path: the copy engine. Null on the host path.
+  std::unique_ptr<cuda::CopyEngine> engine;
+
+  // Device path, consumer thread only: received batches whose pinned bytes
+  // the copy stream may still be reading, oldest first. Each holds a slot
+  // of the Loader's ring until its copy completes.
+  struct Pending {
+    Batch batch;
+    cuda::EventHandle input_consumed;
+  };
+  std::deque<Pending> pending;
+
+  absl::Mutex mu;
+  // Host path: which output slots a DeviceBatch holds.
+  std::vector<bool> host_leased ABSL_GUARDED_BY(mu);
+
+  bool on_device() const { return engine != nullptr; }
+
+  // Frees the pending batches whose copy has completed; with `at_most`
+  // pending left over, waits (host) for the oldest copies first.
+  absl::Status ReapPending(size_t at_most) {
+    while (!pending.empty()) {
+      bool done = false;
+      RETURN_IF_CUDA_ERROR(
+          cuda::QueryEvent(pending.front().input_consumed, &done));
+      if (!done && pending.size() > at_most) {
+        RETURN_IF_CUDA_ERROR(
+            cuda::SynchronizeEvent(pending.front().input_consumed));
+        done = true;
+      }
+      if (!done) break;
+      pending.pop_front();
+    }
+    return absl::OkStatus();
+  }
+
+  // Host path: leases a free output slot, or -1.
+  int AcquireHostSlot() {
+    absl::MutexLock lock(&mu);
+    for (size_t i = 0; i < host_leased.size(); ++i) {
+      if (!host_leased[i]) {
+        host_leased[i] = true;
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
+  void ReleaseSlot(int slot, cuda::StreamHandle stream) {
+    if (engine != nullptr) {
+      const cuda::Status status = engine->Release(slot, stream);
+      if (!status.ok()) {
+        std::fprintf(stderr, "batchd: releasing device batch slot %d: %s\n",
+                     slot, status.ToString().c_str());
+      }
+      return;
+    }
+    absl::MutexLock lock(&mu);
+    host_leased[slot] = false;
+  }
+
+  // Moves the metadata of `batch` into `out` and points it at a slot.
+  static void Fill(Batch& batch, const std::shared_ptr<DeviceLoaderCore>& core,
+                   int slot, const void* data, size_t size,
+                   cuda::EventHandle ready, std::vector<uint64_t> shape,
+                   cuda::Layout layout, DeviceBatch* out) {
+    out->epoch = batch.epoch;
+    out->batch_index = batch.batch_index;
+    out->sample_indices = std::move(batch.sample_indices);
+    out->labels = std::move(batch.labels);
+    out->substitutions = std::move(batch.substitutions);
+    out->shape = std::move(shape);
+    out->dtype = core->spec.dtype;
+    out->layout = layout;
+    out->core_ = core;
+    out->slot_ = slot;
+    out->data_ = data;
+    out->size_ = size;
+    out->on_device_ = core->on_device();
+    out->ready_ = ready;
+  }
+};
+
+}  // namespace internal
+
+DeviceBatch::DeviceBatch(DeviceBatch&& other) noexcept { *this = std::move(other); }
+
+DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
+  if (this == &other) return *this;
+  Release();
+  epoch = other.epoch;
+  batch_index = other.batch_index;
+  sample_indices = std::move(other.sample_indices);
+  labels = std::move(other.labels);
+  substitutions = std::move(other.substitutions);
+  shape = std::move(other.shape);
+  dtype = other.dtype;
+  layout = other.layout;
+  core_ = std::move(other.core_);
+  slot_ = std::exchange(other.slot_, -1);
+  data_ = std::exchange(other.data_, nullptr);
+  size_ = std::exchange(other.size_, 0);
+  on_device_ = other.on_device_;
+  ready_ = std::exchange(other.ready_, nullptr);
+  return *this;
+}
+
+DeviceBatch::~DeviceBatch() { Release(); }
+
+void DeviceBatch::Release() {
+  if (core_ == nullptr) return;
+  Release(core_->consumer_stream);
+}
+
+void DeviceBatch::Release(cuda::StreamHandle stream) {
+  if (core_ == nullptr) return;
+  core_->ReleaseSlot(slot_, stream);
+  core_.reset();
+  slot_ = -1;
+  data_ = nullptr;
+  size_ = 0;
+  ready_ = nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(
+    DeviceLoaderOptions options) {
+  if (options.loader.allocator != nullptr) {
+    return absl::InvalidArgumentError(
+        "DeviceLoaderOptions.loader.allocator must be null: the device "
+        "loader allocates its own (pinned) buffers");
+  }
+  if (options.depth < 1 || options.depth > kMaxDepth) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "depth must be 1..", kMaxDepth, ", got ", options.depth));
+  }
+  auto core = std::make_shared<internal::DeviceLoaderCore>();
+  cuda::DeviceInfo device;
+  cuda::Status probe =
+      options.force_host ? cuda::UnavailableError("host path forced")
+                         : cuda::ProbeDevice(&device);
+  const bool use_device = probe.ok();
+  core->allocator = use_device ? NewPinnedAllocator() : NewHeapAllocator();
+  core->spec = options.normalize;
+  core->consumer_stream = options.consumer_stream;
+  core->depth = options.depth;
+  options.loader.allocator = core->allocator.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<Loader> loader,
+                   Loader::Create(std::move(options.loader)));
+
+  const batchd::v1::PlanOpened& opened = loader->opened();
+  const cuda::Layout in_layout = ToCudaLayout(opened.layout());
+  const std::vector<uint64_t> shape(opened.shape().begin(),
+                                    opened.shape().end());
+  cuda::NormalizeParams params;
+  RETURN_IF_CUDA_ERROR(
+      cuda::MakeNormalizeParams(shape, in_layout, core->spec, &params));
+  core->max_output_bytes =
+      opened.max_batch_bytes() * cuda::DTypeBytes(core->spec.dtype);
+  const bool plain_copy = core->spec.dtype == cuda::DType::kUint8 &&
+                          core->spec.layout == in_layout;
+
+  if (use_device) {
+    cuda::CopyEngineOptions engine_options;
+    engine_options.depth = options.depth;
+    engine_options.max_input_bytes = opened.max_batch_bytes();
+    engine_options.max_output_bytes = plain_copy ? 0 : core->max_output_bytes;
+    RETURN_IF_CUDA_ERROR(cuda::CopyEngine::Create(engine_options, &core->engine));
+    std::fprintf(stderr,
+                 "batchd: client batches on CUDA device %d (%s): %s ring "
+                 "of %u, copy stream with %d slots, %s %s on the GPU\n",
+                 device.device, device.name.c_str(), core->allocator->name(),
+                 loader->window(), options.depth,
+                 cuda::DTypeName(core->spec.dtype),
+                 cuda::LayoutName(core->spec.layout));
+  } else {
+    for (int i = 0; i < options.depth; ++i) {
+      ASSIGN_OR_RETURN(std::unique_ptr<HostBuffer> buffer,
+                       core->allocator->Allocate(core->max_output_bytes));
+      core->host_outputs.push_back(std::move(buffer));
+    }
+    {
+      absl::MutexLock lock(&core->mu);
+      core->host_leased.assign(options.depth, false);
+    }
+    std::fprintf(stderr,
+                 "batchd: client batches in host memory (%s): %s ring of %u, "
+                 "%s %s on the CPU\n",
+                 probe.message().c_str(), core->allocator->name(),
+                 loader->window(), cuda::DTypeName(core->spec.dtype),
+                 cuda::LayoutName(core->spec.layout));
+  }
+  return std::unique_ptr<DeviceLoader>(
+      new DeviceLoader(std::move(core), std::move(loader)));
+}
+
+DeviceLoader::DeviceLoader(std::shared_ptr<internal::DeviceLoaderCore> core,
+                           std::unique_ptr<Loader> loader)
+    : core_(std::move(core)), loader_(std::move(loader)) {}
+
+DeviceLoader::~DeviceLoader() {
+  // Let in-flight copies finish reading the pinned ring before the Loader
+  // (and so its reader thread) goes away.
+  (void)core_->ReapPending(/*at_most=*/0);
+  loader_.reset();
+}
+
+absl::Status DeviceLoader::StartEpoch(uint64_t epoch, uint64_t first_batch) {
+  return loader_->StartEpoch(epoch, first_batch);
+}
+
+absl::Status DeviceLoader::Restore(const LoaderState& state) {
+  return loader_->Restore(state);
+}
+
+LoaderState DeviceLoader::state() const { return loader_->state(); }
+bool DeviceLoader::on_device() const { return core_->on_device(); }
+const char* DeviceLoader::path() const {
+  return core_->on_device() ? "cuda" : "host";
+}
+int DeviceLoader::depth() const { return core_->depth; }
+
+absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
+  internal::DeviceLoaderCore& core = *core_;
+  DeviceBatch out;
+  if (core.on_device()) {
+    if (core.engine->free_slots() == 0) {
+      return absl::FailedPreconditionError(
+          "every device batch slot is held; release a DeviceBatch first");
+    }
+    // Keep a slot of the Loader's ring free for the batch we ask for.
+    const size_t window = loader_->window();
+    RETURN_IF_ERROR(core.ReapPending(window > 0 ? window - 1 : 0));
+    ASSIGN_OR_RETURN(Batch batch, loader_->Next());
+    const cuda::Layout in_layout = ToCudaLayout(batch.layout);
+    const bool plain_copy = core.spec.dtype == cuda::DType::kUint8 &&
+                            core.spec.layout == in_layout;
+    cuda::NormalizeParams params;
+    RETURN_IF_CUDA_ERROR(
+        cuda::MakeNormalizeParams(batch.shape, in_layout, core.spec, &params));
+    cuda::CopyTicket ticket;
+    RETURN_IF_CUDA_ERROR(core.engine->Submit(
+        batch.data(), batch.size(), plain_copy ? nullptr : &params, &ticket));
+    internal::DeviceLoaderCore::Fill(batch, core_, ticket.slot, ticket.output,
+                                     ticket.output_bytes, ticket.ready,
+                                     params.output_shape(), params.out_layout,
+                                     &out);
+    core.pending.push_back({std::move(batch), ticket.input_consumed});
+    return out;
+  }
+
+  const int slot = core.AcquireHostSlot();
+  if (slot < 0) {
+    return absl::FailedPreconditionError(
+        "every batch slot is held; release a DeviceBatch first");
+  }
+  absl::StatusOr<Batch> batch = loader_->Next();
+  cuda::NormalizeParams params;
+  absl::Status status = batch.status();
+  if (status.ok()) {
+    status = FromCudaStatus(cuda::MakeNormalizeParams(
+        batch->shape, ToCudaLayout(batch->layout), core.spec, &params));
+  }
+  if (status.ok() && (params.input_bytes() != batch->size() ||
+                      params.output_bytes() > core.max_output_bytes)) {
+    status = absl::InternalError(absl::StrCat(
+        "batch ", batch->batch_index, " has ", batch->size(),
+        " bytes, not what its shape and the plan promise"));
+  }
+  if (!status.ok()) {
+    core.ReleaseSlot(slot, nullptr);
+    return status;
+  }
+  void* output = core.host_outputs[slot]->data();
+  cuda::NormalizeCpu(batch->data(), output, params);
+  internal::DeviceLoaderCore::Fill(*batch, core_, slot, output,
+                                   params.output_bytes(), nullptr,
+                                   params.output_shape(), params.out_layout,
+                                   &out);
+  return out;
+}
+
+}  // namespace batchd::client

@@ -1,0 +1,273 @@
+#include "client/device_loader.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/cuda/normalize.h"
+#include "client/cuda/runtime.h"
+#include "client/testing/fake_data_service.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace batchd::client {
+namespace {
+
+using ::batchd::client::testing::FakeDataService;
+using ::batchd::client::testing::FakePixel;
+using ::batchd::client::testing::FakeSampleIndex;
+using ::batchd::client::testing::FakeServer;
+using ::batchd::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Evaluates `rexpr` (an absl::StatusOr<T>), asserts it is OK and moves its
+// value into `lhs`.
+#define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
+  ASSERT_OK_AND_ASSIGN_IMPL_(BATCHD_CONCAT_(statusor_, __LINE__), lhs, rexpr)
+#define ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, rexpr) \
+  auto statusor = (rexpr);                               \
+  ASSERT_TRUE(statusor.ok()) << statusor.status();       \
+  lhs = std::move(statusor).value()
+
+const std::vector<float> kMean = {0.485f, 0.456f, 0.406f};
+const std::vector<float> kStd = {0.229f, 0.224f, 0.225f};
+
+DeviceLoaderOptions OptionsFor(const FakeServer& server, bool force_host) {
+  DeviceLoaderOptions options;
+  options.loader.endpoint = server.endpoint();
+  options.loader.plan.set_dataset("fake");
+  options.loader.plan.set_batch_size(4);
+  options.loader.prefetch = 4;
+  options.force_host = force_host;
+  options.normalize.mean = kMean;
+  options.normalize.std = kStd;
+  return options;
+}
+
+// The fake's pixels of batch (`epoch`, `index`), NHWC uint8.
+std::vector<uint8_t> FakeBytes(const FakeDataService& service, uint64_t epoch,
+                               uint64_t index) {
+  std::vector<uint8_t> bytes(service.BatchBytes(index));
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = FakePixel(epoch, index, i);
+  }
+  return bytes;
+}
+
+// The batch's output bytes in host memory, copied back from the device when
+// it is there.
+std::vector<uint8_t> HostBytes(const DeviceBatch& batch) {
+  std::vector<uint8_t> bytes(batch.size());
+  if (batch.on_device()) {
+    EXPECT_TRUE(cuda::SynchronizeEvent(batch.ready_event()).ok());
+    EXPECT_TRUE(cuda::CopyToHost(bytes.data(), batch.data(), bytes.size()).ok());
+  } else if (batch.size() > 0) {
+    std::memcpy(bytes.data(), batch.data(), batch.size());
+  }
+  return bytes;
+}
+
+// Checks metadata and every output byte against the CPU reference applied
+// to the fake's pixels.
+void ExpectBatch(const DeviceBatch& batch, uint64_t epoch, uint64_t index,
+                 const FakeDataService& service,
+                 const cuda::NormalizeSpec& spec) {
+  const FakeDataService::Options& o = service.options();
+  EXPECT_EQ(batch.epoch, epoch);
+  EXPECT_EQ(batch.batch_index, index);
+  const uint64_t n = service.BatchBytes(index) / (o.height * o.width * 3);
+  cuda::NormalizeParams params;
+  ASSERT_TRUE(cuda::MakeNormalizeParams({n, o.height, o.width, 3},
+                                        cuda::Layout::kNHWC, spec, &params)
+                  .ok());
+  EXPECT_EQ(batch.shape, params.output_shape());
+  EXPECT_EQ(batch.dtype, spec.dtype);
+  EXPECT_EQ(batch.layout, spec.layout);
+  ASSERT_EQ(batch.labels.size(), n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t sample = FakeSampleIndex(epoch, index, i, o.batch_size);
+    EXPECT_EQ(batch.sample_indices[i], sample);
+    EXPECT_EQ(batch.labels[i], static_cast<int32_t>(sample % 7));
+  }
+  const std::vector<uint8_t> input = FakeBytes(service, epoch, index);
+  std::vector<uint8_t> want(params.output_bytes());
+  cuda::NormalizeCpu(input.data(), want.data(), params);
+  ASSERT_EQ(batch.size(), want.size());
+  EXPECT_TRUE(HostBytes(batch) == want) << "batch " << index;
+}
+
+TEST(DeviceLoaderTest, HostPathDeliversNormalisedBatchesInOrder) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  DeviceLoaderOptions options = OptionsFor(server, /*force_host=*/true);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
+                       DeviceLoader::Create(options));
+  EXPECT_FALSE(loader->on_device());
+  EXPECT_STREQ(loader->path(), "host");
+  ASSERT_OK(loader->StartEpoch(0));
+  for (uint64_t index = 0; index < 8; ++index) {
+    ASSERT_OK_AND_ASSIGN(DeviceBatch batch, loader->Next());
+    EXPECT_FALSE(batch.on_device());
+    EXPECT_EQ(batch.ready_event(), nullptr);
+    ExpectBatch(batch, 0, index, server.service(), options.normalize);
+  }
+  EXPECT_THAT(loader->Next(), StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+}
+
+TEST(DeviceLoaderTest, HostPathValuesFollowTheFormula) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
+                       DeviceLoader::Create(OptionsFor(server, true)));
+  ASSERT_OK(loader->StartEpoch(3));
+  ASSERT_OK_AND_ASSIGN(DeviceBatch batch, loader->Next());
+  ASSERT_THAT(batch.shape, ElementsAre(4u, 3u, 10u, 10u));
+  const float* values = static_cast<const float*>(batch.data());
+  const std::vector<uint8_t> input = FakeBytes(server.service(), 3, 0);
+  int bad = 0;
+  for (uint64_t n = 0; n < 4; ++n)
+    for (uint64_t c = 0; c < 3; ++c)
+      for (uint64_t i = 0; i < 100; ++i) {
+        const double x = input[(n * 100 + i) * 3 + c];
+        const double want = (x / 255.0 - kMean[c]) / kStd[c];
+        if (std::fabs(values[(n * 3 + c) * 100 + i] - want) > 1e-5) ++bad;
+      }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(DeviceLoaderTest, EveryOutputTypeAndLayoutMatchesTheReference) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  for (cuda::DType dtype : {cuda::DType::kUint8, cuda::DType::kFloat32,
+                            cuda::DType::kFloat16, cuda::DType::kBFloat16}) {
+    for (cuda::Layout layout : {cuda::Layout::kNHWC, cuda::Layout::kNCHW}) {
+      // The automatic path: the device where there is one.
+      DeviceLoaderOptions options = OptionsFor(server, /*force_host=*/false);
+      options.normalize.dtype = dtype;
+      options.normalize.layout = layout;
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
+                           DeviceLoader::Create(options));
+      EXPECT_EQ(loader->on_device(), cuda::ProbeDevice().ok());
+      ASSERT_OK(loader->StartEpoch(1, /*first_batch=*/5));
+      for (uint64_t index = 5; index < 8; ++index) {
+        ASSERT_OK_AND_ASSIGN(DeviceBatch batch, loader->Next());
+        ExpectBatch(batch, 1, index, server.service(), options.normalize);
+      }
+    }
+  }
+}
+
+TEST(DeviceLoaderTest, Uint8InTheWireLayoutIsTheReceivedBytes) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  DeviceLoaderOptions options = OptionsFor(server, /*force_host=*/true);
+  options.normalize.dtype = cuda::DType::kUint8;
+  options.normalize.layout = cuda::Layout::kNHWC;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
+                       DeviceLoader::Create(options));
+  ASSERT_OK(loader->StartEpoch(0));
+  ASSERT_OK_AND_ASSIGN(DeviceBatch batch, loader->Next());
+  EXPECT_THAT(batch.shape, ElementsAre(4u, 10u, 10u, 3u));
+  EXPECT_TRUE(HostBytes(batch) == FakeBytes(server.service(), 0, 0));
+}
+
+TEST(DeviceLoaderTest, HeldSlotsLimitNextWithoutLosingABatch) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  DeviceLoaderOptions options = OptionsFor(server, /*force_host=*/true);
+  options.depth = 2;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
+                       DeviceLoader::Create(options));
+  ASSERT_OK(loader->StartEpoch(0));
+  ASSERT_OK_AND_ASSIGN(DeviceBatch first, loader->Next());
+  ASSERT_OK_AND_ASSIGN(DeviceBatch second, loader->Next());
+  EXPECT_THAT(loader->Next(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                       HasSubstr("release a DeviceBatch")));
+  EXPECT_EQ(loader->state().next_batch, 2u);
+  first.Release();
+  EXPECT_EQ(first.data(), nullptr);
+  first.Release();  // idempotent
+  ASSERT_OK_AND_ASSIGN(DeviceBatch third, loader->Next());
+  ExpectBatch(third, 0, 2, server.service(), options.normalize);
+  // The second batch's slot was not overwritten by the third.
+  ExpectBatch(second, 0, 1, server.service(), options.normalize);
+  DeviceBatch moved = std::move(second);
+  EXPECT_EQ(second.data(), nullptr);
+  ExpectBatch(moved, 0, 1, server.service(), options.normalize);
+}
+
+TEST(DeviceLoaderTest, ABatchOutlivesItsLoader) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  DeviceLoaderOptions options = OptionsFor(server, /*force_host=*/false);
+  DeviceBatch batch;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
+                         DeviceLoader::Create(options));
+    ASSERT_OK(loader->StartEpoch(0));
+    ASSERT_OK_AND_ASSIGN(batch, loader->Next());
+  }
+  ExpectBatch(batch, 0, 0, server.service(), options.normalize);
+}
+
+TEST(DeviceLoaderTest, RestoreResumesAtTheCheckpoint) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  DeviceLoaderOptions options = OptionsFor(server, /*force_host=*/true);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
+                       DeviceLoader::Create(options));
+  ASSERT_OK(loader->Restore(LoaderState{/*epoch=*/2, /*next_batch=*/6}));
+  ASSERT_OK_AND_ASSIGN(DeviceBatch batch, loader->Next());
+  ExpectBatch(batch, 2, 6, server.service(), options.normalize);
+  EXPECT_EQ(loader->state().next_batch, 7u);
+}
+
+TEST(DeviceLoaderTest, BadOptionsAreRejected) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  DeviceLoaderOptions options = OptionsFor(server, /*force_host=*/true);
+  options.normalize.std = {0.2f, 0.0f, 0.2f};
+  EXPECT_THAT(DeviceLoader::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("std of channel 1")));
+  options = OptionsFor(server, true);
+  options.normalize.mean = {0.1f, 0.2f};
+  EXPECT_THAT(DeviceLoader::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("one value per channel")));
+  options = OptionsFor(server, true);
+  options.depth = 0;
+  EXPECT_THAT(DeviceLoader::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("depth")));
+  options = OptionsFor(server, true);
+  std::unique_ptr<BufferAllocator> heap = NewHeapAllocator();
+  options.loader.allocator = heap.get();
+  EXPECT_THAT(DeviceLoader::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("allocator must be null")));
+  options = OptionsFor(server, true);
+  options.loader.plan.set_dataset("bad");
+  EXPECT_THAT(DeviceLoader::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+}
+
+TEST(PinnedAllocatorTest, FallsBackToHeapWithoutADevice) {
+  std::unique_ptr<BufferAllocator> allocator = NewPinnedAllocator();
+  EXPECT_STREQ(allocator->name(),
+               cuda::ProbeDevice().ok() ? "cuda-pinned" : "heap");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HostBuffer> buffer,
+                       allocator->Allocate(1000));
+  ASSERT_GE(buffer->size(), 1000u);
+  std::memset(buffer->data(), 0xab, 1000);
+  EXPECT_EQ(buffer->data()[999], 0xab);
+}
+
+TEST(FromCudaStatusTest, KeepsCodeAndMessage) {
+  EXPECT_OK(FromCudaStatus(cuda::OkStatus()));
+  EXPECT_THAT(FromCudaStatus(cuda::UnavailableError("no CUDA device")),
+              StatusIs(absl::StatusCode::kUnavailable, "no CUDA device"));
+  EXPECT_THAT(FromCudaStatus(cuda::ResourceExhaustedError("pinned")),
+              StatusIs(absl::StatusCode::kResourceExhausted, "pinned"));
+}
+
+}  // namespace
+}  // namespace batchd::client
