@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "absl/time/time.h"
 #include "batchd/v1/admin.grpc.pb.h"
 #include "batchd/v1/data.grpc.pb.h"
+#include "client/diagnosis.h"
 #include "client/loader.h"
 #include "client/shard_coverage.h"
 
@@ -55,6 +57,12 @@ ABSL_FLAG(bool, verify, false,
 ABSL_FLAG(std::string, dump, "",
           "write 'epoch batch fnv1a64 sample_indices...' per batch to FILE");
 ABSL_FLAG(bool, list, false, "list the daemon's datasets and exit");
+ABSL_FLAG(uint32_t, step_ms, 0,
+          "simulate a training step: sleep this many milliseconds after each "
+          "batch (to see a compute-bound run)");
+ABSL_FLAG(uint64_t, max_receive_bytes_per_second, 0,
+          "diagnostic knob: pace receiving to this many bytes/s, as a slow "
+          "link would (0: no pacing)");
 
 namespace batchd::client {
 namespace {
@@ -230,6 +238,12 @@ int Run() {
   options.endpoint = endpoint;
   options.plan = *plan;
   options.prefetch = absl::GetFlag(FLAGS_prefetch);
+  options.max_receive_bytes_per_second =
+      absl::GetFlag(FLAGS_max_receive_bytes_per_second);
+  options.report = [](const std::string& line) {
+    absl::PrintF("diagnosis: %s\n", line);
+  };
+  const absl::Duration step = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
   absl::StatusOr<std::unique_ptr<Loader>> created =
       Loader::Create(std::move(options));
   if (!created.ok()) {
@@ -293,6 +307,10 @@ int Run() {
         for (uint64_t sample : batch->sample_indices) dump << ' ' << sample;
         dump << '\n';
       }
+      if (step > absl::ZeroDuration()) {
+        batch->Release();  // the step's input is on its way to the model
+        absl::SleepFor(step);
+      }
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
     const Loader::Stats after = loader.stats();
@@ -332,6 +350,7 @@ int Run() {
       seconds > 0 ? total_bytes / seconds / 1e6 : 0.0,
       seconds > 0 ? 100.0 * waited / seconds : 0.0);
 
+  const Loader::Stats run_interval = loader.stats().Since(run_stats);
   absl::StatusOr<batchd::v1::ServerStatus> status_after =
       GetServerStatus(channel);
   if (status_before.ok() && status_after.ok()) {
@@ -341,6 +360,16 @@ int Run() {
         status_before.ok() ? status_after.status() : status_before.status();
     absl::PrintF("daemon stages: unavailable (%s)\n", why.ToString());
   }
+  absl::PrintF(
+      "client: waited %.1f%%, compute %.1f%%, copy %.1f%% of wall time over "
+      "%d steps\n",
+      100 * run_interval.waited_fraction(),
+      100 * run_interval.compute_fraction(),
+      100 * run_interval.copy_fraction(), run_interval.batches);
+  const Diagnosis diagnosis =
+      Diagnose(run_interval, status_before.ok() ? &*status_before : nullptr,
+               status_after.ok() ? &*status_after : nullptr);
+  absl::PrintF("diagnosis: %s\n", diagnosis.line);
   if (dump.is_open()) {
     dump.close();
     if (!dump) {

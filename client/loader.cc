@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -9,7 +10,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "batchd/v1/admin.grpc.pb.h"
 #include "batchd/v1/data.grpc.pb.h"
+#include "client/diagnosis.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -46,6 +49,9 @@ std::string BatchName(uint64_t epoch, uint64_t index) {
   return absl::StrCat("batch ", index, " of epoch ", epoch);
 }
 
+// How long a diagnosis waits for the daemon's status.
+constexpr absl::Duration kStatusTimeout = absl::Seconds(2);
+
 }  // namespace
 
 // Everything a Loader and its Batches share: the stream, the reader thread
@@ -73,9 +79,13 @@ class LoaderCore {
   uint32_t window() const { return static_cast<uint32_t>(slots_.size()); }
 
   absl::Status StartEpoch(uint64_t epoch, uint64_t first_batch);
+  // Next() with stall accounting around NextImpl().
   absl::StatusOr<Batch> Next(std::shared_ptr<LoaderCore> self);
   LoaderState state() const;
   Loader::Stats stats() const;
+  void RecordCopy(absl::Duration duration);
+  Diagnosis Diagnose();
+  std::string epoch_diagnosis() const;
   void ReleaseSlot(int slot);
 
  private:
@@ -93,9 +103,19 @@ class LoaderCore {
     bool header_received = false;  // kRequested/kReady
     BatchHeader header;            // valid once header_received
     uint64_t received_bytes = 0;
+    absl::Duration copy;           // copying this batch's chunks so far
     absl::Status error;            // kFailed: the rejection
   };
 
+  absl::StatusOr<Batch> NextImpl(std::shared_ptr<LoaderCore> self);
+  // The daemon's admin status, or nullopt when it cannot be had within
+  // kStatusTimeout. Blocks; call without holding a lock.
+  std::optional<batchd::v1::ServerStatus> FetchStatus();
+  // Marks the start of an epoch for its diagnosis. Blocks on FetchStatus.
+  void MarkEpochStart() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits as a link of max_receive_bytes_per_second would after `bytes`
+  // more bytes. Reader thread only; wakes on shutdown.
+  void Pace(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void ReaderLoop();
   // Handles one response. REQUIRES: called by the reader thread only.
   absl::Status HandleResponse(StreamResponse& response);
@@ -124,6 +144,7 @@ class LoaderCore {
   std::unique_ptr<BufferAllocator> owned_allocator_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<batchd::v1::DataService::Stub> stub_;
+  std::unique_ptr<batchd::v1::AdminService::Stub> admin_stub_;
   grpc::ClientContext context_;  // TryCancel() is thread-safe
   std::unique_ptr<grpc::ClientReaderWriter<StreamRequest, StreamResponse>>
       stream_;  // Read() by the reader thread; Write/WritesDone/Finish under write_mu_
@@ -135,6 +156,8 @@ class LoaderCore {
   // handling the last response freed an orphaned slot.
   int receiving_ = -1;
   bool freed_orphan_ = false;
+  // Reader thread only: when the paced link is free again.
+  absl::Time link_free_ = absl::InfinitePast();
 
   // Serialises writes to the stream; the reader's Finish() takes it too.
   absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
@@ -153,6 +176,17 @@ class LoaderCore {
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_batch_ ABSL_GUARDED_BY(mu_) = 0;
   Loader::Stats stats_ ABSL_GUARDED_BY(mu_);
+  // When the last Next() returned; the gap to the next call is compute.
+  std::optional<absl::Time> last_return_ ABSL_GUARDED_BY(mu_);
+  // No batch returned since StartEpoch() yet.
+  bool first_of_epoch_ ABSL_GUARDED_BY(mu_) = false;
+  // The current epoch's start, for its diagnosis.
+  Loader::Stats epoch_start_stats_ ABSL_GUARDED_BY(mu_);
+  std::optional<batchd::v1::ServerStatus> epoch_start_status_
+      ABSL_GUARDED_BY(mu_);
+  // Whether the current epoch's end has been reported, and the last line.
+  bool epoch_reported_ ABSL_GUARDED_BY(mu_) = false;
+  std::string epoch_diagnosis_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::Status LoaderCore::Open() {
@@ -173,6 +207,7 @@ absl::Status LoaderCore::Open() {
         absl::FormatDuration(options_.connect_timeout)));
   }
   stub_ = batchd::v1::DataService::NewStub(channel_);
+  admin_stub_ = batchd::v1::AdminService::NewStub(channel_);
   stream_ = stub_->StreamBatches(&context_);
 
   StreamRequest open;
@@ -265,7 +300,11 @@ void LoaderCore::Shutdown() {
 void LoaderCore::ReaderLoop() {
   StreamResponse response;
   while (stream_->Read(&response)) {
+    const uint64_t chunk_bytes = response.has_chunk()
+                                     ? response.chunk().data().size()
+                                     : 0;
     absl::Status status = HandleResponse(response);
+    if (status.ok() && chunk_bytes > 0) Pace(chunk_bytes);
     if (status.ok() && freed_orphan_) {
       // A slot came free without a consumer involved: use it.
       freed_orphan_ = false;
@@ -415,10 +454,15 @@ absl::Status LoaderCore::HandleChunk(const BatchChunk& chunk) {
     destination = slot.buffer->data() + slot.received_bytes;
   }
   // The slot's bytes belong to this thread while it is kRequested.
+  const absl::Time copy_start = absl::Now();
   std::memcpy(destination, chunk.data().data(), chunk.data().size());
+  const absl::Duration copy = absl::Now() - copy_start;
   absl::MutexLock lock(&mu_);
   Slot& slot = slots_[receiving_];
   slot.received_bytes += chunk.data().size();
+  slot.copy += copy;
+  stats_.copy += copy;
+  stats_.received_bytes += chunk.data().size();
   if (slot.received_bytes == slot.header.total_bytes()) {
     CompleteLocked(receiving_);
     receiving_ = -1;
@@ -469,6 +513,7 @@ void LoaderCore::FreeLocked(int index) {
   slot.header_received = false;
   slot.header.Clear();
   slot.received_bytes = 0;
+  slot.copy = absl::ZeroDuration();
   slot.error = absl::OkStatus();
 }
 
@@ -536,15 +581,115 @@ absl::Status LoaderCore::StartEpoch(uint64_t epoch, uint64_t first_batch) {
       }
     }
     epoch_started_ = true;
+    first_of_epoch_ = true;
     epoch_ = epoch;
     next_batch_ = first_batch;
   }
   RequestMore();
+  MarkEpochStart();
   return absl::OkStatus();
 }
 
+void LoaderCore::MarkEpochStart() {
+  // Fetched after the requests went out, so the daemon starts working
+  // while we wait for its answer.
+  std::optional<batchd::v1::ServerStatus> status = FetchStatus();
+  absl::MutexLock lock(&mu_);
+  epoch_start_stats_ = stats_;
+  epoch_start_stats_.wall = absl::Now() - created_;
+  epoch_start_status_ = std::move(status);
+  epoch_reported_ = false;
+}
+
+std::optional<batchd::v1::ServerStatus> LoaderCore::FetchStatus() {
+  if (admin_stub_ == nullptr) return std::nullopt;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kStatusTimeout));
+  batchd::v1::ServerStatus status;
+  if (!admin_stub_->GetStatus(&context, batchd::v1::GetStatusRequest(), &status)
+           .ok()) {
+    return std::nullopt;
+  }
+  return status;
+}
+
+Diagnosis LoaderCore::Diagnose() {
+  std::optional<batchd::v1::ServerStatus> now = FetchStatus();
+  Loader::Stats interval;
+  std::optional<batchd::v1::ServerStatus> start;
+  {
+    absl::MutexLock lock(&mu_);
+    Loader::Stats current = stats_;
+    current.wall = absl::Now() - created_;
+    interval = current.Since(epoch_start_stats_);
+    start = epoch_start_status_;
+  }
+  return client::Diagnose(interval, start ? &*start : nullptr,
+                          now ? &*now : nullptr);
+}
+
+std::string LoaderCore::epoch_diagnosis() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_diagnosis_;
+}
+
+void LoaderCore::RecordCopy(absl::Duration duration) {
+  absl::MutexLock lock(&mu_);
+  stats_.copy += duration;
+  stats_.last_step.copy += duration;
+}
+
+void LoaderCore::Pace(uint64_t bytes) {
+  if (options_.max_receive_bytes_per_second == 0) return;
+  const absl::Time now = absl::Now();
+  link_free_ = std::max(link_free_, now) +
+               absl::Seconds(static_cast<double>(bytes) /
+                             options_.max_receive_bytes_per_second);
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithDeadline(absl::Condition(&shutdown_), link_free_);
+}
+
 absl::StatusOr<Batch> LoaderCore::Next(std::shared_ptr<LoaderCore> self) {
-  absl::Time mark = absl::Now();
+  const absl::Time entered = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (last_return_.has_value()) stats_.compute += entered - *last_return_;
+  }
+  absl::StatusOr<Batch> batch = NextImpl(std::move(self));
+  const absl::Time returned = absl::Now();
+  bool report = false;
+  uint64_t epoch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.waited += returned - entered;
+    if (batch.ok()) {
+      stats_.last_step.waited = returned - entered;
+      if (first_of_epoch_) stats_.startup_waited += returned - entered;
+      first_of_epoch_ = false;
+      stats_.last_step.compute =
+          last_return_.has_value() ? entered - *last_return_
+                                   : absl::ZeroDuration();
+    }
+    last_return_ = returned;
+    if (absl::IsOutOfRange(batch.status()) && !epoch_reported_) {
+      epoch_reported_ = true;
+      report = true;
+      epoch = epoch_;
+    }
+  }
+  if (report) {
+    const std::string line =
+        absl::StrCat("epoch ", epoch, ": ", Diagnose().line);
+    {
+      absl::MutexLock lock(&mu_);
+      epoch_diagnosis_ = line;
+    }
+    if (options_.report) options_.report(line);
+  }
+  return batch;
+}
+
+absl::StatusOr<Batch> LoaderCore::NextImpl(std::shared_ptr<LoaderCore> self) {
   for (;;) {
     RequestMore();
     absl::MutexLock lock(&mu_);
@@ -565,9 +710,6 @@ absl::StatusOr<Batch> LoaderCore::Next(std::shared_ptr<LoaderCore> self) {
              shutdown_;
     };
     mu_.Await(absl::Condition(&resolved));
-    const absl::Time now = absl::Now();
-    stats_.waited += now - mark;
-    mark = now;
     const int index = FindLocked(key);
     if (index >= 0 && slots_[index].state == SlotState::kReady) {
       Slot& slot = slots_[index];
@@ -594,7 +736,10 @@ absl::StatusOr<Batch> LoaderCore::Next(std::shared_ptr<LoaderCore> self) {
       slot.header_received = false;
       ++next_batch_;
       ++stats_.batches;
+      stats_.images += batch.sample_indices.size();
       stats_.bytes += batch.size_;
+      stats_.last_step.copy = slot.copy;
+      slot.copy = absl::ZeroDuration();
       return batch;
     }
     if (index >= 0 && slots_[index].state == SlotState::kFailed) {
@@ -727,5 +872,58 @@ absl::Status Loader::Restore(const LoaderState& state) {
 }
 
 Loader::Stats Loader::stats() const { return core_->stats(); }
+
+void Loader::RecordCopy(absl::Duration duration) {
+  core_->RecordCopy(duration);
+}
+
+Diagnosis Loader::Diagnose() { return core_->Diagnose(); }
+
+std::string Loader::epoch_diagnosis() const {
+  return core_->epoch_diagnosis();
+}
+
+namespace {
+double Share(absl::Duration part, absl::Duration wall) {
+  return wall <= absl::ZeroDuration() ? 0.0 : absl::FDivDuration(part, wall);
+}
+double Rate(double count, absl::Duration wall) {
+  return wall <= absl::ZeroDuration() ? 0.0
+                                      : count / absl::ToDoubleSeconds(wall);
+}
+}  // namespace
+
+Loader::Stats Loader::Stats::Since(const Stats& earlier) const {
+  Stats d = *this;
+  d.batches -= earlier.batches;
+  d.images -= earlier.images;
+  d.bytes -= earlier.bytes;
+  d.waited -= earlier.waited;
+  d.startup_waited -= earlier.startup_waited;
+  d.compute -= earlier.compute;
+  d.copy -= earlier.copy;
+  d.received_bytes -= earlier.received_bytes;
+  d.wall -= earlier.wall;
+  return d;
+}
+
+double Loader::Stats::waited_fraction() const { return Share(waited, wall); }
+double Loader::Stats::steady_waited_fraction() const {
+  return Share(waited - startup_waited, wall - startup_waited);
+}
+double Loader::Stats::compute_fraction() const { return Share(compute, wall); }
+double Loader::Stats::copy_fraction() const { return Share(copy, wall); }
+double Loader::Stats::batches_per_second() const {
+  return Rate(static_cast<double>(batches), wall);
+}
+double Loader::Stats::images_per_second() const {
+  return Rate(static_cast<double>(images), wall);
+}
+double Loader::Stats::bytes_per_second() const {
+  return Rate(static_cast<double>(bytes), wall);
+}
+double Loader::Stats::received_bytes_per_second() const {
+  return Rate(static_cast<double>(received_bytes), wall);
+}
 
 }  // namespace batchd::client

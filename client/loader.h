@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,8 @@ namespace batchd::client {
 namespace internal {
 class LoaderCore;
 }  // namespace internal
+
+struct Diagnosis;  // client/diagnosis.h
 
 // Largest gRPC message the client accepts: the protocol's 4 MiB chunks plus
 // headroom for headers with many samples.
@@ -70,6 +73,15 @@ struct LoaderOptions {
   BufferAllocator* allocator = nullptr;
   // Limit for connecting and for the daemon's answer to the plan.
   absl::Duration connect_timeout = absl::Seconds(10);
+  // Called on the consumer thread when Next() reaches the end of an epoch,
+  // with the epoch's one-line diagnosis (client/diagnosis.h), e.g.
+  // "epoch 0: input-bound: waited 43 % of wall time; ...". nullptr reports
+  // nothing; epoch_diagnosis() has the line either way.
+  std::function<void(const std::string& line)> report;
+  // Test and diagnostic knob: paces the receiving thread to at most this
+  // many pixel bytes per second, as a slow network link would; 0 (the
+  // default) does not pace. Used to rehearse the network-bound diagnosis.
+  uint64_t max_receive_bytes_per_second = 0;
 };
 
 // One batch, leasing a slot of the loader's ring. The pixel bytes stay valid
@@ -164,23 +176,85 @@ class Loader {
   // the connection is lost or the daemon ends the stream early, INTERNAL
   // for a protocol violation, or the daemon's status. Batches that arrived
   // completely before a failure are still returned first.
+  // Stall accounting: the time inside Next() counts as waited, the time
+  // since the previous call returned as compute (see Stats). At the end of
+  // an epoch Next() also diagnoses it, which fetches the daemon's status
+  // once (up to 2 s), and calls LoaderOptions::report.
   absl::StatusOr<Batch> Next();
 
   // (epoch, index of the batch the next Next() returns).
   LoaderState state() const;
-  // Same as StartEpoch(state.epoch, state.next_batch).
+  // Same as StartEpoch(state.epoch, state.next_batch). Both also fetch the
+  // daemon's status (up to 2 s) to mark the start of the epoch's diagnosis.
   absl::Status Restore(const LoaderState& state);
 
-  struct Stats {
-    // Batches and pixel bytes returned by Next().
-    uint64_t batches = 0;
-    uint64_t bytes = 0;
-    // Time spent inside Next() (waiting for input).
+  // Where one step's time went.
+  struct StepTimes {
+    // Inside the Next() call that returned the batch.
     absl::Duration waited;
-    // Time since Create().
+    // From the previous Next() returning to this one being called: the
+    // trainer's own work.
+    absl::Duration compute;
+    // Copying this batch's bytes into its ring buffer (receive thread), plus
+    // any copy reported with RecordCopy().
+    absl::Duration copy;
+  };
+
+  // Totals since Create(); Since() turns two snapshots into an interval.
+  struct Stats {
+    // Steps: Next() calls that returned a batch; their images and pixel
+    // bytes.
+    uint64_t batches = 0;
+    uint64_t images = 0;
+    uint64_t bytes = 0;
+    // Time spent inside Next() (waiting for input), all calls.
+    absl::Duration waited;
+    // The part of `waited` spent in the first Next() of each epoch (after
+    // StartEpoch() or Restore()), while the pipeline fills.
+    absl::Duration startup_waited;
+    // Time between a Next() returning and the next call (the trainer's
+    // compute), all calls.
+    absl::Duration compute;
+    // Time the receive thread spent copying batch bytes into ring buffers,
+    // plus copies reported with RecordCopy() (e.g. host to device).
+    absl::Duration copy;
+    // Pixel bytes received from the daemon, including batches no longer
+    // wanted after a StartEpoch().
+    uint64_t received_bytes = 0;
+    // Time since Create() (for an interval: its length).
     absl::Duration wall;
+    // The last step (not differenced by Since()).
+    StepTimes last_step;
+
+    // `*this` minus `earlier`: the figures of the interval between them.
+    Stats Since(const Stats& earlier) const;
+    // Shares of wall time, 0..1 (0 when wall is 0).
+    double waited_fraction() const;
+    // Waited share once the pipeline is full: `waited` and `wall` without
+    // `startup_waited`. The diagnosis uses this, so that a short interval
+    // is not called input-bound for its first batch alone.
+    double steady_waited_fraction() const;
+    double compute_fraction() const;
+    double copy_fraction() const;
+    // Rates over wall time, per second.
+    double batches_per_second() const;
+    double images_per_second() const;
+    double bytes_per_second() const;
+    double received_bytes_per_second() const;
   };
   Stats stats() const;
+
+  // Adds `duration` to the copy time (of the total and of the last step):
+  // for a copy path outside the loader, e.g. host to device. Any thread.
+  void RecordCopy(absl::Duration duration);
+
+  // One-line diagnosis of the current epoch so far (since StartEpoch() or
+  // Restore(), or Create()): the client's figures combined with the
+  // daemon's admin status, fetched now (up to 2 s; without it the verdict
+  // uses the client's figures alone). See client/diagnosis.h.
+  Diagnosis Diagnose();
+  // The line reported for the last epoch that ended, or "" if none has.
+  std::string epoch_diagnosis() const;
 
  private:
   explicit Loader(std::shared_ptr<internal::LoaderCore> core);

@@ -1,0 +1,120 @@
+#include "client/diagnosis.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace batchd::client {
+namespace {
+
+// Worker busy fraction over the interval, or -1 when unknown.
+double BusyFraction(const batchd::v1::ServerStatus* before,
+                    const batchd::v1::ServerStatus* after) {
+  if (after == nullptr) return -1;
+  if (before != nullptr) {
+    const double alive =
+        after->worker_alive_seconds() - before->worker_alive_seconds();
+    const double busy =
+        after->worker_busy_seconds() - before->worker_busy_seconds();
+    // A restarted daemon (counters went back) falls through to the recent
+    // figure.
+    if (alive > 0 && busy >= 0) return std::min(1.0, busy / alive);
+  }
+  return after->busy_fraction();
+}
+
+std::string Percent(double fraction) {
+  const double percent = 100.0 * fraction;
+  // One decimal below 10 %, where it matters ("0.4 %"); whole numbers above.
+  return percent < 10 ? absl::StrFormat("%.1f %%", percent)
+                      : absl::StrFormat("%.0f %%", percent);
+}
+
+}  // namespace
+
+const char* VerdictName(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kComputeBound:
+      return "compute-bound";
+    case Verdict::kInputBound:
+    case Verdict::kInputBoundUnknownCause:
+      return "input-bound";
+    case Verdict::kNetworkBound:
+      return "network-bound";
+    case Verdict::kClientBound:
+      return "client-bound";
+    case Verdict::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+std::string FormatBytesPerSecond(double rate) {
+  if (rate >= 1e9) return absl::StrFormat("%.1f GB/s", rate / 1e9);
+  if (rate >= 1e6) return absl::StrFormat("%.1f MB/s", rate / 1e6);
+  if (rate >= 1e3) return absl::StrFormat("%.1f kB/s", rate / 1e3);
+  return absl::StrFormat("%.0f B/s", rate);
+}
+
+Diagnosis Diagnose(const Loader::Stats& interval,
+                   const batchd::v1::ServerStatus* daemon_before,
+                   const batchd::v1::ServerStatus* daemon_after) {
+  Diagnosis d;
+  d.waited_fraction = interval.steady_waited_fraction();
+  d.copy_fraction = interval.copy_fraction();
+  d.daemon_busy_fraction = BusyFraction(daemon_before, daemon_after);
+  d.daemon_workers = daemon_after == nullptr ? 0 : daemon_after->workers();
+  d.stream_bytes_per_second = interval.received_bytes_per_second();
+
+  const std::string waited =
+      absl::StrFormat("waited %s of wall time", Percent(d.waited_fraction));
+  const std::string workers =
+      d.daemon_busy_fraction < 0
+          ? std::string()
+          : absl::StrFormat("daemon workers %s busy (%d worker%s)",
+                            Percent(d.daemon_busy_fraction), d.daemon_workers,
+                            d.daemon_workers == 1 ? "" : "s");
+
+  if (interval.batches == 0 || interval.wall <= absl::ZeroDuration()) {
+    d.verdict = Verdict::kUnknown;
+    d.line = "unknown: no batches returned yet";
+    return d;
+  }
+  if (d.waited_fraction < kInputBoundWaitFraction) {
+    d.verdict = Verdict::kComputeBound;
+    d.line = absl::StrCat("compute-bound: ", waited);
+    if (!workers.empty()) absl::StrAppend(&d.line, "; ", workers);
+    absl::StrAppend(&d.line, "; input keeps up");
+    return d;
+  }
+  if (d.copy_fraction >= kCopyBoundFraction) {
+    d.verdict = Verdict::kClientBound;
+    d.line = absl::StrFormat(
+        "client-bound: %s; copy into buffers dominates (%s of wall time) → "
+        "use pinned buffers or a faster copy path",
+        waited, Percent(d.copy_fraction));
+    return d;
+  }
+  if (d.daemon_busy_fraction < 0) {
+    d.verdict = Verdict::kInputBoundUnknownCause;
+    d.line = absl::StrFormat(
+        "input-bound: %s; stream at %s; daemon status unavailable", waited,
+        FormatBytesPerSecond(d.stream_bytes_per_second));
+    return d;
+  }
+  if (d.daemon_busy_fraction >= kSaturatedBusyFraction) {
+    d.verdict = Verdict::kInputBound;
+    d.line = absl::StrFormat("input-bound: %s; %s → add workers or a daemon",
+                             waited, workers);
+    return d;
+  }
+  d.verdict = Verdict::kNetworkBound;
+  d.line = absl::StrFormat(
+      "network-bound: %s; %s, stream at %s → check the link between "
+      "trainer and daemon",
+      waited, workers, FormatBytesPerSecond(d.stream_bytes_per_second));
+  return d;
+}
+
+}  // namespace batchd::client

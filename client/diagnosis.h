@@ -1,0 +1,89 @@
+// Diagnosis: says in one plain line what limits a training run's input,
+// from the client's stall accounting (Loader::Stats over an interval) and
+// the daemon's admin status (batchd.v1.ServerStatus), so that the verdict
+// spans the network boundary.
+//
+//   Loader::Stats start = loader->stats();
+//   ... train an epoch ...
+//   Diagnosis d = Diagnose(loader->stats().Since(start), &status_before,
+//                          &status_after);
+//   std::puts(d.line.c_str());
+//   // input-bound: waited 43 % of wall time; daemon workers 100 % busy
+//   //   (1 worker) → add workers or a daemon
+//
+// The rules, in order (thresholds below):
+//   1. no steps in the interval                 → unknown
+//   2. waited < kInputBoundWaitFraction         → compute-bound
+//      (waited: the steady share, without each epoch's first batch)
+//   3. copy takes >= kCopyBoundFraction of wall → client-bound
+//   4. no daemon status                         → input-bound (cause unknown)
+//   5. daemon workers >= kSaturatedBusyFraction → input-bound (workers)
+//   6. otherwise: the daemon has spare workers and the bytes still arrive
+//      too slowly                               → network-bound
+//
+// Pure functions of their inputs; thread-safe.
+#ifndef BATCHD_CLIENT_DIAGNOSIS_H_
+#define BATCHD_CLIENT_DIAGNOSIS_H_
+
+#include <string>
+
+#include "batchd/v1/admin.pb.h"
+#include "client/loader.h"
+
+namespace batchd::client {
+
+// The trainer waited for input for less than this share of wall time: the
+// input pipeline keeps up.
+inline constexpr double kInputBoundWaitFraction = 0.10;
+// The daemon's workers were busy at least this share of their time: they are
+// the limit.
+inline constexpr double kSaturatedBusyFraction = 0.75;
+// The receive thread spent at least this share of wall time copying bytes
+// into buffers: the client side is the limit.
+inline constexpr double kCopyBoundFraction = 0.50;
+
+enum class Verdict {
+  kUnknown,
+  kComputeBound,
+  // Input-bound, daemon workers saturated.
+  kInputBound,
+  // Input-bound, daemon status unavailable: the cause is not known.
+  kInputBoundUnknownCause,
+  kNetworkBound,
+  kClientBound,
+};
+
+struct Diagnosis {
+  Verdict verdict = Verdict::kUnknown;
+  // One plain line, e.g. "compute-bound: waited 0.4 % of wall time; ...".
+  std::string line;
+  // The figures the verdict rests on. `waited_fraction` is
+  // Stats::steady_waited_fraction(): each epoch's first batch, while the
+  // pipeline fills, is left out.
+  double waited_fraction = 0;
+  double copy_fraction = 0;
+  // Daemon worker busy fraction over the interval; < 0 when unknown.
+  double daemon_busy_fraction = -1;
+  uint32_t daemon_workers = 0;
+  // Pixel bytes per second received by the client over the interval.
+  double stream_bytes_per_second = 0;
+};
+
+// "compute-bound", "input-bound", "network-bound", "client-bound", "unknown".
+const char* VerdictName(Verdict verdict);
+
+// Diagnoses `interval` (Loader::Stats::Since). `daemon_before` and
+// `daemon_after` are the daemon's status at the interval's start and end;
+// either may be null. With both, the busy fraction is exact over the
+// interval (ratio of busy to alive worker seconds); with only
+// `daemon_after`, its recent busy_fraction is used.
+Diagnosis Diagnose(const Loader::Stats& interval,
+                   const batchd::v1::ServerStatus* daemon_before,
+                   const batchd::v1::ServerStatus* daemon_after);
+
+// "1.1 GB/s", "35.2 MB/s", "800 B/s".
+std::string FormatBytesPerSecond(double bytes_per_second);
+
+}  // namespace batchd::client
+
+#endif  // BATCHD_CLIENT_DIAGNOSIS_H_

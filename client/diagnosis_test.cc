@@ -1,0 +1,144 @@
+#include "client/diagnosis.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace batchd::client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// An interval of `wall_s` seconds with `waited_s` spent in Next() over 100
+// steps of 1 MB, `copy_s` copying.
+Loader::Stats Interval(double wall_s, double waited_s, double copy_s = 0) {
+  Loader::Stats s;
+  s.batches = 100;
+  s.images = 6400;
+  s.bytes = 100'000'000;
+  s.received_bytes = 100'000'000;
+  s.wall = absl::Seconds(wall_s);
+  s.waited = absl::Seconds(waited_s);
+  s.compute = absl::Seconds(wall_s - waited_s);
+  s.copy = absl::Seconds(copy_s);
+  return s;
+}
+
+batchd::v1::ServerStatus Daemon(uint32_t workers, double busy_s,
+                                double alive_s) {
+  batchd::v1::ServerStatus status;
+  status.set_workers(workers);
+  status.set_worker_busy_seconds(busy_s);
+  status.set_worker_alive_seconds(alive_s);
+  status.set_busy_fraction(alive_s > 0 ? busy_s / alive_s : 0);
+  return status;
+}
+
+TEST(DiagnosisTest, LittleWaitingIsComputeBound) {
+  const auto before = Daemon(4, 0, 0);
+  const auto after = Daemon(4, 14, 40);
+  const Diagnosis d = Diagnose(Interval(10, 0.04), &before, &after);
+  EXPECT_EQ(d.verdict, Verdict::kComputeBound);
+  EXPECT_EQ(d.line,
+            "compute-bound: waited 0.4 % of wall time; daemon workers 35 % "
+            "busy (4 workers); input keeps up");
+}
+
+TEST(DiagnosisTest, WaitingWithSaturatedWorkersIsInputBound) {
+  const auto before = Daemon(1, 100, 100);
+  const auto after = Daemon(1, 110, 110);
+  const Diagnosis d = Diagnose(Interval(10, 4.3), &before, &after);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  EXPECT_EQ(d.line,
+            "input-bound: waited 43 % of wall time; daemon workers 100 % busy "
+            "(1 worker) → add workers or a daemon");
+  EXPECT_DOUBLE_EQ(d.daemon_busy_fraction, 1.0);
+}
+
+TEST(DiagnosisTest, WaitingWithIdleWorkersIsNetworkBound) {
+  const auto before = Daemon(8, 0, 0);
+  const auto after = Daemon(8, 28, 80);
+  Loader::Stats interval = Interval(10, 6);
+  interval.received_bytes = 11'000'000'000;
+  const Diagnosis d = Diagnose(interval, &before, &after);
+  EXPECT_EQ(d.verdict, Verdict::kNetworkBound);
+  EXPECT_THAT(d.line, StartsWith("network-bound: waited 60 % of wall time; "
+                                 "daemon workers 35 % busy (8 workers), "
+                                 "stream at 1.1 GB/s"));
+}
+
+TEST(DiagnosisTest, CopyDominatingIsClientBound) {
+  const auto after = Daemon(8, 10, 80);
+  const Diagnosis d = Diagnose(Interval(10, 5, 7), nullptr, &after);
+  EXPECT_EQ(d.verdict, Verdict::kClientBound);
+  EXPECT_THAT(d.line, StartsWith("client-bound: waited 50 % of wall time; "
+                                 "copy into buffers dominates (70 %"));
+}
+
+TEST(DiagnosisTest, WithoutDaemonStatusTheCauseIsUnknown) {
+  const Diagnosis d = Diagnose(Interval(10, 5), nullptr, nullptr);
+  EXPECT_EQ(d.verdict, Verdict::kInputBoundUnknownCause);
+  EXPECT_STREQ(VerdictName(d.verdict), "input-bound");
+  EXPECT_THAT(d.line, HasSubstr("daemon status unavailable"));
+  EXPECT_LT(d.daemon_busy_fraction, 0);
+}
+
+TEST(DiagnosisTest, OnlyTheLaterStatusUsesItsRecentBusyFraction) {
+  batchd::v1::ServerStatus after = Daemon(2, 0, 0);
+  after.set_busy_fraction(0.9);
+  EXPECT_EQ(Diagnose(Interval(10, 5), nullptr, &after).verdict,
+            Verdict::kInputBound);
+  after.set_busy_fraction(0.2);
+  EXPECT_EQ(Diagnose(Interval(10, 5), nullptr, &after).verdict,
+            Verdict::kNetworkBound);
+}
+
+TEST(DiagnosisTest, ARestartedDaemonFallsBackToTheRecentFraction) {
+  batchd::v1::ServerStatus before = Daemon(2, 500, 600);
+  batchd::v1::ServerStatus after = Daemon(2, 5, 6);
+  after.set_busy_fraction(0.1);
+  EXPECT_EQ(Diagnose(Interval(10, 5), &before, &after).verdict,
+            Verdict::kNetworkBound);
+}
+
+TEST(DiagnosisTest, TheFirstBatchOfAnEpochDoesNotMakeItInputBound) {
+  // 1 s filling the pipeline, then 0.1 s of waiting over 9 s of steps.
+  Loader::Stats interval = Interval(10, 1.1);
+  interval.startup_waited = absl::Seconds(1);
+  const auto after = Daemon(2, 1, 20);
+  const Diagnosis d = Diagnose(interval, nullptr, &after);
+  EXPECT_EQ(d.verdict, Verdict::kComputeBound);
+  EXPECT_THAT(d.line, StartsWith("compute-bound: waited 1.1 % of wall time"));
+}
+
+TEST(DiagnosisTest, NoStepsIsUnknown) {
+  Loader::Stats empty;
+  empty.wall = absl::Seconds(3);
+  const Diagnosis d = Diagnose(empty, nullptr, nullptr);
+  EXPECT_EQ(d.verdict, Verdict::kUnknown);
+  EXPECT_STREQ(VerdictName(d.verdict), "unknown");
+}
+
+TEST(DiagnosisTest, StatsSinceAndRates) {
+  Loader::Stats a = Interval(10, 4, 1);
+  Loader::Stats b = Interval(30, 6, 2);
+  b.batches = 300;
+  b.bytes = 300'000'000;
+  const Loader::Stats d = b.Since(a);
+  EXPECT_EQ(d.batches, 200u);
+  EXPECT_EQ(d.wall, absl::Seconds(20));
+  EXPECT_DOUBLE_EQ(d.waited_fraction(), 0.1);
+  EXPECT_DOUBLE_EQ(d.copy_fraction(), 0.05);
+  EXPECT_DOUBLE_EQ(d.batches_per_second(), 10);
+  EXPECT_DOUBLE_EQ(d.bytes_per_second(), 10e6);
+  EXPECT_DOUBLE_EQ(Loader::Stats().waited_fraction(), 0);
+}
+
+TEST(DiagnosisTest, FormatsRates) {
+  EXPECT_EQ(FormatBytesPerSecond(1.1e9), "1.1 GB/s");
+  EXPECT_EQ(FormatBytesPerSecond(35.2e6), "35.2 MB/s");
+  EXPECT_EQ(FormatBytesPerSecond(800), "800 B/s");
+}
+
+}  // namespace
+}  // namespace batchd::client
