@@ -93,8 +93,6 @@ class DeviceLoaderCore {
   size_t max_output_bytes = 0;
   // Host path: the output slots. Empty on the device path.
   std::vector<std::unique_ptr<HostBuffer>> host_outputs;
-  // Device path: the copy engine. Null on the host path.
-  std::unique_ptr<cuda::CopyEngine> engine;
 
   // Device path, consumer thread only: received batches whose pinned bytes
   // the copy stream may still be reading, oldest first. Each holds a slot
@@ -104,6 +102,10 @@ class DeviceLoaderCore {
     cuda::EventHandle input_consumed;
   };
   std::deque<Pending> pending;
+  // Device path: the copy engine. Null on the host path. Declared after
+  // `pending` so that it is destroyed first: its destructor drains the copy
+  // stream before the pinned batches it reads are released.
+  std::unique_ptr<cuda::CopyEngine> engine;
 
   absl::Mutex mu;
   // Host path: which output slots a DeviceBatch holds.
