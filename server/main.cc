@@ -3,8 +3,10 @@
 //
 //   batchd --dataset imagenet=/data/imagenet/train --workers 8 --port 7070
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -55,6 +57,7 @@ constexpr char kUsage[] =
     "Usage: batchd --dataset name=path [--dataset ...] [--config file]\n"
     "              [--port 7070] [--workers N] [--max-buffer-bytes B]\n"
     "              [--metrics-port 7071]\n"
+    "       batchd top [--endpoint host:port,...] [--once]  (= batchd-top)\n"
     "Flags may be spelled with '-' or '_'.";
 
 // absl flags are spelled with '_'; accept '-' too (--max-buffer-bytes).
@@ -98,6 +101,30 @@ void WritePortFile(const std::string& path, int port) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
+// `batchd top ...` runs the batchd-top tool: next to this binary (an
+// install), in ../client/ (a build tree), or on PATH.
+int ExecTop(int argc, char** argv) {
+  std::vector<std::string> candidates;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string dir(self, n);
+    dir = dir.substr(0, dir.rfind('/'));
+    candidates.push_back(dir + "/batchd-top");
+    candidates.push_back(dir + "/../client/batchd-top");
+  }
+  std::vector<char*> args = {const_cast<char*>("batchd-top")};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  for (const std::string& path : candidates) {
+    if (access(path.c_str(), X_OK) == 0) execv(path.c_str(), args.data());
+  }
+  execvp("batchd-top", args.data());
+  std::fprintf(stderr, "batchd: cannot run batchd-top: %s\n",
+               strerror(errno));
+  return 2;
+}
+
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "batchd: %s\n", std::string(status.message()).c_str());
   return 2;
@@ -107,6 +134,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   using batchd::server::BatchdServer;
+  if (argc > 1 && std::strcmp(argv[1], "top") == 0) return ExecTop(argc, argv);
   absl::SetProgramUsageMessage(kUsage);
   std::vector<std::string> storage, dataset_flags;
   std::vector<char*> args = NormaliseArgs(argc, argv, &storage, &dataset_flags);

@@ -1,0 +1,85 @@
+#include "client/top_view.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace batchd::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+batchd::v1::ServerStatus Status(uint64_t decoded, double read_s,
+                                uint64_t batches) {
+  batchd::v1::ServerStatus s;
+  s.set_workers(4);
+  s.set_busy_fraction(0.5);
+  s.set_queued_samples(12);
+  s.set_uptime_seconds(3725);
+  s.set_samples_decoded(decoded);
+  s.set_samples_substituted(2);
+  s.mutable_stage_seconds()->set_read(read_s);
+  s.mutable_stage_seconds()->set_decode(2 * read_s);
+  s.mutable_stage_seconds()->set_send(batches * 0.001);
+  batchd::v1::JobStatus* job = s.add_jobs();
+  job->set_job("alpha");
+  job->set_streams(2);
+  job->set_batches_sent(batches);
+  job->set_images_per_second(640.5);
+  job->set_bytes_per_second(96.3e6);
+  job->set_substitutions(1);
+  return s;
+}
+
+TEST(TopViewTest, RendersDaemonsJobsAndStages) {
+  std::vector<DaemonSample> samples = {
+      {"localhost:7070", Status(1000, 1.0, 10), absl::Now()},
+      {"otherhost:7070", absl::UnavailableError("connection refused"),
+       absl::Now()}};
+  const std::vector<std::string> lines = RenderTop(samples, nullptr, 80, 24);
+  ASSERT_EQ(lines.size(), 7u);
+  EXPECT_EQ(lines[0], "batchd top: 2 daemons, 1 reachable");
+  EXPECT_THAT(lines[1], StartsWith("DAEMON"));
+  EXPECT_EQ(lines[2],
+            "localhost:7070           1h02m    4   50%     12    640.5     "
+            "96.3      2");
+  EXPECT_EQ(lines[3],
+            "  ms/img read 1.00 decode 2.00 transform 0.00  ms/batch send "
+            "1.00 (since start)");
+  EXPECT_THAT(lines[4], StartsWith("  JOB"));
+  EXPECT_THAT(lines[5], StartsWith("  alpha                      2    640.5"));
+  EXPECT_EQ(lines[6], "otherhost:7070         unreachable: connection refused");
+}
+
+TEST(TopViewTest, StageTimesUseThePreviousPoll) {
+  std::vector<DaemonSample> before = {
+      {"d", Status(1000, 1.0, 10), absl::Now()}};
+  std::vector<DaemonSample> now = {{"d", Status(1500, 3.0, 20), absl::Now()}};
+  const std::vector<std::string> lines = RenderTop(now, &before, 100, 24);
+  // 2 s of reads over 500 images; 10 ms of sends over 10 batches.
+  EXPECT_THAT(lines[3], HasSubstr("read 4.00 decode 8.00"));
+  EXPECT_THAT(lines[3], HasSubstr("send 1.00 (last interval)"));
+}
+
+TEST(TopViewTest, FitsTheTerminal) {
+  std::vector<DaemonSample> samples;
+  for (int i = 0; i < 10; ++i) {
+    samples.push_back({"a-rather-long-daemon-host-name.example.com:7070",
+                       Status(100, 0.1, 1), absl::Now()});
+  }
+  const std::vector<std::string> lines = RenderTop(samples, nullptr, 40, 24);
+  ASSERT_EQ(lines.size(), 24u);
+  for (const std::string& line : lines) EXPECT_LE(line.size(), 40u);
+  EXPECT_THAT(lines.back(), StartsWith("... 19 more lines"));
+}
+
+TEST(TopViewTest, FormatsUptime) {
+  EXPECT_EQ(FormatUptime(42), "42s");
+  EXPECT_EQ(FormatUptime(307), "5m07s");
+  EXPECT_EQ(FormatUptime(3725), "1h02m");
+  EXPECT_EQ(FormatUptime(266400), "3d02h");
+}
+
+}  // namespace
+}  // namespace batchd::client
