@@ -1,13 +1,14 @@
-// NativeLoader and NativeBatch: the C++ side of the `batchd` Python package
-// (module `batchd._native`). They wrap client::Loader and client::Batch
-// (client/loader.h) with what Python needs and C++ does not:
+// FetchingLoader and NativeBatch: the C++ side of the `batchd` Python
+// package (module `batchd._native`). They wrap a client loader
+// (client::Loader from client/loader.h, or client::DeviceLoader from
+// client/device_loader.h when that is built) with what Python needs and C++
+// does not:
 //
-// - NativeBatch owns one client::Batch (a lease on a ring slot) and exports
-//   its pixels through the buffer protocol, so torch.frombuffer() wraps the
-//   slot without copying. The slot goes back to the ring when the last
-//   Python object that holds the NativeBatch (a tensor's storage, a
-//   memoryview) dies, or on Release().
-// - NativeLoader runs client::Loader::Next() on a fetch thread and waits for
+// - NativeBatch owns one batch (a lease on a ring or output slot) and the
+//   bindings export its memory without copying (buffer protocol or DLPack),
+//   so torch wraps the slot. The slot goes back to its loader when the last
+//   Python object holding the NativeBatch dies, or on Release().
+// - FetchingLoader runs the loader's Next() on a fetch thread and waits for
 //   it in short slices with the GIL released, checking for signals between
 //   slices, so Ctrl-C interrupts a wait for data at once. An interrupted
 //   fetch stays in flight; its batch is kept and returned by the next
@@ -16,10 +17,10 @@
 // No Python here: errors are absl::Status, and the bindings (module.cc)
 // turn them into Python exceptions.
 //
-// Thread-safety: a NativeLoader is used by one Python thread at a time (the
-// bindings hold the GIL when they enter it). Stats() and LiveBatches() may be
-// called from any thread. A NativeBatch may be released on any thread, also
-// after its loader is closed.
+// Thread-safety: a FetchingLoader is used by one Python thread at a time
+// (the bindings hold the GIL when they enter it). Stats() and LiveBatches()
+// may be called from any thread. A NativeBatch may be released on any
+// thread, also after its loader is closed.
 #ifndef BATCHD_PYTHON_NATIVE_NATIVE_LOADER_H_
 #define BATCHD_PYTHON_NATIVE_NATIVE_LOADER_H_
 
@@ -27,10 +28,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
-#include <vector>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -42,74 +42,97 @@
 
 namespace batchd::python {
 
-// One batch handed to Python. Move-only; see the file comment.
+// The plain client::Loader under a loader type (see LoaderTraits).
+inline const client::Loader& BaseLoader(const client::Loader& loader) {
+  return loader;
+}
+
+// One batch handed to Python: client::Batch or client::DeviceBatch.
+// Move-only; see the file comment.
+template <typename BatchT>
 class NativeBatch {
  public:
-  NativeBatch(client::Batch batch, std::shared_ptr<std::atomic<int64_t>> live);
+  NativeBatch(BatchT batch, std::shared_ptr<std::atomic<int64_t>> live)
+      : batch_(std::move(batch)), live_(std::move(live)) {
+    live_->fetch_add(1);
+  }
   NativeBatch(const NativeBatch&) = delete;
   NativeBatch& operator=(const NativeBatch&) = delete;
-  ~NativeBatch();
+  ~NativeBatch() { Release(); }
 
-  const client::Batch& batch() const { return batch_; }
-  // Pixels; nullptr after Release().
-  uint8_t* data() const { return const_cast<uint8_t*>(batch_.data()); }
+  const BatchT& batch() const { return batch_; }
+  // The batch's memory; nullptr after Release().
+  void* data() const { return const_cast<void*>(static_cast<const void*>(
+      batch_.data())); }
   size_t size() const { return batch_.size(); }
   bool released() const { return batch_.data() == nullptr; }
-  // Returns the slot to the ring now. Idempotent. Any view of the pixels
-  // taken before must not be used afterwards.
-  void Release();
+  // Returns the slot now. Idempotent. Views of the memory taken before
+  // must not be used afterwards.
+  void Release() {
+    if (batch_.data() == nullptr) return;
+    batch_.Release();
+    live_->fetch_sub(1);
+  }
 
  private:
-  client::Batch batch_;
+  BatchT batch_;
   // Count of unreleased NativeBatches of one loader; shared with it.
   std::shared_ptr<std::atomic<int64_t>> live_;
 };
 
-// Everything that decides a batch (client::LoaderOptions in Python terms).
-struct NativeLoaderOptions {
-  std::string endpoint;
-  batchd::v1::Plan plan;
-  uint32_t prefetch = 4;
-  absl::Duration connect_timeout = absl::Seconds(10);
-};
+// Runs `f` with the GIL released (supplied by the bindings).
+using WithoutGil = std::function<void(const std::function<void()>&)>;
+// Called between waiting slices with the GIL held; a non-OK status (for
+// example CANCELLED for a pending KeyboardInterrupt) ends the wait. The
+// fetch stays in flight.
+using InterruptCheck = std::function<absl::Status()>;
 
-// Streams one plan. See the file comment.
-class NativeLoader {
+// Streams one plan through a LoaderT (client::Loader or
+// client::DeviceLoader) whose Next() returns BatchT. See the file comment.
+template <typename LoaderT, typename BatchT>
+class FetchingLoader {
  public:
-  // Called between waiting slices with the GIL held; a non-OK status (for
-  // example CANCELLED for a pending KeyboardInterrupt) ends the wait and is
-  // returned by Next(). The fetch stays in flight.
-  using InterruptCheck = std::function<absl::Status()>;
+  using Batch = NativeBatch<BatchT>;
 
-  // Connects and opens the plan (client::Loader::Create). Blocks up to
-  // 2 x `options.connect_timeout`.
-  static absl::StatusOr<std::unique_ptr<NativeLoader>> Create(
-      NativeLoaderOptions options);
-  NativeLoader(const NativeLoader&) = delete;
-  NativeLoader& operator=(const NativeLoader&) = delete;
+  explicit FetchingLoader(std::unique_ptr<LoaderT> loader)
+      : opened_(BaseLoader(*loader).opened()),
+        window_(BaseLoader(*loader).window()),
+        loader_(std::move(loader)),
+        result_(absl::UnknownError("no batch fetched")) {
+    fetcher_ = std::thread([this] { FetchLoop(); });
+  }
+  FetchingLoader(const FetchingLoader&) = delete;
+  FetchingLoader& operator=(const FetchingLoader&) = delete;
   // Close().
-  ~NativeLoader();
+  ~FetchingLoader() { Close(); }
 
   const batchd::v1::PlanOpened& opened() const { return opened_; }
   uint32_t window() const { return window_; }
+  // The wrapped loader, for type-specific queries; null once closed.
+  // REQUIRES: no other thread closes the loader meanwhile.
+  const LoaderT* loader() const {
+    absl::MutexLock lock(&mu_);
+    return loader_.get();
+  }
 
-  // client::Loader::StartEpoch. First waits for a fetch still in flight
-  // (after an interrupted Next()) and drops its batch. `without_gil` and
-  // `check` as for Next().
+  // LoaderT::StartEpoch. First waits for a fetch still in flight (after an
+  // interrupted Next()) and drops its batch.
   absl::Status StartEpoch(uint64_t epoch, uint64_t first_batch,
-                          const std::function<void(std::function<void()>)>&
-                              without_gil,
+                          const WithoutGil& without_gil,
                           const InterruptCheck& check);
 
   // The next batch of the epoch, or nullptr at its end (OUT_OF_RANGE).
-  // Blocks until it has arrived. `without_gil(f)` runs f with the GIL
-  // released; `check` runs between slices of kWaitSlice with the GIL held.
-  absl::StatusOr<std::unique_ptr<NativeBatch>> Next(
-      const std::function<void(std::function<void()>)>& without_gil,
-      const InterruptCheck& check);
+  // Blocks until it has arrived, in slices of kWaitSlice without the GIL,
+  // running `check` between them.
+  absl::StatusOr<std::unique_ptr<Batch>> Next(const WithoutGil& without_gil,
+                                              const InterruptCheck& check);
 
-  client::Loader::Stats Stats() const;
-  // NativeBatches of this loader alive and not released.
+  client::Loader::Stats Stats() const {
+    absl::MutexLock lock(&mu_);
+    if (loader_ == nullptr) return client::Loader::Stats();
+    return BaseLoader(*loader_).stats();
+  }
+  // Batches of this loader alive and not released.
   int64_t LiveBatches() const { return live_->load(); }
 
   // Ends the stream and joins the fetch thread. Batches already handed out
@@ -117,43 +140,192 @@ class NativeLoader {
   // kCloseGrace for it; its batch is dropped. Idempotent. Blocks; call
   // without the GIL.
   void Close();
-  bool closed() const;
+  bool closed() const {
+    absl::MutexLock lock(&mu_);
+    return closing_;
+  }
 
   // How long one waiting slice lasts: the latency of Ctrl-C.
   static constexpr absl::Duration kWaitSlice = absl::Milliseconds(50);
   static constexpr absl::Duration kCloseGrace = absl::Seconds(1);
 
  private:
-  explicit NativeLoader(std::unique_ptr<client::Loader> loader);
   void FetchLoop();
   // Waits for the fetch in flight to finish, in slices.
-  absl::Status AwaitFetch(
-      const std::function<void(std::function<void()>)>& without_gil,
-      const InterruptCheck& check);
+  absl::Status AwaitFetch(const WithoutGil& without_gil,
+                          const InterruptCheck& check);
 
   // Constant after construction.
-  batchd::v1::PlanOpened opened_;
-  uint32_t window_ = 0;
-  std::shared_ptr<std::atomic<int64_t>> live_ =
+  const batchd::v1::PlanOpened opened_;
+  const uint32_t window_;
+  const std::shared_ptr<std::atomic<int64_t>> live_ =
       std::make_shared<std::atomic<int64_t>>(0);
 
   mutable absl::Mutex mu_;
   // The loader; moved out and destroyed by Close(). The fetch thread calls
   // its Next() and the consumer its StartEpoch(), never both at once: the
   // consumer waits for a fetch in flight first.
-  std::unique_ptr<client::Loader> loader_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<LoaderT> loader_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   // A Next() was asked of the fetch thread and has not been collected.
   bool requested_ ABSL_GUARDED_BY(mu_) = false;
   // The fetch thread has finished the request; `result_` holds its answer.
   bool done_ ABSL_GUARDED_BY(mu_) = false;
-  absl::StatusOr<client::Batch> result_ ABSL_GUARDED_BY(mu_);
+  absl::StatusOr<BatchT> result_ ABSL_GUARDED_BY(mu_);
   std::thread fetcher_;
 };
 
 // ListDatasets on the daemon at `endpoint`.
 absl::StatusOr<batchd::v1::ListDatasetsResponse> ListDatasets(
     const std::string& endpoint, absl::Duration timeout);
+
+// ---- Implementation ----
+
+template <typename LoaderT, typename BatchT>
+void FetchingLoader<LoaderT, BatchT>::FetchLoop() {
+  for (;;) {
+    LoaderT* loader = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return closing_ || (requested_ && !done_);
+      };
+      mu_.Await(absl::Condition(&has_work));
+      if (closing_) {
+        if (requested_ && !done_) {
+          result_ = absl::CancelledError("the loader is closed");
+          done_ = true;
+        }
+        return;
+      }
+      loader = loader_.get();
+    }
+    // Close() destroys the loader only after this call returns, or, for a
+    // daemon that stopped answering, after kCloseGrace; destroying it wakes
+    // this call with CANCELLED. (The client has no other way to wake a
+    // blocked Next().)
+    absl::StatusOr<BatchT> batch = loader->Next();
+    absl::MutexLock lock(&mu_);
+    result_ = std::move(batch);
+    done_ = true;
+  }
+}
+
+template <typename LoaderT, typename BatchT>
+absl::Status FetchingLoader<LoaderT, BatchT>::AwaitFetch(
+    const WithoutGil& without_gil, const InterruptCheck& check) {
+  for (;;) {
+    bool done = false;
+    without_gil([this, &done] {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&done_), kWaitSlice);
+      done = done_;
+    });
+    if (done) return absl::OkStatus();
+    absl::Status status = check();
+    if (!status.ok()) return status;
+  }
+}
+
+template <typename LoaderT, typename BatchT>
+absl::Status FetchingLoader<LoaderT, BatchT>::StartEpoch(
+    uint64_t epoch, uint64_t first_batch, const WithoutGil& without_gil,
+    const InterruptCheck& check) {
+  bool in_flight = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) return absl::FailedPreconditionError("the loader is closed");
+    in_flight = requested_;
+  }
+  if (in_flight) {
+    // An interrupted Next() left a fetch running; the new range replaces it.
+    absl::Status status = AwaitFetch(without_gil, check);
+    if (!status.ok()) return status;
+    absl::StatusOr<BatchT> dropped(absl::UnknownError(""));
+    {
+      absl::MutexLock lock(&mu_);
+      dropped = std::move(result_);
+      result_ = absl::UnknownError("no batch fetched");
+      requested_ = false;
+      done_ = false;
+    }
+    without_gil([&dropped] { dropped = absl::UnknownError(""); });
+  }
+  absl::Status status;
+  without_gil([this, epoch, first_batch, &status] {
+    LoaderT* loader;
+    {
+      absl::MutexLock lock(&mu_);
+      loader = loader_.get();
+    }
+    status = loader == nullptr
+                 ? absl::FailedPreconditionError("the loader is closed")
+                 : loader->StartEpoch(epoch, first_batch);
+  });
+  return status;
+}
+
+template <typename LoaderT, typename BatchT>
+absl::StatusOr<std::unique_ptr<NativeBatch<BatchT>>>
+FetchingLoader<LoaderT, BatchT>::Next(const WithoutGil& without_gil,
+                                      const InterruptCheck& check) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) return absl::FailedPreconditionError("the loader is closed");
+    if (!requested_) {
+      requested_ = true;
+      done_ = false;
+    }
+  }
+  absl::Status status = AwaitFetch(without_gil, check);
+  if (!status.ok()) return status;
+  absl::StatusOr<BatchT> result(absl::UnknownError(""));
+  {
+    absl::MutexLock lock(&mu_);
+    result = std::move(result_);
+    result_ = absl::UnknownError("no batch fetched");
+    requested_ = false;
+    done_ = false;
+  }
+  if (absl::IsOutOfRange(result.status())) return nullptr;
+  if (!result.ok()) return result.status();
+  return std::make_unique<Batch>(*std::move(result), live_);
+}
+
+template <typename LoaderT, typename BatchT>
+void FetchingLoader<LoaderT, BatchT>::Close() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) return;
+    closing_ = true;
+    if (requested_ && !done_) {
+      // Usually the batch is on its way; give it a moment.
+      mu_.AwaitWithTimeout(absl::Condition(&done_), kCloseGrace);
+    }
+  }
+  // The loader's destructor half-closes or cancels the stream and joins its
+  // reader; a Next() still blocked in the fetch thread wakes with CANCELLED.
+  std::unique_ptr<LoaderT> loader;
+  {
+    absl::MutexLock lock(&mu_);
+    loader = std::move(loader_);
+  }
+  loader.reset();
+  if (fetcher_.joinable()) fetcher_.join();
+  absl::StatusOr<BatchT> dropped(absl::UnknownError(""));
+  absl::MutexLock lock(&mu_);
+  dropped = std::move(result_);
+  result_ = absl::CancelledError("the loader is closed");
+  requested_ = false;
+  done_ = false;
+}
+
+// The plain loader.
+using NativeLoader = FetchingLoader<client::Loader, client::Batch>;
+
+// Connects and opens the plan (client::Loader::Create).
+absl::StatusOr<std::unique_ptr<NativeLoader>> CreateNativeLoader(
+    client::LoaderOptions options);
 
 }  // namespace batchd::python
 

@@ -1,0 +1,189 @@
+// Pieces shared by the bindings of batchd._native (module.cc and, when the
+// client's DeviceLoader is built, device_module.cc): status to exception,
+// GIL release and signal checks for FetchingLoader, the Python object of a
+// batch, plan options from keyword arguments, and the methods every loader
+// binding has.
+#ifndef BATCHD_PYTHON_NATIVE_MODULE_COMMON_H_
+#define BATCHD_PYTHON_NATIVE_MODULE_COMMON_H_
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "client/loader.h"
+#include "python/native/native_loader.h"
+
+namespace batchd::python {
+
+namespace py = pybind11;
+
+// Raises the Python exception for a non-OK `status`: a Python error already
+// pending (KeyboardInterrupt from CheckSignals), or the exception that
+// batchd.errors.from_status(code, message) builds.
+[[noreturn]] void ThrowStatus(const absl::Status& status);
+
+// Runs `f` with the GIL released.
+void RunWithoutGil(const std::function<void()>& f);
+
+// Between waiting slices: lets Python's signal handlers run, so Ctrl-C
+// raises KeyboardInterrupt while we wait for data. The exception stays
+// pending and ThrowStatus() raises it.
+absl::Status CheckSignals();
+
+// client::LoaderOptions from the keyword arguments of a loader binding.
+// Raises ValueError for options that do not fit together.
+client::LoaderOptions LoaderOptionsFromArgs(
+    const std::string& endpoint, const std::string& dataset,
+    uint32_t batch_size, uint64_t seed, bool shuffle, bool drop_last,
+    uint32_t rank, uint32_t world_size, const std::string& job,
+    const std::string& mode, uint32_t size,
+    std::optional<std::pair<float, float>> scale,
+    std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
+    uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
+    double connect_timeout);
+
+const char* LayoutName(batchd::v1::Layout layout);
+
+// The Python object of one batch. Releasing the slot may send a request on
+// the stream, so it is done without the GIL when the interpreter allows.
+template <typename BatchT>
+class PyBatch {
+ public:
+  explicit PyBatch(std::unique_ptr<NativeBatch<BatchT>> batch)
+      : batch_(std::move(batch)) {}
+  ~PyBatch() { Release(); }
+
+  void Release() {
+    if (batch_ == nullptr) return;
+    if (PyGILState_Check() && !_Py_IsFinalizing()) {
+      py::gil_scoped_release release;
+      batch_.reset();
+    } else {
+      batch_.reset();
+    }
+  }
+  NativeBatch<BatchT>& get() {
+    if (batch_ == nullptr || batch_->released()) {
+      throw py::value_error("the batch has been released");
+    }
+    return *batch_;
+  }
+  // Hands the batch over (e.g. to a DLPack capsule).
+  std::unique_ptr<NativeBatch<BatchT>> Take() {
+    get();
+    return std::move(batch_);
+  }
+  bool released() const { return batch_ == nullptr || batch_->released(); }
+
+ private:
+  std::unique_ptr<NativeBatch<BatchT>> batch_;
+};
+
+// Binds what every loader binding shares: the opened plan's figures, the
+// ring, start_epoch, stats and close.
+template <typename L>
+void BindLoaderCommon(py::class_<L>& cls) {
+  cls.def_property_readonly(
+         "batches_per_epoch",
+         [](L& self) { return self.opened().batches_per_epoch(); })
+      .def_property_readonly(
+          "samples_per_epoch",
+          [](L& self) { return self.opened().samples_per_epoch(); })
+      .def_property_readonly(
+          "max_batch_bytes",
+          [](L& self) { return self.opened().max_batch_bytes(); })
+      .def_property_readonly("shape",
+                             [](L& self) {
+                               const auto& shape = self.opened().shape();
+                               py::tuple out(shape.size());
+                               for (int i = 0; i < shape.size(); ++i) {
+                                 out[i] = py::int_(shape[i]);
+                               }
+                               return out;
+                             })
+      .def_property_readonly(
+          "layout", [](L& self) { return LayoutName(self.opened().layout()); })
+      .def_property_readonly("window", &L::window,
+                             "Ring slots: the daemon's granted window capped "
+                             "at prefetch.")
+      .def_property_readonly("live_batches", &L::LiveBatches,
+                             "Batches handed out and not yet released.")
+      .def_property_readonly("closed", &L::closed)
+      .def(
+          "start_epoch",
+          [](L& self, uint64_t epoch, uint64_t first_batch) {
+            absl::Status status = self.StartEpoch(epoch, first_batch,
+                                                  RunWithoutGil, CheckSignals);
+            if (!status.ok()) ThrowStatus(status);
+          },
+          py::arg("epoch"), py::arg("first_batch") = 0)
+      .def("stats",
+           [](L& self) {
+             client::Loader::Stats stats = self.Stats();
+             py::dict out;
+             out["batches"] = stats.batches;
+             out["bytes"] = stats.bytes;
+             out["waited_s"] = absl::ToDoubleSeconds(stats.waited);
+             out["wall_s"] = absl::ToDoubleSeconds(stats.wall);
+             return out;
+           })
+      .def("close", &L::Close, py::call_guard<py::gil_scoped_release>(),
+           "Ends the stream. Batches already handed out stay valid.");
+}
+
+// The batch metadata every batch binding shares.
+template <typename BatchT>
+void BindBatchCommon(py::class_<PyBatch<BatchT>>& cls) {
+  using P = PyBatch<BatchT>;
+  cls.def_property_readonly("epoch",
+                            [](P& self) { return self.get().batch().epoch; })
+      .def_property_readonly(
+          "batch_index", [](P& self) { return self.get().batch().batch_index; })
+      .def_property_readonly(
+          "sample_indices",
+          [](P& self) { return self.get().batch().sample_indices; })
+      .def_property_readonly("labels",
+                             [](P& self) { return self.get().batch().labels; })
+      .def_property_readonly("shape",
+                             [](P& self) {
+                               const auto& shape = self.get().batch().shape;
+                               py::tuple out(shape.size());
+                               for (size_t i = 0; i < shape.size(); ++i) {
+                                 out[i] = py::int_(shape[i]);
+                               }
+                               return out;
+                             })
+      .def_property_readonly(
+          "substitutions",
+          [](P& self) {
+            py::list out;
+            for (const auto& s : self.get().batch().substitutions) {
+              out.append(py::make_tuple(
+                  s.position(), s.original_index(), s.substitute_index(),
+                  batchd::v1::SubstitutionReason_Name(s.reason()), s.detail()));
+            }
+            return out;
+          },
+          "(position, original_index, substitute_index, reason, detail) per "
+          "substituted sample")
+      .def_property_readonly(
+          "address",
+          [](P& self) { return reinterpret_cast<uintptr_t>(self.get().data()); },
+          "Address of the first byte (the slot's memory).")
+      .def_property_readonly("nbytes", [](P& self) { return self.get().size(); })
+      .def_property_readonly("released", &P::released)
+      .def("release", &P::Release,
+           "Returns the slot now. Views of the memory taken before must not "
+           "be used afterwards.");
+}
+
+}  // namespace batchd::python
+
+#endif  // BATCHD_PYTHON_NATIVE_MODULE_COMMON_H_
