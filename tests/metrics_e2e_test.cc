@@ -1,0 +1,204 @@
+// End-to-end: the daemon's /metrics page, parsed by the real Prometheus
+// parser (python3-prometheus-client, via tests/metrics_page.py), carries the
+// known numbers of a run: batches, images, bytes, substitutions by reason,
+// rejected requests by code, stage sample counts.
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/loader.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/daemon_process.h"
+#include "tests/e2e_helpers.h"
+
+namespace batchd::testing {
+namespace {
+
+using batchd::client::Batch;
+using batchd::client::Loader;
+using batchd::client::LoaderOptions;
+using ::testing::HasSubstr;
+
+constexpr int kImages = 40;
+constexpr uint32_t kBatchSize = 8;
+constexpr uint32_t kSize = 32;
+constexpr uint64_t kEpochs = 2;
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+std::string ReadPortFile(const std::string& path) {
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream in(path);
+    std::string port;
+    if (in >> port) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "";
+}
+
+// Sample line ("name{labels}") -> value, as parsed by prometheus_client.
+using Page = std::map<std::string, double>;
+
+absl::StatusOr<Page> ScrapeWithPrometheusParser(const std::string& url) {
+  const CommandResult run = RunCommand(
+      {"/usr/bin/python3", BATCHD_SOURCE_DIR "/tests/metrics_page.py", url});
+  if (run.exit_code != 0) {
+    return absl::InternalError("metrics_page.py failed (" +
+                               std::to_string(run.exit_code) +
+                               "): " + run.output);
+  }
+  Page page;
+  std::istringstream lines(run.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    page[line.substr(0, space)] = std::strtod(line.c_str() + space + 1, nullptr);
+  }
+  return page;
+}
+
+class MetricsE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::string> dir = MakeDataset(kImages, 4, 5);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    // Bad samples whose verdict does not depend on the crop.
+    const std::vector<std::string> order = ImageFolderOrder(*dir);
+    WriteFile(order[3], "");
+    WriteFile(order[17], "");
+    WriteFile(order[30], "not a JPEG at all\n");
+    dataset_ = new std::string(*dir);
+  }
+  static void TearDownTestSuite() {
+    delete dataset_;
+    dataset_ = nullptr;
+  }
+  static std::string* dataset_;
+};
+
+std::string* MetricsE2eTest::dataset_ = nullptr;
+
+TEST_F(MetricsE2eTest, PageParsesAndMatchesTheRun) {
+  const std::string dir = MakeTempDir("metrics-port");
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "2",
+                            "--metrics-port", "0", "--metrics-port-file",
+                            dir + "/metrics-port"}));
+  const std::string port = ReadPortFile(dir + "/metrics-port");
+  ASSERT_FALSE(port.empty()) << daemon->Log();
+  const std::string url = "http://127.0.0.1:" + port + "/metrics";
+  EXPECT_THAT(daemon->Log(), HasSubstr(":" + port + "/metrics"));
+
+  // A refused plan: one rejection with INVALID_ARGUMENT.
+  LoaderOptions refused;
+  refused.endpoint = daemon->endpoint();
+  refused.plan = EvalPlan("no-such-dataset", kBatchSize, kSize, 1);
+  EXPECT_EQ(Loader::Create(std::move(refused)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  v1::Plan plan = EvalPlan("d", kBatchSize, kSize, 1);
+  plan.set_job("metrics-job");
+  uint64_t batches = 0, images = 0, bytes = 0, substitutions = 0;
+  {
+    LoaderOptions options;
+    options.endpoint = daemon->endpoint();
+    options.plan = plan;
+    E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+                             Loader::Create(std::move(options)));
+    for (uint64_t epoch = 0; epoch < kEpochs; ++epoch) {
+      ASSERT_TRUE(loader->StartEpoch(epoch).ok());
+      for (;;) {
+        absl::StatusOr<Batch> batch = loader->Next();
+        if (absl::IsOutOfRange(batch.status())) break;
+        ASSERT_TRUE(batch.ok()) << batch.status();
+        ++batches;
+        images += batch->sample_indices.size();
+        bytes += batch->size();
+        substitutions += batch->substitutions.size();
+      }
+    }
+  }
+  ASSERT_EQ(batches, kEpochs * kImages / kBatchSize);
+  ASSERT_EQ(substitutions, kEpochs * 3);
+
+  // The daemon counts a batch once its last chunk is handed to gRPC, which
+  // may be just after the client has it: wait for the count to settle.
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<v1::ServerStatus> status =
+        GetServerStatus(daemon->endpoint());
+    ASSERT_TRUE(status.ok()) << status.status();
+    const v1::JobStatus* job = FindJob(*status, "metrics-job");
+    if (job != nullptr && job->batches_sent() == batches &&
+        job->streams() == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+
+  E2E_ASSERT_OK_AND_ASSIGN(Page page, ScrapeWithPrometheusParser(url));
+  const std::string job = "{job=\"metrics-job\"}";
+  EXPECT_EQ(page["batchd_job_batches_total" + job], batches);
+  EXPECT_EQ(page["batchd_job_images_total" + job], images);
+  EXPECT_EQ(page["batchd_job_bytes_total" + job], bytes);
+  EXPECT_EQ(page["batchd_job_substitutions_total" + job], substitutions);
+  EXPECT_EQ(page["batchd_job_streams" + job], 0);
+  EXPECT_EQ(page["batchd_substitutions_total{reason=\"empty_file\"}"],
+            kEpochs * 2);
+  EXPECT_EQ(page["batchd_substitutions_total{reason=\"not_jpeg\"}"], kEpochs);
+  EXPECT_EQ(page["batchd_rejected_requests_total{code=\"INVALID_ARGUMENT\"}"],
+            1);
+  EXPECT_EQ(page["batchd_samples_decoded_total{}"], images);
+  // One observation per batch for the per-batch stages.
+  EXPECT_EQ(page["batchd_stage_seconds_count{stage=\"assemble\"}"], batches);
+  EXPECT_EQ(page["batchd_stage_seconds_count{stage=\"send\"}"], batches);
+  // Per sample: at least every sample read once; every good sample decoded.
+  EXPECT_GE(page["batchd_stage_seconds_count{stage=\"read\"}"], images);
+  EXPECT_GE(page["batchd_stage_seconds_count{stage=\"decode\"}"],
+            images - substitutions);
+  EXPECT_GT(page["batchd_stage_seconds_sum{stage=\"decode\"}"], 0);
+  EXPECT_EQ(page["batchd_batches_outstanding{}"], 0);
+  EXPECT_EQ(page["batchd_workers{}"], 2);
+  EXPECT_EQ(page.count("batchd_worker_busy_ratio{}"), 1u);
+  EXPECT_GT(page["batchd_worker_busy_seconds_total{}"], 0);
+  EXPECT_EQ(page["batchd_queue_depth{queue=\"decode\"}"], 0);
+  EXPECT_EQ(page["batchd_queue_depth{queue=\"read\"}"], 0);
+  EXPECT_GT(page["batchd_process_resident_memory_bytes{}"], 1 << 20);
+  EXPECT_GT(page["batchd_buffer_limit_bytes{}"], 0);
+  EXPECT_EQ(daemon->Stop(), 0);
+}
+
+TEST_F(MetricsE2eTest, BadMetricsPortsAreClearErrors) {
+  CommandResult bad = RunCommand({BuiltBinary("server/batchd"), "--dataset",
+                                  "d=" + *dataset_, "--port", "0",
+                                  "--metrics-port", "70000"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.output, HasSubstr("--metrics-port is 70000"));
+
+  // A metrics port already in use: a clear error, not a silent share.
+  const std::string dir = MakeTempDir("metrics-busy");
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> first,
+      DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--metrics-port",
+                            "0", "--metrics-port-file", dir + "/port"}));
+  const std::string port = ReadPortFile(dir + "/port");
+  ASSERT_FALSE(port.empty());
+  CommandResult busy = RunCommand({BuiltBinary("server/batchd"), "--dataset",
+                                   "d=" + *dataset_, "--port", "0",
+                                   "--metrics-port", port});
+  EXPECT_EQ(busy.exit_code, 2);
+  EXPECT_THAT(busy.output, HasSubstr("cannot listen for metrics"));
+}
+
+}  // namespace
+}  // namespace batchd::testing
