@@ -41,6 +41,11 @@ Status NormalizeOnDevice(const uint8_t*, void*, const NormalizeParams&,
   return NotBuilt();
 }
 
+bool NormalizeGroupsOnHostForTest(const uint8_t*, void*,
+                                  const NormalizeParams&) {
+  return false;
+}
+
 class CopyEngine::Impl {};
 
 CopyEngine::CopyEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -85,6 +85,13 @@ void NormalizeCpu(const uint8_t* src, void* dst, const NormalizeParams& params);
 Status NormalizeOnDevice(const uint8_t* device_src, void* device_dst,
                          const NormalizeParams& params, StreamHandle stream);
 
+// Runs the GPU kernel's fast path (NHWC RGB -> NCHW, h*w % 4 == 0, 16-byte
+// aligned buffers) on the host, to check its indexing without a device.
+// False, writing nothing, when the fast path does not apply or the library
+// was built without CUDA.
+bool NormalizeGroupsOnHostForTest(const uint8_t* src, void* dst,
+                                  const NormalizeParams& params);
+
 // Rounding to nearest even, as __float2half_rn and __float2bfloat16_rn do.
 uint16_t FloatToHalfBits(float value);
 uint16_t FloatToBFloat16Bits(float value);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -179,6 +180,39 @@ MINI_TEST(Normalize, RejectsBadParameters) {
   MINI_EXPECT_EQ(out[0], -1.0f);
   MINI_EXPECT_TRUE(std::fabs(out[1] - 1.0f) < 1e-6f);
   MINI_EXPECT_TRUE(std::fabs(out[2] - (-0.6f)) < 1e-6f);
+}
+
+// The GPU kernel's fast path (4 pixels per thread, vector stores), run on
+// the host: same bytes as the reference for every output type.
+MINI_TEST(Normalize, KernelFastPathIndexingMatchesReference) {
+  if (!BuiltWithCuda()) MINI_SKIP("built without CUDA");
+  for (DType dtype :
+       {DType::kUint8, DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    NormalizeSpec spec;
+    spec.dtype = dtype;
+    spec.mean = kMean;
+    spec.std = kStd;
+    NormalizeParams p;
+    MINI_ASSERT_OK(MakeNormalizeParams({3, 8, 12, 3}, Layout::kNHWC, spec, &p));
+    const std::vector<uint8_t> bytes = RandomBytes(p.input_bytes(), 5);
+    std::unique_ptr<uint8_t, void (*)(void*)> src(
+        static_cast<uint8_t*>(std::aligned_alloc(64, 64 * 1024)), std::free);
+    std::unique_ptr<uint8_t, void (*)(void*)> got(
+        static_cast<uint8_t*>(std::aligned_alloc(64, 64 * 1024)), std::free);
+    std::memcpy(src.get(), bytes.data(), bytes.size());
+    std::memset(got.get(), 0xee, p.output_bytes());
+    MINI_ASSERT_TRUE(NormalizeGroupsOnHostForTest(src.get(), got.get(), p));
+    std::vector<uint8_t> want(p.output_bytes());
+    NormalizeCpu(src.get(), want.data(), p);
+    MINI_EXPECT_TRUE(std::memcmp(got.get(), want.data(), want.size()) == 0);
+    // Not taken for other layouts, channel counts or h*w % 4 != 0.
+    NormalizeParams other;
+    MINI_ASSERT_OK(MakeNormalizeParams({3, 7, 5, 3}, Layout::kNHWC, spec, &other));
+    MINI_EXPECT_TRUE(!NormalizeGroupsOnHostForTest(src.get(), got.get(), other));
+    spec.layout = Layout::kNHWC;
+    MINI_ASSERT_OK(MakeNormalizeParams({3, 8, 12, 3}, Layout::kNHWC, spec, &other));
+    MINI_EXPECT_TRUE(!NormalizeGroupsOnHostForTest(src.get(), got.get(), other));
+  }
 }
 
 // Without a device (or without CUDA) everything reports UNAVAILABLE, which
