@@ -164,7 +164,9 @@ class DeviceLoader {
   // device it returns before the copy completes. OUT_OF_RANGE at the end
   // of the epoch and the Loader's other errors; FAILED_PRECONDITION, with
   // nothing consumed, when all `depth` output slots are held (release a
-  // DeviceBatch).
+  // DeviceBatch). A CUDA error while enqueueing the copy is returned with
+  // its code (RESOURCE_EXHAUSTED, INTERNAL, ...); that batch counts as
+  // consumed: Restore() to a checkpoint to read it again.
   absl::StatusOr<DeviceBatch> Next();
 
   // True when batches are on the GPU.
