@@ -33,7 +33,7 @@ import time
 # a build tree (both on sys.path).
 __path__ = pkgutil.extend_path(__path__, __name__)
 
-from . import errors  # noqa: E402
+from . import _native, errors  # noqa: E402
 from ._native import NativeLoader, list_datasets  # noqa: E402,F401
 from .errors import BatchdError  # noqa: E402,F401
 
@@ -91,6 +91,15 @@ class Loader:
         dtype without ``normalize`` gives pixels scaled to 0..1 (ToTensor).
       job: job name for the daemon's fair sharing and metrics.
       connect_timeout: seconds to wait for the daemon and its answer.
+      backend: ``"auto"``, ``"host"`` or ``"device"``. ``"device"`` uses the
+        C++ DeviceLoader (pinned ring, copy stream, normalisation kernel on
+        a GPU; its C++ CPU normaliser without one); ``"host"`` the plain
+        ring with torch doing the copy and normalisation; ``"auto"`` picks
+        ``"device"`` for a CUDA ``device`` when the module has it and CUDA
+        is usable from C++, else ``"host"``.
+      depth: output slots of the ``"device"`` backend (batches whose
+        tensors may be alive at once; 2-3 keep one copying while one is
+        used).
 
     Raises :class:`batchd.errors.BatchdError` (a subclass per status code)
     with the daemon's message when the plan is refused or the daemon cannot
@@ -102,7 +111,7 @@ class Loader:
                  resize_shorter=None, layout="nchw", seed=0, shuffle=True,
                  drop_last=False, rank=None, world_size=None, prefetch=4,
                  device="cpu", normalize=None, dtype=None, job="",
-                 connect_timeout=10.0):
+                 connect_timeout=10.0, backend="auto", depth=3):
         import torch
 
         self._native = None
@@ -125,14 +134,32 @@ class Loader:
         self.seed = seed
         self._setup_output(normalize, dtype)
 
-        self._native = NativeLoader(
-            endpoint, dataset, batch_size, seed=seed, shuffle=shuffle,
-            drop_last=drop_last, rank=rank, world_size=world_size, job=job,
-            mode=mode, size=size,
+        plan = dict(
+            seed=seed, shuffle=shuffle, drop_last=drop_last, rank=rank,
+            world_size=world_size, job=job, mode=mode, size=size,
             scale=None if scale is None else tuple(scale),
             ratio=None if ratio is None else tuple(ratio), flip=flip,
             resize_shorter=resize_shorter or 0, layout=layout,
             prefetch=prefetch, connect_timeout=connect_timeout)
+        if backend not in ("auto", "host", "device"):
+            raise ValueError(f"backend must be auto, host or device, not "
+                             f"{backend!r}")
+        if backend == "device" and not _native.HAVE_DEVICE_LOADER:
+            raise ValueError("backend='device': this build of batchd has no "
+                             "DeviceLoader")
+        self.backend = "host"
+        if backend == "device" or (backend == "auto" and
+                                   self.device.type == "cuda" and
+                                   _native.HAVE_DEVICE_LOADER):
+            native = self._open_device_loader(endpoint, dataset, batch_size,
+                                              plan, normalize, depth)
+            if backend == "device" or native.path == "cuda":
+                self._native = native
+                self.backend = "device"
+            else:
+                native.close()  # C++ sees no usable GPU: torch copies
+        if self._native is None:
+            self._native = NativeLoader(endpoint, dataset, batch_size, **plan)
         self.endpoint = endpoint
         self._length = self._native.batches_per_epoch
         # The epoch (and first batch) the next __iter__ starts.
@@ -148,6 +175,26 @@ class Loader:
         # Time spent waiting for batches, and batches yielded.
         self.waited_s = 0.0
         self.batches = 0
+
+    def _open_device_loader(self, endpoint, dataset, batch_size, plan,
+                            normalize, depth):
+        import torch
+
+        names = {torch.uint8: "uint8", torch.float32: "float32",
+                 torch.float16: "float16", torch.bfloat16: "bfloat16"}
+        out_dtype = self._float_dtype or torch.uint8
+        if out_dtype not in names:
+            raise ValueError(f"backend 'device' produces {list(names)}, not "
+                             f"{out_dtype}")
+        mean, std = ((), ()) if normalize is None else normalize
+        on_cuda = self.device.type == "cuda"
+        stream = (torch.cuda.current_stream(self.device).cuda_stream
+                  if on_cuda else 0)
+        return _native.NativeDeviceLoader(
+            endpoint, dataset, batch_size, dtype=names[out_dtype],
+            mean=[float(m) for m in mean], std=[float(s) for s in std],
+            depth=depth, consumer_stream=stream, force_host=not on_cuda,
+            **plan)
 
     def _setup_output(self, normalize, dtype):
         import torch
@@ -232,29 +279,46 @@ class Loader:
             yield out
 
     def _next_native(self, native):
+        if self.backend == "device":
+            import torch
+            stream = (torch.cuda.current_stream(self.device).cuda_stream
+                      if self.device.type == "cuda" else 0)
+            fetch = lambda: native.next(stream)  # noqa: E731
+        else:
+            fetch = native.next
         try:
-            return native.next()
+            return fetch()
         except errors.FailedPreconditionError:
-            if native.live_batches < native.window:
+            if native.live_batches == 0:
                 raise
         # Every slot is leased. Tensors caught in reference cycles may be
         # unreachable already: collect them and try once more.
         gc.collect()
         self._reap_copies(wait=True)
         try:
-            return native.next()
+            return fetch()
         except errors.FailedPreconditionError as error:
             raise errors.FailedPreconditionError(
                 error.code,
-                f"all {native.window} slots of the ring are held by live "
-                f"tensors from this loader, so it cannot read ahead. Free "
-                f"them, .clone() the ones you keep, or raise prefetch. "
-                f"({error.message})") from None
+                f"all slots of the ring are held by live tensors from this "
+                f"loader ({native.live_batches}), so it cannot read ahead. "
+                f"Free them, .clone() the ones you keep, or raise prefetch "
+                f"(or depth). ({error.message})") from None
 
     def _to_tensors(self, batch):
         import torch
 
         labels = torch.tensor(batch.labels, dtype=torch.int64)
+        if self.backend == "device":
+            # The DeviceLoader's output slot, final dtype and layout; the
+            # capsule hands the batch to the tensor, whose deleter releases
+            # the slot (after the work queued on the consumer stream).
+            index = self.device.index or 0
+            from torch.utils.dlpack import from_dlpack
+            images = from_dlpack(batch.to_dlpack(index))
+            if self.device.type == "cuda":
+                labels = labels.to(self.device, non_blocking=True)
+            return images, labels
         # Wraps the slot: the tensor's storage holds `batch`, which holds
         # the slot until the storage is freed.
         pixels = torch.frombuffer(batch, dtype=torch.uint8).view(batch.shape)

@@ -42,10 +42,12 @@
 
 namespace batchd::python {
 
-// The plain client::Loader under a loader type (see LoaderTraits).
-inline const client::Loader& BaseLoader(const client::Loader& loader) {
-  return loader;
-}
+// The plain client::Loader under a loader type: itself, or (specialised
+// next to its bindings) the Loader a DeviceLoader wraps.
+template <typename LoaderT>
+struct LoaderTraits {
+  static const client::Loader& Base(const LoaderT& loader) { return loader; }
+};
 
 // One batch handed to Python: client::Batch or client::DeviceBatch.
 // Move-only; see the file comment.
@@ -95,8 +97,8 @@ class FetchingLoader {
   using Batch = NativeBatch<BatchT>;
 
   explicit FetchingLoader(std::unique_ptr<LoaderT> loader)
-      : opened_(BaseLoader(*loader).opened()),
-        window_(BaseLoader(*loader).window()),
+      : opened_(LoaderTraits<LoaderT>::Base(*loader).opened()),
+        window_(LoaderTraits<LoaderT>::Base(*loader).window()),
         loader_(std::move(loader)),
         result_(absl::UnknownError("no batch fetched")) {
     fetcher_ = std::thread([this] { FetchLoop(); });
@@ -130,7 +132,7 @@ class FetchingLoader {
   client::Loader::Stats Stats() const {
     absl::MutexLock lock(&mu_);
     if (loader_ == nullptr) return client::Loader::Stats();
-    return BaseLoader(*loader_).stats();
+    return LoaderTraits<LoaderT>::Base(*loader_).stats();
   }
   // Batches of this loader alive and not released.
   int64_t LiveBatches() const { return live_->load(); }
