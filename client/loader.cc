@@ -614,7 +614,8 @@ std::optional<batchd::v1::ServerStatus> LoaderCore::FetchStatus() {
 }
 
 Diagnosis LoaderCore::Diagnose() {
-  std::optional<batchd::v1::ServerStatus> now = FetchStatus();
+  // The client's figures first: the status RPC below is neither waiting nor
+  // compute, and must not dilute the waited share.
   Loader::Stats interval;
   std::optional<batchd::v1::ServerStatus> start;
   {
@@ -624,6 +625,7 @@ Diagnosis LoaderCore::Diagnose() {
     interval = current.Since(epoch_start_stats_);
     start = epoch_start_status_;
   }
+  std::optional<batchd::v1::ServerStatus> now = FetchStatus();
   return client::Diagnose(interval, start ? &*start : nullptr,
                           now ? &*now : nullptr);
 }
