@@ -361,9 +361,10 @@ int Run() {
     absl::PrintF("daemon stages: unavailable (%s)\n", why.ToString());
   }
   absl::PrintF(
-      "client: waited %.1f%%, compute %.1f%%, copy %.1f%% of wall time over "
-      "%d steps\n",
+      "client: waited %.1f%% (%.1f%% after each epoch's first batch), "
+      "compute %.1f%%, copy %.1f%% of wall time over %d steps\n",
       100 * run_interval.waited_fraction(),
+      100 * run_interval.steady_waited_fraction(),
       100 * run_interval.compute_fraction(),
       100 * run_interval.copy_fraction(), run_interval.batches);
   const Diagnosis diagnosis =

@@ -30,14 +30,14 @@ std::string StageLine(const ServerStatus& now, const ServerStatus* before) {
   uint64_t images = now.samples_decoded();
   uint64_t batches = 0;
   for (const auto& job : now.jobs()) batches += job.batches_sent();
-  const char* over = "since start";
+  const char* over = "avg";
   if (before != nullptr && now.samples_decoded() > before->samples_decoded()) {
     a = before->stage_seconds();
     images = now.samples_decoded() - before->samples_decoded();
     uint64_t batches_before = 0;
     for (const auto& job : before->jobs()) batches_before += job.batches_sent();
     batches = batches >= batches_before ? batches - batches_before : 0;
-    over = "last interval";
+    over = "now";
   }
   if (images == 0) return "  stages: no samples decoded yet";
   const double per_image = 1e3 / static_cast<double>(images);

@@ -27,7 +27,8 @@ struct DaemonSample {
 // Renders a frame of at most `height` lines, each at most `width` columns
 // (display width; the text is ASCII). `previous` (may be null, or hold other
 // endpoints) turns cumulative stage times into figures over the last poll
-// interval; without it they are averages since the daemon started.
+// interval, marked "(now)"; without it they are averages since the daemon
+// started, marked "(avg)".
 std::vector<std::string> RenderTop(const std::vector<DaemonSample>& samples,
                                    const std::vector<DaemonSample>* previous,
                                    int width, int height);

@@ -46,7 +46,7 @@ TEST(TopViewTest, RendersDaemonsJobsAndStages) {
             "96.3      2");
   EXPECT_EQ(lines[3],
             "  ms/img read 1.00 decode 2.00 transform 0.00  ms/batch send "
-            "1.00 (since start)");
+            "1.00 (avg)");
   EXPECT_THAT(lines[4], StartsWith("  JOB"));
   EXPECT_THAT(lines[5], StartsWith("  alpha                      2    640.5"));
   EXPECT_EQ(lines[6], "otherhost:7070         unreachable: connection refused");
@@ -59,7 +59,7 @@ TEST(TopViewTest, StageTimesUseThePreviousPoll) {
   const std::vector<std::string> lines = RenderTop(now, &before, 100, 24);
   // 2 s of reads over 500 images; 10 ms of sends over 10 batches.
   EXPECT_THAT(lines[3], HasSubstr("read 4.00 decode 8.00"));
-  EXPECT_THAT(lines[3], HasSubstr("send 1.00 (last interval)"));
+  EXPECT_THAT(lines[3], HasSubstr("send 1.00 (now)"));
 }
 
 TEST(TopViewTest, FitsTheTerminal) {

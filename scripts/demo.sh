@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo: generate a sample dataset, start the daemon, stream two epochs
-# with the command-line client, stop the daemon cleanly.
+# The demo: generate a sample dataset, start the daemon (with its Prometheus
+# endpoint), stream two epochs with the command-line client, show one frame
+# of `batchd top`, stop the daemon cleanly, and end with the diagnosis.
 #   scripts/demo.sh [build-dir]
 set -euo pipefail
 BUILD=${1:-build}
@@ -19,18 +20,26 @@ RUN=$(mktemp -d)
 trap 'kill -TERM "$DAEMON" 2>/dev/null || true; rm -rf "$RUN"' EXIT
 echo "== starting batchd with $WORKERS workers"
 "$BUILD/server/batchd" --dataset "demo=$DATA" --port 0 --port-file "$RUN/port" \
+  --metrics-port 0 --metrics-port-file "$RUN/metrics-port" \
   --workers "$WORKERS" &
 DAEMON=$!
 for _ in $(seq 100); do [ -s "$RUN/port" ] && break; sleep 0.1; done
 [ -s "$RUN/port" ] || { echo "batchd did not start" >&2; exit 1; }
 PORT=$(cat "$RUN/port")
+METRICS_URL="http://localhost:$(cat "$RUN/metrics-port")/metrics"
+echo "== Prometheus metrics at $METRICS_URL"
 
 echo "== streaming 2 epochs (RandomResizedCrop 224 + flip, batch 64, uint8 NHWC)"
 "$BUILD/client/batchd-client" --endpoint "localhost:$PORT" --dataset demo \
-  --batch_size 64 --epochs 2 --size 224 --verify
+  --batch_size 64 --epochs 2 --size 224 --verify --job demo | tee "$RUN/client.txt"
+
+echo "== batchd top (one frame; without --once it refreshes every second)"
+"$BUILD/client/batchd-top" --endpoint "localhost:$PORT" --once
 
 echo "== stopping batchd"
 kill -TERM "$DAEMON"
 wait "$DAEMON"
 trap 'rm -rf "$RUN"' EXIT
-echo "== done"
+echo "== done. While a daemon runs with --metrics-port, Prometheus scrapes"
+echo "   $METRICS_URL (this one is gone now; see docs/observability.md)."
+echo "== $(grep '^diagnosis: ' "$RUN/client.txt" | tail -1)"
