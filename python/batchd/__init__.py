@@ -272,11 +272,13 @@ class Loader:
             self.waited_s += time.perf_counter() - started
             if batch is None:
                 return
-            out = self._to_tensors(batch)
-            del batch
             self._position = (epoch, self._position[1] + 1)
             self.batches += 1
-            yield out
+            # The frame keeps no reference to what it yields (no local names
+            # it): the slot is the consumer's to free.
+            box = [batch]
+            del batch
+            yield self._to_tensors(box.pop())
 
     def _next_native(self, native):
         if self.backend == "device":

@@ -82,3 +82,39 @@ def test_ctrl_c_interrupts_a_wait_for_data_and_closes(fresh_daemon):
         os.kill(fresh_daemon.process.pid, signal.SIGCONT)
     assert child.returncode == 3, err
     assert out.startswith("interrupted; closed in"), (out, err)
+
+
+def test_waiting_for_data_releases_the_gil(fresh_daemon):
+    import threading
+    loader = batchd.Loader(fresh_daemon.endpoint, "tiny", 4, size=16,
+                           rank=0, world_size=1, prefetch=2)
+    iterator = iter(loader)
+    next(iterator)
+    os.kill(fresh_daemon.process.pid, signal.SIGSTOP)
+    outcome = []
+
+    def consume():
+        try:
+            for _ in iterator:
+                pass
+            outcome.append("finished")
+        except batchd.errors.BatchdError as error:
+            outcome.append(error.code)
+
+    waiter = threading.Thread(target=consume)
+    try:
+        waiter.start()
+        time.sleep(0.2)  # the waiter is now blocked on the stopped daemon
+        assert waiter.is_alive() and not outcome, outcome
+        # Pure Python work on this thread runs while the other waits.
+        spins = 0
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            spins += 1
+        assert spins > 1000
+        assert waiter.is_alive()
+    finally:
+        os.kill(fresh_daemon.process.pid, signal.SIGCONT)
+    waiter.join(timeout=20)
+    assert outcome == ["finished"]
+    loader.close()

@@ -117,3 +117,21 @@ def test_closed_loader_refuses_to_iterate(daemon):
     loader.close()
     with pytest.raises(batchd.errors.FailedPreconditionError, match="closed"):
         iter(loader)
+
+
+def test_the_iterator_does_not_hold_the_batch_it_yielded(daemon):
+    # prefetch=1 streams as long as the consumer drops each batch before
+    # asking for the next: the iterator itself keeps no reference.
+    with make(daemon, prefetch=1) as loader:
+        iterator = iter(loader)
+        count = 0
+        while True:
+            try:
+                images, labels = next(iterator)
+            except StopIteration:
+                break
+            assert loader.live_batches == 1
+            del images, labels
+            assert loader.live_batches == 0
+            count += 1
+        assert count == len(loader) == 12
