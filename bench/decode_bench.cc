@@ -22,6 +22,11 @@
 #include "server/plan/transform.h"
 #include "tools/jpeg_synth.h"
 
+#ifdef BATCHD_HAVE_LIBYUV
+#include "libyuv/scale.h"
+#include "libyuv/scale_rgb.h"
+#endif
+
 namespace batchd::bench {
 namespace {
 
@@ -130,6 +135,30 @@ BENCHMARK(BM_Resize)
     ->Args({448, 0, 0})
     ->Args({500, 0, 0})
     ->Args({500, 1, 0});
+
+#ifdef BATCHD_HAVE_LIBYUV
+// libyuv's RGB24 scaler on the same windows, for comparison with Resize:
+// range(1) is the libyuv::FilterMode (2 bilinear, 3 box). No flip, no window
+// offset (libyuv scales whole images; a crop is a pointer offset).
+void BM_ResizeLibyuv(benchmark::State& state) {
+  const int side = static_cast<int>(state.range(0));
+  const auto src = tools::SynthesizeRgb(side, side, /*seed=*/3);
+  std::vector<uint8_t> out(kSampleBytes);
+  const auto filter = static_cast<libyuv::FilterMode>(state.range(1));
+  for (auto _ : state) {
+    libyuv::RGBScale(src.data(), side * 3, side, side, out.data(), kOut * 3,
+                     kOut, kOut, filter);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ResizeLibyuv)
+    ->ArgNames({"side", "filter"})
+    ->Args({300, 2})
+    ->Args({300, 3})
+    ->Args({500, 2})
+    ->Args({500, 3});
+#endif  // BATCHD_HAVE_LIBYUV
 
 // Batch assembly: 64 samples written into a batch buffer, either a fresh
 // allocation per batch (range(0) == 0, as the pipeline does today) or one
