@@ -23,9 +23,10 @@
 //   }  // each Batch returns its slot to the ring when destroyed
 //
 // Thread-safety: Next(), StartEpoch() and Restore() are called by one
-// consumer thread at a time. state(), stats(), opened() and
-// batches_per_epoch() may be called from any thread. A Batch may be released
-// (destroyed) on any thread, also after its Loader is gone.
+// consumer thread at a time. state(), stats(), opened(),
+// batches_per_epoch(), RecordCopy(), Diagnose() and epoch_diagnosis() may be
+// called from any thread. A Batch may be released (destroyed) on any thread,
+// also after its Loader is gone.
 #ifndef BATCHD_CLIENT_LOADER_H_
 #define BATCHD_CLIENT_LOADER_H_
 
