@@ -13,6 +13,7 @@
 #include "batchd/v1/admin.grpc.pb.h"
 #include "batchd/v1/data.grpc.pb.h"
 #include "client/diagnosis.h"
+#include "common/chunk_codec.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -120,7 +121,11 @@ class LoaderCore {
   // Handles one response. REQUIRES: called by the reader thread only.
   absl::Status HandleResponse(StreamResponse& response);
   absl::Status HandleHeader(BatchHeader& header);
-  absl::Status HandleChunk(const BatchChunk& chunk);
+  // Where a chunk's bytes go (its slot, at the next offset), or a protocol
+  // error; then the bookkeeping once they are there.
+  absl::StatusOr<uint8_t*> ChunkDestination(const common::ChunkInfo& chunk);
+  absl::Status ChunkReceived(const common::ChunkInfo& chunk,
+                             absl::Duration copy);
   absl::Status HandleRejected(const RequestRejected& rejected);
   // Maps how the stream ended to the status consumers see.
   absl::Status EndStatus(const grpc::Status& status)
@@ -143,10 +148,11 @@ class LoaderCore {
   // Constant after Open() returns OK.
   std::unique_ptr<BufferAllocator> owned_allocator_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<batchd::v1::DataService::Stub> stub_;
   std::unique_ptr<batchd::v1::AdminService::Stub> admin_stub_;
   grpc::ClientContext context_;  // TryCancel() is thread-safe
-  std::unique_ptr<grpc::ClientReaderWriter<StreamRequest, StreamResponse>>
+  // Responses are read as raw bytes so that chunk data goes straight from
+  // gRPC's buffers into the slot (common/chunk_codec.h).
+  std::unique_ptr<grpc::ClientReaderWriter<StreamRequest, common::RawMessage>>
       stream_;  // Read() by the reader thread; Write/WritesDone/Finish under write_mu_
   PlanOpened opened_;  // written by the reader before opened_received_ is set
   std::vector<Slot> slots_;  // size fixed in Open(); fields as documented
@@ -206,9 +212,14 @@ absl::Status LoaderCore::Open() {
         "could not connect to batchd at ", options_.endpoint, " within ",
         absl::FormatDuration(options_.connect_timeout)));
   }
-  stub_ = batchd::v1::DataService::NewStub(channel_);
   admin_stub_ = batchd::v1::AdminService::NewStub(channel_);
-  stream_ = stub_->StreamBatches(&context_);
+  const grpc::internal::RpcMethod stream_batches(
+      "/batchd.v1.DataService/StreamBatches",
+      grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
+  stream_.reset(grpc::internal::ClientReaderWriterFactory<
+                 StreamRequest, common::RawMessage>::Create(channel_.get(),
+                                                            stream_batches,
+                                                            &context_));
 
   StreamRequest open;
   *open.mutable_open()->mutable_plan() = options_.plan;
@@ -298,13 +309,25 @@ void LoaderCore::Shutdown() {
 }
 
 void LoaderCore::ReaderLoop() {
+  common::RawMessage raw;
   StreamResponse response;
-  while (stream_->Read(&response)) {
-    const uint64_t chunk_bytes = response.has_chunk()
-                                     ? response.chunk().data().size()
-                                     : 0;
-    absl::Status status = HandleResponse(response);
-    if (status.ok() && chunk_bytes > 0) Pace(chunk_bytes);
+  while (stream_->Read(&raw)) {
+    const absl::Time decode_start = absl::Now();
+    common::ChunkInfo chunk;
+    absl::StatusOr<StreamResponse::KindCase> kind = common::DecodeResponse(
+        raw.buffer, &response,
+        [this](const common::ChunkInfo& info) {
+          return ChunkDestination(info);
+        },
+        &chunk);
+    raw.buffer.Clear();
+    absl::Status status = kind.status();
+    if (kind.ok() && *kind == StreamResponse::kChunk) {
+      status = ChunkReceived(chunk, absl::Now() - decode_start);
+      if (status.ok() && chunk.length > 0) Pace(chunk.length);
+    } else if (kind.ok()) {
+      status = HandleResponse(response);
+    }
     if (status.ok() && freed_orphan_) {
       // A slot came free without a consumer involved: use it.
       freed_orphan_ = false;
@@ -316,7 +339,7 @@ void LoaderCore::ReaderLoop() {
         if (error_.ok()) error_ = status;
       }
       context_.TryCancel();
-      while (stream_->Read(&response)) {
+      while (stream_->Read(&raw)) {
       }
       break;
     }
@@ -371,7 +394,8 @@ absl::Status LoaderCore::HandleResponse(StreamResponse& response) {
     case StreamResponse::kHeader:
       return HandleHeader(*response.mutable_header());
     case StreamResponse::kChunk:
-      return HandleChunk(response.chunk());
+      // Decoded and copied by the reader loop; never reaches here.
+      break;
     case StreamResponse::kRejected:
       return HandleRejected(response.rejected());
     case StreamResponse::KIND_NOT_SET:
@@ -428,41 +452,40 @@ absl::Status LoaderCore::HandleHeader(BatchHeader& header) {
   return absl::OkStatus();
 }
 
-absl::Status LoaderCore::HandleChunk(const BatchChunk& chunk) {
-  const Key key{chunk.epoch(), chunk.batch_index()};
-  uint8_t* destination = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    if (receiving_ < 0 || slots_[receiving_].key != key) {
-      return ProtocolError(absl::StrCat(
-          "chunk of ", BatchName(key.first, key.second),
-          ", which is not the batch being received"));
-    }
-    Slot& slot = slots_[receiving_];
-    const uint64_t total = slot.header.total_bytes();
-    if (chunk.offset() != slot.received_bytes) {
-      return ProtocolError(absl::StrCat(
-          "chunk of ", BatchName(key.first, key.second), " at offset ",
-          chunk.offset(), "; expected offset ", slot.received_bytes));
-    }
-    if (chunk.data().size() > total - slot.received_bytes) {
-      return ProtocolError(absl::StrCat(
-          "chunk of ", BatchName(key.first, key.second), " at offset ",
-          chunk.offset(), " with ", chunk.data().size(),
-          " bytes overflows the batch's ", total, " bytes"));
-    }
-    destination = slot.buffer->data() + slot.received_bytes;
+absl::StatusOr<uint8_t*> LoaderCore::ChunkDestination(
+    const common::ChunkInfo& chunk) {
+  const Key key{chunk.epoch, chunk.batch_index};
+  absl::MutexLock lock(&mu_);
+  if (receiving_ < 0 || slots_[receiving_].key != key) {
+    return ProtocolError(absl::StrCat(
+        "chunk of ", BatchName(key.first, key.second),
+        ", which is not the batch being received"));
   }
-  // The slot's bytes belong to this thread while it is kRequested.
-  const absl::Time copy_start = absl::Now();
-  std::memcpy(destination, chunk.data().data(), chunk.data().size());
-  const absl::Duration copy = absl::Now() - copy_start;
+  Slot& slot = slots_[receiving_];
+  const uint64_t total = slot.header.total_bytes();
+  if (chunk.offset != slot.received_bytes) {
+    return ProtocolError(absl::StrCat(
+        "chunk of ", BatchName(key.first, key.second), " at offset ",
+        chunk.offset, "; expected offset ", slot.received_bytes));
+  }
+  if (chunk.length > total - slot.received_bytes) {
+    return ProtocolError(absl::StrCat(
+        "chunk of ", BatchName(key.first, key.second), " at offset ",
+        chunk.offset, " with ", chunk.length, " bytes overflows the batch's ",
+        total, " bytes"));
+  }
+  // The slot's bytes belong to the reader thread while it is kRequested.
+  return slot.buffer->data() + slot.received_bytes;
+}
+
+absl::Status LoaderCore::ChunkReceived(const common::ChunkInfo& chunk,
+                                       absl::Duration copy) {
   absl::MutexLock lock(&mu_);
   Slot& slot = slots_[receiving_];
-  slot.received_bytes += chunk.data().size();
+  slot.received_bytes += chunk.length;
   slot.copy += copy;
   stats_.copy += copy;
-  stats_.received_bytes += chunk.data().size();
+  stats_.received_bytes += chunk.length;
   if (slot.received_bytes == slot.header.total_bytes()) {
     CompleteLocked(receiving_);
     receiving_ = -1;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/chunk_codec.h"
 #include "server/plan/sampler.h"
 
 namespace batchd::server {
@@ -37,13 +38,18 @@ uint64_t BufferBudget::reserved() const {
 // One StreamBatches call. Lifetime: reference-counted; gRPC holds one
 // reference until OnDone, and each batch being built holds one, so a
 // pipeline callback never touches a deleted stream.
+//
+// The stream is raw bytes both ways: requests are parsed here, and a batch's
+// chunks are written as slices of the batch buffer itself
+// (common/chunk_codec.h), so pixels are never copied in user space on the
+// way out.
 class DataServiceImpl::BatchStream final
-    : public grpc::ServerBidiReactor<StreamRequest, StreamResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   explicit BatchStream(DataServiceImpl* service)
       : service_(service),
         cancelled_(std::make_shared<std::atomic<bool>>(false)) {
-    StartRead(&request_);
+    StartRead(&request_bytes_);
   }
 
   void OnReadDone(bool ok) override {
@@ -52,7 +58,18 @@ class DataServiceImpl::BatchStream final
       reads_done_ = true;
     } else {
       bool keep_reading = true;
-      switch (request_.kind_case()) {
+      grpc::Slice bytes;
+      request_.Clear();
+      if (!request_bytes_.DumpToSingleSlice(&bytes).ok() ||
+          !request_.ParseFromArray(bytes.begin(),
+                                   static_cast<int>(bytes.size()))) {
+        request_.Clear();
+        keep_reading = FailStream(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            "the request is not a batchd.v1.StreamRequest"));
+      }
+      switch (keep_reading ? request_.kind_case()
+                           : StreamRequest::KIND_NOT_SET) {
         case StreamRequest::kOpen:
           keep_reading = HandleOpen(request_.open());
           break;
@@ -60,13 +77,14 @@ class DataServiceImpl::BatchStream final
           keep_reading = HandleRequest(request_.request());
           break;
         default:
+          if (!keep_reading) break;
           keep_reading = FailStream(grpc::Status(
               grpc::StatusCode::INVALID_ARGUMENT,
               "empty StreamRequest: set `open` (first message) or "
               "`request`"));
           break;
       }
-      if (keep_reading) StartRead(&request_);
+      if (keep_reading) StartRead(&request_bytes_);
     }
     Pump();
   }
@@ -136,7 +154,8 @@ class DataServiceImpl::BatchStream final
   // A message to send, or a finished batch to send as header + chunks.
   struct Outgoing {
     std::optional<StreamResponse> message;
-    std::unique_ptr<BuiltBatch> batch;
+    // Shared with the chunks' slices, which gRPC may hold after the write.
+    std::shared_ptr<BuiltBatch> batch;
     bool header_sent = false;
     uint64_t offset = 0;
   };
@@ -303,14 +322,14 @@ class DataServiceImpl::BatchStream final
     if (queue_.empty()) return false;
     Outgoing& front = queue_.front();
     if (front.message) {
-      current_ = std::move(*front.message);
+      current_ = common::EncodeMessage(*front.message);
       queue_.pop_front();
       return true;
     }
     BuiltBatch& batch = *front.batch;
-    current_.Clear();
     if (!front.header_sent) {
-      batchd::v1::BatchHeader* header = current_.mutable_header();
+      StreamResponse response;
+      batchd::v1::BatchHeader* header = response.mutable_header();
       header->set_epoch(batch.epoch);
       header->set_batch_index(batch.batch_index);
       header->mutable_sample_indices()->Assign(batch.sample_indices.begin(),
@@ -324,16 +343,16 @@ class DataServiceImpl::BatchStream final
       for (const auto& sub : batch.substitutions) {
         *header->add_substitutions() = sub;
       }
+      current_ = common::EncodeMessage(response);
       front.header_sent = true;
       return true;
     }
     const uint64_t length =
         std::min(kMaxChunkBytes, batch.num_bytes - front.offset);
-    batchd::v1::BatchChunk* chunk = current_.mutable_chunk();
-    chunk->set_epoch(batch.epoch);
-    chunk->set_batch_index(batch.batch_index);
-    chunk->set_offset(front.offset);
-    chunk->set_data(batch.pixels.get() + front.offset, length);
+    current_ = common::EncodeChunk(batch.epoch, batch.batch_index,
+                                   front.offset,
+                                   batch.pixels.get() + front.offset, length,
+                                   front.batch);
     front.offset += length;
     if (front.offset == batch.num_bytes) {
       written_batch_ = CompletedBatch{batch.sample_indices.size(),
@@ -378,6 +397,7 @@ class DataServiceImpl::BatchStream final
   std::atomic<int> refs_{1};  // gRPC's, until OnDone
 
   // Only touched by reactions, which gRPC runs one at a time for reads.
+  grpc::ByteBuffer request_bytes_;
   StreamRequest request_;
 
   absl::Mutex mu_;
@@ -390,8 +410,8 @@ class DataServiceImpl::BatchStream final
   // Accepted batches whose last chunk is not yet handed to a write.
   uint32_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
-  // The message being written; owned by the write in flight.
-  StreamResponse current_;
+  // The serialized message being written; owned by the write in flight.
+  grpc::ByteBuffer current_;
   std::optional<CompletedBatch> written_batch_ ABSL_GUARDED_BY(mu_);
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
@@ -429,7 +449,7 @@ grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
   return reactor;
 }
 
-grpc::ServerBidiReactor<StreamRequest, StreamResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 DataServiceImpl::StreamBatches(grpc::CallbackServerContext* /*context*/) {
   return new BatchStream(this);
 }

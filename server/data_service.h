@@ -55,7 +55,13 @@ class BufferBudget {
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-class DataServiceImpl final : public batchd::v1::DataService::CallbackService {
+// StreamBatches is served raw (ByteBuffer in and out) so that batch chunks
+// go out as slices of the batch buffer; the bytes are the same StreamRequest
+// and StreamResponse messages as in the proto.
+class DataServiceImpl final
+    : public batchd::v1::DataService::WithCallbackMethod_ListDatasets<
+          batchd::v1::DataService::WithRawCallbackMethod_StreamBatches<
+              batchd::v1::DataService::Service>> {
  public:
   // `pipeline` and `stats` are not owned and must outlive this.
   DataServiceImpl(DatasetMap datasets, DataServiceOptions options,
@@ -66,9 +72,8 @@ class DataServiceImpl final : public batchd::v1::DataService::CallbackService {
       const batchd::v1::ListDatasetsRequest* request,
       batchd::v1::ListDatasetsResponse* response) override;
 
-  grpc::ServerBidiReactor<batchd::v1::StreamRequest,
-                          batchd::v1::StreamResponse>*
-  StreamBatches(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamBatches(
+      grpc::CallbackServerContext* context) override;
 
   const BufferBudget& budget() const { return budget_; }
   // Send stage time summed over batches: from a batch finished to its last
