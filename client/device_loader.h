@@ -38,8 +38,8 @@
 //      // destroyed
 //
 // Thread-safety: as Loader: Next(), StartEpoch() and Restore() from one
-// consumer thread at a time; a DeviceBatch may be released on any thread,
-// also after its DeviceLoader is gone.
+// consumer thread at a time; Cancel() from any thread; a DeviceBatch may be
+// released on any thread, also after its DeviceLoader is gone.
 #ifndef BATCHD_CLIENT_DEVICE_LOADER_H_
 #define BATCHD_CLIENT_DEVICE_LOADER_H_
 
@@ -168,6 +168,11 @@ class DeviceLoader {
   // its code (RESOURCE_EXHAUSTED, INTERNAL, ...); that batch counts as
   // consumed: Restore() to a checkpoint to read it again.
   absl::StatusOr<DeviceBatch> Next();
+
+  // Loader::Cancel(): every blocked and later Next() returns CANCELLED
+  // promptly. The owner still destroys the DeviceLoader, once no thread is
+  // inside Next(). Any thread.
+  void Cancel() { loader_->Cancel(); }
 
   // True when batches are on the GPU.
   bool on_device() const;

@@ -75,6 +75,7 @@ class LoaderCore {
 
   absl::Status Open();
   void Shutdown();
+  void Cancel();
 
   const PlanOpened& opened() const { return opened_; }
   uint32_t window() const { return static_cast<uint32_t>(slots_.size()); }
@@ -173,6 +174,8 @@ class LoaderCore {
   bool opened_received_ ABSL_GUARDED_BY(mu_) = false;
   bool ring_ready_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // Cancel() was called: Next() returns CANCELLED from then on.
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
   // Sticky: the first failure of the stream. Once set, nothing is requested.
   absl::Status error_ ABSL_GUARDED_BY(mu_);
@@ -308,6 +311,20 @@ void LoaderCore::Shutdown() {
   reader_.join();
 }
 
+void LoaderCore::Cancel() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return;
+    cancelled_ = true;
+    // Sticky, so StartEpoch() refuses too and the stream's end (CANCELLED
+    // by us, below) is not reported as a lost connection.
+    if (error_.ok()) error_ = absl::CancelledError("the loader was cancelled");
+  }
+  // Thread-safe; wakes the reader's Read() so the reader thread ends. The
+  // reader is joined by Shutdown(), in the destructor.
+  context_.TryCancel();
+}
+
 void LoaderCore::ReaderLoop() {
   common::RawMessage raw;
   StreamResponse response;
@@ -356,6 +373,7 @@ void LoaderCore::ReaderLoop() {
 }
 
 absl::Status LoaderCore::EndStatus(const grpc::Status& status) {
+  if (cancelled_) return absl::CancelledError("the loader was cancelled");
   if (shutdown_) return absl::CancelledError("the loader is shutting down");
   const std::string where = absl::StrCat("batchd at ", options_.endpoint);
   if (status.ok()) {
@@ -671,7 +689,10 @@ void LoaderCore::Pace(uint64_t bytes) {
                absl::Seconds(static_cast<double>(bytes) /
                              options_.max_receive_bytes_per_second);
   absl::MutexLock lock(&mu_);
-  mu_.AwaitWithDeadline(absl::Condition(&shutdown_), link_free_);
+  auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || cancelled_;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&stopped), link_free_);
 }
 
 absl::StatusOr<Batch> LoaderCore::Next(std::shared_ptr<LoaderCore> self) {
@@ -718,6 +739,8 @@ absl::StatusOr<Batch> LoaderCore::NextImpl(std::shared_ptr<LoaderCore> self) {
   for (;;) {
     RequestMore();
     absl::MutexLock lock(&mu_);
+    // Before any ready batch: a cancelled loader hands out nothing more.
+    if (cancelled_) return absl::CancelledError("the loader was cancelled");
     if (!epoch_started_) {
       return absl::FailedPreconditionError(
           "Next() before StartEpoch() or Restore()");
@@ -732,9 +755,10 @@ absl::StatusOr<Batch> LoaderCore::NextImpl(std::shared_ptr<LoaderCore> self) {
       const int index = FindLocked(key);
       return index < 0 || slots_[index].state == SlotState::kReady ||
              slots_[index].state == SlotState::kFailed || !error_.ok() ||
-             shutdown_;
+             shutdown_ || cancelled_;
     };
     mu_.Await(absl::Condition(&resolved));
+    if (cancelled_) return absl::CancelledError("the loader was cancelled");
     const int index = FindLocked(key);
     if (index >= 0 && slots_[index].state == SlotState::kReady) {
       Slot& slot = slots_[index];
@@ -793,7 +817,9 @@ absl::StatusOr<Batch> LoaderCore::NextImpl(std::shared_ptr<LoaderCore> self) {
       }
       // Slots are busy with orphaned batches; wait for one to free up.
       auto slot_freed = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        if (FindLocked(key) >= 0 || !error_.ok() || shutdown_) return true;
+        if (FindLocked(key) >= 0 || !error_.ok() || shutdown_ || cancelled_) {
+          return true;
+        }
         for (const Slot& slot : slots_) {
           if (slot.state == SlotState::kFree) return true;
         }
@@ -897,6 +923,8 @@ absl::Status Loader::Restore(const LoaderState& state) {
 }
 
 Loader::Stats Loader::stats() const { return core_->stats(); }
+
+void Loader::Cancel() { core_->Cancel(); }
 
 void Loader::RecordCopy(absl::Duration duration) {
   core_->RecordCopy(duration);

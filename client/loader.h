@@ -24,8 +24,8 @@
 //
 // Thread-safety: Next(), StartEpoch() and Restore() are called by one
 // consumer thread at a time. state(), stats(), opened(),
-// batches_per_epoch(), RecordCopy(), Diagnose() and epoch_diagnosis() may be
-// called from any thread. A Batch may be released (destroyed) on any thread,
+// batches_per_epoch(), RecordCopy(), Diagnose(), epoch_diagnosis() and
+// Cancel() may be called from any thread. A Batch may be released (destroyed) on any thread,
 // also after its Loader is gone.
 #ifndef BATCHD_CLIENT_LOADER_H_
 #define BATCHD_CLIENT_LOADER_H_
@@ -176,12 +176,22 @@ class Loader {
   // batch again. When the stream fails the error is sticky: UNAVAILABLE when
   // the connection is lost or the daemon ends the stream early, INTERNAL
   // for a protocol violation, or the daemon's status. Batches that arrived
-  // completely before a failure are still returned first.
+  // completely before a failure are still returned first. CANCELLED once
+  // Cancel() has been called (ready batches are not returned then).
   // Stall accounting: the time inside Next() counts as waited, the time
   // since the previous call returned as compute (see Stats). At the end of
   // an epoch Next() also diagnoses it, which fetches the daemon's status
   // once (up to 2 s), and calls LoaderOptions::report.
   absl::StatusOr<Batch> Next();
+
+  // Makes every Next() blocked now, and every later one, return CANCELLED
+  // ("the loader was cancelled") promptly, and cancels the stream, so that
+  // a consumer thread stuck on a daemon that stopped answering can be woken
+  // and joined before the Loader is destroyed. Later StartEpoch() and
+  // Restore() calls return CANCELLED too. Batches already returned stay
+  // valid. The Loader still belongs to its owner, who destroys it once no
+  // thread is inside Next(). Idempotent; any thread.
+  void Cancel();
 
   // (epoch, index of the batch the next Next() returns).
   LoaderState state() const;

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "client/buffer.h"
 #include "client/testing/fake_data_service.h"
 #include "common/status_matchers.h"
@@ -544,6 +545,57 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Violation>& info) {
       return info.param.name;
     });
+
+// A daemon that answers the plan and then never sends a batch: a Next()
+// blocked on it is woken by Cancel() from another thread, and every later
+// call fails the same way.
+TEST(LoaderTest, CancelWakesABlockedNextWithCancelled) {
+  FakeServer server(FakeDataService::Options{}, [](FakeStream& stream) {
+    while (stream.ReadRequest()) {
+    }
+    return grpc::Status::OK;
+  });
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  absl::Notification entered;
+  absl::StatusOr<Batch> blocked(absl::UnknownError("not returned"));
+  std::thread consumer([&] {
+    entered.Notify();
+    blocked = (*loader)->Next();
+  });
+  entered.WaitForNotification();
+  // Whether the consumer is inside Next() yet or not, it returns CANCELLED.
+  (*loader)->Cancel();
+  consumer.join();
+  EXPECT_THAT(blocked, StatusIs(absl::StatusCode::kCancelled,
+                                HasSubstr("the loader was cancelled")));
+  EXPECT_THAT((*loader)->Next(), StatusIs(absl::StatusCode::kCancelled,
+                                          HasSubstr("cancelled")));
+  EXPECT_THAT((*loader)->StartEpoch(1),
+              StatusIs(absl::StatusCode::kCancelled, ::testing::_));
+  (*loader)->Cancel();  // idempotent
+  loader->reset();
+}
+
+TEST(LoaderTest, CancelKeepsReturnedBatchesValidAndStopsTheRest) {
+  FakeServer server(FakeDataService::Options{},
+                    FakeDataService::ServeInOrder());
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  absl::StatusOr<Batch> first = (*loader)->Next();
+  ASSERT_OK(first);
+  (*loader)->Cancel();
+  // Ready batches are not handed out after Cancel().
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kCancelled, ::testing::_));
+  ExpectFakeBatch(*first, 0, 0, server.service());
+  loader->reset();
+  ExpectFakeBatch(*first, 0, 0, server.service());
+}
 
 TEST(LoaderTest, ZeroWindowFromServerFailsCreate) {
   FakeDataService::Options fake;

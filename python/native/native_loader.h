@@ -18,8 +18,10 @@
 // turn them into Python exceptions.
 //
 // Thread-safety: a FetchingLoader is used by one Python thread at a time
-// (the bindings hold the GIL when they enter it). Stats() and LiveBatches()
-// may be called from any thread. A NativeBatch may be released on any
+// (the bindings hold the GIL when they enter it), except that Close() may
+// be called from another thread while Next() or StartEpoch() waits: the
+// wait ends with CANCELLED. Stats() and LiveBatches() may be called from
+// any thread. A NativeBatch may be released on any
 // thread, also after its loader is closed.
 #ifndef BATCHD_PYTHON_NATIVE_NATIVE_LOADER_H_
 #define BATCHD_PYTHON_NATIVE_NATIVE_LOADER_H_
@@ -138,8 +140,10 @@ class FetchingLoader {
   int64_t LiveBatches() const { return live_->load(); }
 
   // Ends the stream and joins the fetch thread. Batches already handed out
-  // stay valid. If a fetch is in flight (an interrupted Next()), waits up to
-  // kCloseGrace for it; its batch is dropped. Idempotent. Blocks; call
+  // stay valid. A fetch in flight (an interrupted Next(), or one on another
+  // thread) is cancelled (LoaderT::Cancel()) and its batch, if any, dropped;
+  // the loader is destroyed only after the fetch thread has been joined, so
+  // destruction never overlaps its Next(). Idempotent. Blocks briefly; call
   // without the GIL.
   void Close();
   bool closed() const {
@@ -149,11 +153,11 @@ class FetchingLoader {
 
   // How long one waiting slice lasts: the latency of Ctrl-C.
   static constexpr absl::Duration kWaitSlice = absl::Milliseconds(50);
-  static constexpr absl::Duration kCloseGrace = absl::Seconds(1);
 
  private:
   void FetchLoop();
-  // Waits for the fetch in flight to finish, in slices.
+  // Waits for the fetch in flight to finish, in slices. CANCELLED when
+  // Close() is called meanwhile.
   absl::Status AwaitFetch(const WithoutGil& without_gil,
                           const InterruptCheck& check);
 
@@ -202,10 +206,9 @@ void FetchingLoader<LoaderT, BatchT>::FetchLoop() {
       }
       loader = loader_.get();
     }
-    // Close() destroys the loader only after this call returns, or, for a
-    // daemon that stopped answering, after kCloseGrace; destroying it wakes
-    // this call with CANCELLED. (The client has no other way to wake a
-    // blocked Next().)
+    // Close() destroys the loader only after this thread has been joined,
+    // so the loader outlives this call; for a daemon that stopped
+    // answering, Close() wakes it with LoaderT::Cancel().
     absl::StatusOr<BatchT> batch = loader->Next();
     absl::MutexLock lock(&mu_);
     result_ = std::move(batch);
@@ -218,11 +221,18 @@ absl::Status FetchingLoader<LoaderT, BatchT>::AwaitFetch(
     const WithoutGil& without_gil, const InterruptCheck& check) {
   for (;;) {
     bool done = false;
-    without_gil([this, &done] {
+    bool closed = false;
+    without_gil([this, &done, &closed] {
       absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&done_), kWaitSlice);
+      auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return done_ || closing_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&finished), kWaitSlice);
       done = done_;
+      closed = closing_;
     });
+    // Close() on another thread cancelled the fetch and drops its result.
+    if (closed) return absl::CancelledError("the loader was closed");
     if (done) return absl::OkStatus();
     absl::Status status = check();
     if (!status.ok()) return status;
@@ -296,30 +306,41 @@ FetchingLoader<LoaderT, BatchT>::Next(const WithoutGil& without_gil,
 
 template <typename LoaderT, typename BatchT>
 void FetchingLoader<LoaderT, BatchT>::Close() {
+  bool in_flight = false;
   {
     absl::MutexLock lock(&mu_);
     if (closing_) return;
     closing_ = true;
-    if (requested_ && !done_) {
-      // Usually the batch is on its way; give it a moment.
-      mu_.AwaitWithTimeout(absl::Condition(&done_), kCloseGrace);
-    }
+    in_flight = requested_ && !done_;
   }
-  // The loader's destructor half-closes or cancels the stream and joins its
-  // reader; a Next() still blocked in the fetch thread wakes with CANCELLED.
+  if (in_flight) {
+    // The fetch thread may be inside Next(), perhaps on a daemon that
+    // stopped answering; Cancel() wakes it with CANCELLED. The loader stays
+    // alive (owned by loader_) until the thread is joined below.
+    LoaderT* loader;
+    {
+      absl::MutexLock lock(&mu_);
+      loader = loader_.get();
+    }
+    loader->Cancel();
+  }
+  // The fetch thread sees closing_ once idle and returns.
+  if (fetcher_.joinable()) fetcher_.join();
+  // No Next() is running now. The loader's destructor half-closes or
+  // cancels the stream and joins its reader thread.
   std::unique_ptr<LoaderT> loader;
+  absl::StatusOr<BatchT> dropped(absl::UnknownError(""));
   {
     absl::MutexLock lock(&mu_);
     loader = std::move(loader_);
+    dropped = std::move(result_);
+    result_ = absl::CancelledError("the loader is closed");
+    requested_ = false;
+    done_ = false;
   }
+  // A dropped batch returns its slot to the loader: release it first.
+  dropped = absl::UnknownError("");
   loader.reset();
-  if (fetcher_.joinable()) fetcher_.join();
-  absl::StatusOr<BatchT> dropped(absl::UnknownError(""));
-  absl::MutexLock lock(&mu_);
-  dropped = std::move(result_);
-  result_ = absl::CancelledError("the loader is closed");
-  requested_ = false;
-  done_ = false;
 }
 
 // The plain loader.

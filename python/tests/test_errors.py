@@ -118,3 +118,52 @@ def test_waiting_for_data_releases_the_gil(fresh_daemon):
     waiter.join(timeout=20)
     assert outcome == ["finished"]
     loader.close()
+
+
+def test_close_while_a_fetch_is_blocked_on_a_stopped_daemon(fresh_daemon):
+    """close() from another thread cancels a fetch stuck on a daemon that
+    stopped answering: it returns, the waiting iteration ends with an error,
+    and the C++ loader is destroyed only after its fetch has returned."""
+    import threading
+    loader = batchd.Loader(fresh_daemon.endpoint, "tiny", 4, size=16,
+                           rank=0, world_size=1, prefetch=2)
+    iterator = iter(loader)
+    next(iterator)
+    os.kill(fresh_daemon.process.pid, signal.SIGSTOP)
+    outcome = []
+
+    def consume():
+        try:
+            for _ in iterator:
+                pass
+            outcome.append("finished")
+        except batchd.errors.BatchdError as error:
+            outcome.append(error.code)
+
+    closed = []
+
+    def close():
+        started = time.monotonic()
+        loader.close()
+        closed.append(time.monotonic() - started)
+
+    waiter = threading.Thread(target=consume)
+    closer = threading.Thread(target=close)
+    try:
+        waiter.start()
+        time.sleep(0.5)  # the waiter is now blocked on the stopped daemon
+        closer.start()
+        closer.join(timeout=20)
+        waiter.join(timeout=20)
+        assert not closer.is_alive(), "close() hung"
+        assert not waiter.is_alive(), "the waiting iteration hung"
+    finally:
+        os.kill(fresh_daemon.process.pid, signal.SIGCONT)
+    assert len(closed) == 1
+    # CANCELLED when the waiter was inside next(), as it is after the sleep
+    # above; FAILED_PRECONDITION ("closed") had it not got there yet.
+    assert outcome in (["CANCELLED"], ["FAILED_PRECONDITION"]), outcome
+    assert loader.live_batches == 0
+    with pytest.raises(batchd.errors.FailedPreconditionError):
+        iter(loader)
+    loader.close()  # idempotent
