@@ -56,6 +56,7 @@
 #include "client/cuda/normalize.h"
 #include "client/cuda/runtime.h"
 #include "client/cuda/status.h"
+#include "client/diagnosis.h"
 #include "client/loader.h"
 
 namespace batchd::client {
@@ -173,6 +174,10 @@ class DeviceLoader {
   // promptly. The owner still destroys the DeviceLoader, once no thread is
   // inside Next(). Any thread.
   void Cancel() { loader_->Cancel(); }
+  // Loader::Diagnose() and Loader::epoch_diagnosis() of the wrapped Loader,
+  // whose copy time includes this loader's (see Next()). Any thread.
+  Diagnosis Diagnose() { return loader_->Diagnose(); }
+  std::string epoch_diagnosis() const { return loader_->epoch_diagnosis(); }
 
   // True when batches are on the GPU.
   bool on_device() const;

@@ -24,7 +24,9 @@ CPU, the float tensor is new memory and the slot is returned as soon as it
 has been converted.
 """
 
+import collections
 import gc
+import logging
 import os
 import pkgutil
 import time
@@ -37,13 +39,44 @@ from . import _native, errors  # noqa: E402
 from ._native import NativeLoader, list_datasets  # noqa: E402,F401
 from .errors import BatchdError  # noqa: E402,F401
 
-__all__ = ["Loader", "BatchdError", "errors", "list_datasets",
-           "IMAGENET_NORMALIZE"]
+__all__ = ["Loader", "Diagnosis", "BatchdError", "errors", "list_datasets",
+           "IMAGENET_NORMALIZE", "VERDICTS"]
 
 #: torchvision's ImageNet ``Normalize(mean, std)``, in 0..1 units.
 IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 _STATE_VERSION = 1
+
+#: What :meth:`Loader.diagnose` can conclude (client/diagnosis.h).
+VERDICTS = ("compute-bound", "input-bound", "network-bound", "client-bound",
+            "unknown")
+
+_logger = logging.getLogger("batchd")
+
+
+class Diagnosis(collections.namedtuple(
+        "Diagnosis", ["verdict", "line", "waited_fraction", "copy_fraction",
+                      "daemon_busy_fraction", "daemon_workers",
+                      "stream_bytes_per_second"])):
+    """What limits the input, as :meth:`Loader.diagnose` finds it.
+
+    ``verdict`` is one of :data:`VERDICTS`; ``line`` says it in one plain
+    line (``str(diagnosis)`` is the line), e.g. ``"input-bound: waited 43 %
+    of wall time; daemon workers 100 % busy (1 worker) -> add workers or a
+    daemon"``. The figures it rests on: ``waited_fraction`` (the steady
+    share, without each epoch's first batch), ``copy_fraction``,
+    ``daemon_busy_fraction`` (None when the daemon's status was not
+    available), ``daemon_workers`` and ``stream_bytes_per_second``.
+    """
+
+    __slots__ = ()
+
+    def __str__(self):
+        return self.line
+
+
+def _log_diagnosis(line):
+    _logger.info("%s", line)
 
 
 def _default_rank_world_size():
@@ -100,6 +133,10 @@ class Loader:
       depth: output slots of the ``"device"`` backend (batches whose
         tensors may be alive at once; 2-3 keep one copying while one is
         used).
+      report: what to do with each epoch's one-line diagnosis (see
+        :meth:`diagnose`) when the epoch's iteration ends: a callable taking
+        the line; None (default) logs it at INFO on the ``"batchd"`` logger;
+        False does nothing. :attr:`epoch_diagnosis` has the line either way.
 
     Raises :class:`batchd.errors.BatchdError` (a subclass per status code)
     with the daemon's message when the plan is refused or the daemon cannot
@@ -111,10 +148,19 @@ class Loader:
                  resize_shorter=None, layout="nchw", seed=0, shuffle=True,
                  drop_last=False, rank=None, world_size=None, prefetch=4,
                  device="cpu", normalize=None, dtype=None, job="",
-                 connect_timeout=10.0, backend="auto", depth=3):
+                 connect_timeout=10.0, backend="auto", depth=3,
+                 report=None):
         import torch
 
         self._native = None
+        if report is None:
+            report = _log_diagnosis
+        elif report is False:
+            report = None
+        elif not callable(report):
+            raise ValueError("report must be a callable, None or False")
+        self._report = report
+        self._epoch_diagnosis = ""
         if rank is None or world_size is None:
             default_rank, default_world_size = _default_rank_world_size()
             rank = default_rank if rank is None else rank
@@ -271,6 +317,7 @@ class Loader:
             batch = self._next_native(native)
             self.waited_s += time.perf_counter() - started
             if batch is None:
+                self._end_of_epoch(native)
                 return
             self._position = (epoch, self._position[1] + 1)
             self.batches += 1
@@ -279,6 +326,15 @@ class Loader:
             box = [batch]
             del batch
             yield self._to_tensors(box.pop())
+
+    def _end_of_epoch(self, native):
+        # The C++ loader diagnosed the epoch when it reached its end.
+        line = native.epoch_diagnosis
+        if not line:
+            return
+        self._epoch_diagnosis = line
+        if self._report is not None:
+            self._report(line)
 
     def _next_native(self, native):
         if self.backend == "device":
@@ -432,8 +488,45 @@ class Loader:
         return 0 if native is None else native.live_batches
 
     def stats(self):
-        """Batches, bytes and waiting time as the C++ client counts them."""
+        """The C++ client's stall accounting since the loader was created.
+
+        A dict of totals: ``batches``, ``images``, ``bytes`` (steps that
+        returned a batch, their images and pixel bytes), ``received_bytes``
+        (including batches dropped by a restart), and in seconds
+        ``waited_s`` (time inside ``next()``, waiting for input),
+        ``startup_waited_s`` (its part in each epoch's first batch),
+        ``compute_s`` (from one batch to asking for the next: the training
+        step), ``copy_s`` (copying bytes into buffers, and to the device on
+        the device backend) and ``wall_s`` (since creation); the last
+        step's ``last_step_waited_s``, ``last_step_compute_s``,
+        ``last_step_copy_s``; and shares of ``wall_s`` (0..1)
+        ``waited_fraction``, ``steady_waited_fraction`` (without
+        ``startup_waited_s``), ``compute_fraction``, ``copy_fraction``, and
+        rates per second ``batches_per_second``, ``images_per_second``,
+        ``bytes_per_second``, ``received_bytes_per_second``. Two snapshots'
+        differences give an interval's figures.
+        """
         return self._require_open().stats()
+
+    def diagnose(self):
+        """What limits the input in the current epoch so far: a
+        :class:`Diagnosis` (verdict, line and figures), from the client's
+        stall accounting and the daemon's status (fetched now, up to 2 s;
+        without it the verdict rests on the client's figures alone).
+        """
+        return Diagnosis(**self._require_open().diagnose())
+
+    @property
+    def epoch_diagnosis(self):
+        """The diagnosis line of the last epoch whose iteration ended, e.g.
+        ``"epoch 3: compute-bound: waited 0.4 % of wall time; ..."``; ""
+        before any has."""
+        native = self._native
+        if native is not None and not native.closed:
+            line = native.epoch_diagnosis
+            if line:
+                return line
+        return self._epoch_diagnosis
 
     def _require_open(self):
         if self._native is None or self._native.closed:

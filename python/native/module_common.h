@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/diagnosis.h"
 #include "client/loader.h"
 #include "python/native/native_loader.h"
 
@@ -87,7 +88,7 @@ class PyBatch {
 };
 
 // Binds what every loader binding shares: the opened plan's figures, the
-// ring, start_epoch, stats and close.
+// ring, start_epoch, stats, diagnose, epoch_diagnosis and close.
 template <typename L>
 void BindLoaderCommon(py::class_<L>& cls) {
   cls.def_property_readonly(
@@ -124,16 +125,68 @@ void BindLoaderCommon(py::class_<L>& cls) {
             if (!status.ok()) ThrowStatus(status);
           },
           py::arg("epoch"), py::arg("first_batch") = 0)
-      .def("stats",
-           [](L& self) {
-             client::Loader::Stats stats = self.Stats();
-             py::dict out;
-             out["batches"] = stats.batches;
-             out["bytes"] = stats.bytes;
-             out["waited_s"] = absl::ToDoubleSeconds(stats.waited);
-             out["wall_s"] = absl::ToDoubleSeconds(stats.wall);
-             return out;
-           })
+      .def(
+          "stats",
+          [](L& self) {
+            const client::Loader::Stats stats = self.Stats();
+            auto seconds = [](absl::Duration d) {
+              return absl::ToDoubleSeconds(d);
+            };
+            py::dict out;
+            out["batches"] = stats.batches;
+            out["images"] = stats.images;
+            out["bytes"] = stats.bytes;
+            out["received_bytes"] = stats.received_bytes;
+            out["waited_s"] = seconds(stats.waited);
+            out["startup_waited_s"] = seconds(stats.startup_waited);
+            out["compute_s"] = seconds(stats.compute);
+            out["copy_s"] = seconds(stats.copy);
+            out["wall_s"] = seconds(stats.wall);
+            out["last_step_waited_s"] = seconds(stats.last_step.waited);
+            out["last_step_compute_s"] = seconds(stats.last_step.compute);
+            out["last_step_copy_s"] = seconds(stats.last_step.copy);
+            out["waited_fraction"] = stats.waited_fraction();
+            out["steady_waited_fraction"] = stats.steady_waited_fraction();
+            out["compute_fraction"] = stats.compute_fraction();
+            out["copy_fraction"] = stats.copy_fraction();
+            out["batches_per_second"] = stats.batches_per_second();
+            out["images_per_second"] = stats.images_per_second();
+            out["bytes_per_second"] = stats.bytes_per_second();
+            out["received_bytes_per_second"] =
+                stats.received_bytes_per_second();
+            return out;
+          },
+          "client::Loader::Stats since the loader was created: totals "
+          "(durations in seconds, keys ending in _s), the last step's "
+          "times, and shares of wall time and rates.")
+      .def(
+          "diagnose",
+          [](L& self) {
+            absl::StatusOr<client::Diagnosis> diagnosis;
+            {
+              py::gil_scoped_release release;
+              diagnosis = self.Diagnose();
+            }
+            if (!diagnosis.ok()) ThrowStatus(diagnosis.status());
+            py::dict out;
+            out["verdict"] = client::VerdictName(diagnosis->verdict);
+            out["line"] = diagnosis->line;
+            out["waited_fraction"] = diagnosis->waited_fraction;
+            out["copy_fraction"] = diagnosis->copy_fraction;
+            out["daemon_busy_fraction"] =
+                diagnosis->daemon_busy_fraction < 0
+                    ? py::object(py::none())
+                    : py::object(py::float_(diagnosis->daemon_busy_fraction));
+            out["daemon_workers"] = diagnosis->daemon_workers;
+            out["stream_bytes_per_second"] =
+                diagnosis->stream_bytes_per_second;
+            return out;
+          },
+          "client::Loader::Diagnose(): the current epoch so far, with the "
+          "daemon's status (fetched now, up to 2 s).")
+      .def_property_readonly(
+          "epoch_diagnosis", &L::EpochDiagnosis,
+          "The last ended epoch's diagnosis line, or '' if none has ended.")
       .def("close", &L::Close, py::call_guard<py::gil_scoped_release>(),
            "Ends the stream. Batches already handed out stay valid.");
 }

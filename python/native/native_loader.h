@@ -20,8 +20,8 @@
 // Thread-safety: a FetchingLoader is used by one Python thread at a time
 // (the bindings hold the GIL when they enter it), except that Close() may
 // be called from another thread while Next() or StartEpoch() waits: the
-// wait ends with CANCELLED. Stats() and LiveBatches() may be called from
-// any thread. A NativeBatch may be released on any
+// wait ends with CANCELLED. Stats(), Diagnose(), EpochDiagnosis() and
+// LiveBatches() may be called from any thread. A NativeBatch may be released on any
 // thread, also after its loader is closed.
 #ifndef BATCHD_PYTHON_NATIVE_NATIVE_LOADER_H_
 #define BATCHD_PYTHON_NATIVE_NATIVE_LOADER_H_
@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "batchd/v1/data.pb.h"
+#include "client/diagnosis.h"
 #include "client/loader.h"
 
 namespace batchd::python {
@@ -136,6 +137,27 @@ class FetchingLoader {
     if (loader_ == nullptr) return client::Loader::Stats();
     return LoaderTraits<LoaderT>::Base(*loader_).stats();
   }
+  // LoaderT::Diagnose(): the current epoch so far, with the daemon's status
+  // (fetched now, up to 2 s). FAILED_PRECONDITION once closed. Blocks; call
+  // without the GIL.
+  absl::StatusOr<client::Diagnosis> Diagnose() {
+    // Close() waits for this reader before destroying the loader.
+    absl::ReaderMutexLock life(&lifetime_mu_);
+    LoaderT* loader;
+    {
+      absl::MutexLock lock(&mu_);
+      loader = loader_.get();
+    }
+    if (loader == nullptr) {
+      return absl::FailedPreconditionError("the loader is closed");
+    }
+    return loader->Diagnose();
+  }
+  // The last ended epoch's diagnosis line; "" if none has ended or closed.
+  std::string EpochDiagnosis() const {
+    absl::MutexLock lock(&mu_);
+    return loader_ == nullptr ? std::string() : loader_->epoch_diagnosis();
+  }
   // Batches of this loader alive and not released.
   int64_t LiveBatches() const { return live_->load(); }
 
@@ -167,6 +189,9 @@ class FetchingLoader {
   const std::shared_ptr<std::atomic<int64_t>> live_ =
       std::make_shared<std::atomic<int64_t>>(0);
 
+  // Held shared by Diagnose() (a status RPC, too long to hold mu_ for) and
+  // exclusively by Close() while it takes the loader away.
+  absl::Mutex lifetime_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   // The loader; moved out and destroyed by Close(). The fetch thread calls
   // its Next() and the consumer its StartEpoch(), never both at once: the
@@ -331,6 +356,7 @@ void FetchingLoader<LoaderT, BatchT>::Close() {
   std::unique_ptr<LoaderT> loader;
   absl::StatusOr<BatchT> dropped(absl::UnknownError(""));
   {
+    absl::WriterMutexLock life(&lifetime_mu_);
     absl::MutexLock lock(&mu_);
     loader = std::move(loader_);
     dropped = std::move(result_);
