@@ -12,6 +12,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/cuda/copy_engine.h"
 #include "common/status_macros.h"
 
@@ -335,8 +337,16 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
     RETURN_IF_CUDA_ERROR(
         cuda::MakeNormalizeParams(batch.shape, in_layout, core.spec, &params));
     cuda::CopyTicket ticket;
+    // Reported as copy time (for the client-bound diagnosis): the enqueue
+    // only. The copy and kernel run asynchronously on the copy stream, and
+    // timing their completion would need a host sync (or reading events
+    // later), which is what this path exists to avoid; a copy engine that
+    // falls behind shows up as Submit() blocking on a free slot, which this
+    // does measure.
+    const absl::Time enqueue_start = absl::Now();
     RETURN_IF_CUDA_ERROR(core.engine->Submit(
         batch.data(), batch.size(), plain_copy ? nullptr : &params, &ticket));
+    loader_->RecordCopy(absl::Now() - enqueue_start);
     internal::DeviceLoaderCore::Fill(batch, core_, ticket.slot, ticket.output,
                                      ticket.output_bytes, ticket.ready,
                                      params.output_shape(), params.out_layout,
@@ -368,7 +378,11 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
     return status;
   }
   void* output = core.host_outputs[slot]->data();
+  // The host path's copy: received slot -> output slot, normalised on the
+  // CPU. Reported as copy time, so the diagnosis sees it.
+  const absl::Time copy_start = absl::Now();
   cuda::NormalizeCpu(batch->data(), output, params);
+  loader_->RecordCopy(absl::Now() - copy_start);
   internal::DeviceLoaderCore::Fill(*batch, core_, slot, output,
                                    params.output_bytes(), nullptr,
                                    params.output_shape(), params.out_layout,

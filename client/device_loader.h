@@ -168,6 +168,11 @@ class DeviceLoader {
   // DeviceBatch). A CUDA error while enqueueing the copy is returned with
   // its code (RESOURCE_EXHAUSTED, INTERNAL, ...); that batch counts as
   // consumed: Restore() to a checkpoint to read it again.
+  // Its copy work is reported to the Loader's stall accounting
+  // (Loader::RecordCopy(), so stats().copy and the client-bound diagnosis
+  // include it): on the host path the CPU normalisation into the output
+  // slot; on the device the time to enqueue the copy and kernel (their
+  // completion is not waited for).
   absl::StatusOr<DeviceBatch> Next();
 
   // Loader::Cancel(): every blocked and later Next() returns CANCELLED

@@ -120,6 +120,31 @@ TEST(DeviceLoaderTest, HostPathDeliversNormalisedBatchesInOrder) {
   EXPECT_THAT(loader->Next(), StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
 }
 
+// The host path reports its normalisation as copy time (Loader::RecordCopy)
+// on top of the receive thread's copies: the stall accounting, and with it
+// the client-bound diagnosis, sees it.
+TEST(DeviceLoaderTest, HostPathReportsItsCopyTime) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
+                       DeviceLoader::Create(OptionsFor(server, /*force_host=*/true)));
+  ASSERT_OK(loader->StartEpoch(0));
+  absl::Duration steps_copy;
+  for (uint64_t index = 0; index < 8; ++index) {
+    ASSERT_OK_AND_ASSIGN(DeviceBatch batch, loader->Next());
+    const Loader::Stats stats = loader->loader().stats();
+    EXPECT_GT(stats.last_step.copy, absl::ZeroDuration()) << index;
+    steps_copy += stats.last_step.copy;
+  }
+  EXPECT_THAT(loader->Next(), StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+  const Loader::Stats stats = loader->loader().stats();
+  EXPECT_EQ(stats.batches, 8u);
+  // Every step's copy (receive + normalise) is in the total.
+  EXPECT_GE(stats.copy, steps_copy);
+  EXPECT_GE(stats.copy_fraction(), 0.0);
+  EXPECT_LE(stats.copy_fraction(), 1.0);
+  EXPECT_NE(loader->Diagnose().line, "");
+}
+
 TEST(DeviceLoaderTest, HostPathValuesFollowTheFormula) {
   FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
