@@ -1,14 +1,19 @@
 // batchd-wire-bench: what the wire costs, apart from decoding. A server
-// process streams synthetic batches over one StreamBatches stream, exactly as
-// the daemon sends them today (a BatchHeader, then BatchChunk messages of up
-// to kMaxChunkBytes whose `data` bytes field is filled by copying from the
-// batch buffer, one write in flight); a client process reads them as the
-// Loader does (each chunk's bytes copied into the batch's buffer). Reports
-// bytes per second per stream and CPU seconds per GB on each side
+// process streams synthetic batches over one StreamBatches stream, one write
+// in flight, in chunks of up to kMaxChunkBytes; a client process reads each
+// chunk's bytes into the batch's buffer. Two encodings:
+// - --path=slices (default; what the daemon and Loader do): chunks are
+//   written as slices of the batch buffer (common/chunk_codec.h) from a
+//   callback reactor, and read as raw bytes copied once into the buffer;
+// - --path=protobuf: the plain generated API, where the `data` bytes field
+//   is filled by copying from the batch buffer and parsed into a string
+//   before the copy into the buffer.
+// Reports bytes per second per stream and CPU seconds per GB on each side
 // (getrusage of each whole process, gRPC's threads included).
 //
 //   batchd-wire-bench --batches=40 --repeats=5            # TCP loopback
-//   batchd-wire-bench --unix_socket                            # Unix socket
+//   batchd-wire-bench --path=protobuf                     # the copying path
+//   batchd-wire-bench --unix_socket                       # Unix socket
 //   taskset -c 0 batchd-wire-bench                        # both on one core
 //
 // Prints one line per stream and a median line:
@@ -32,6 +37,7 @@
 #include "absl/strings/str_format.h"
 #include "batchd/v1/data.grpc.pb.h"
 #include "batchd/v1/data.pb.h"
+#include "common/chunk_codec.h"
 #include "grpcpp/grpcpp.h"
 
 ABSL_FLAG(uint32_t, batches, 40, "batches per stream");
@@ -41,6 +47,8 @@ ABSL_FLAG(uint64_t, chunk_bytes, (uint64_t{4} << 20) - 1024,
           "bytes per BatchChunk (the daemon's kMaxChunkBytes)");
 ABSL_FLAG(uint32_t, repeats, 3, "streams, one after another");
 ABSL_FLAG(bool, unix_socket, false, "Unix domain socket instead of TCP loopback");
+ABSL_FLAG(std::string, path, "slices",
+          "slices (zero-copy chunks, as the daemon) or protobuf (copying)");
 
 namespace batchd::bench {
 namespace {
@@ -132,17 +140,116 @@ class WireService final : public batchd::v1::DataService::Service {
   std::unique_ptr<uint8_t[]> pixels_;
 };
 
+// The same stream as WireService, with chunks written as slices of the
+// batch buffer from a callback reactor, as the daemon writes them.
+class SliceWireService final
+    : public batchd::v1::DataService::WithRawCallbackMethod_StreamBatches<
+          batchd::v1::DataService::Service> {
+ public:
+  SliceWireService(uint32_t batches, uint64_t batch_bytes,
+                   uint64_t chunk_bytes, int report_fd)
+      : batches_(batches),
+        batch_bytes_(batch_bytes),
+        chunk_bytes_(chunk_bytes),
+        report_fd_(report_fd),
+        pixels_(new uint8_t[batch_bytes], std::default_delete<uint8_t[]>()) {
+    for (uint64_t i = 0; i < batch_bytes; ++i) {
+      pixels_.get()[i] = static_cast<uint8_t>(i * 131 + (i >> 12));
+    }
+  }
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamBatches(
+      grpc::CallbackServerContext* /*context*/) override {
+    return new Stream(this);
+  }
+
+ private:
+  class Stream final
+      : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    explicit Stream(SliceWireService* service) : service_(service) {
+      StartRead(&request_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok || started_) return;
+      started_ = true;
+      cpu_start_ = CpuSeconds();
+      WriteNext();
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status::CANCELLED);
+        return;
+      }
+      WriteNext();
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    void WriteNext() {
+      const SliceWireService& s = *service_;
+      if (batch_ == s.batches_) {
+        const double cpu = CpuSeconds() - cpu_start_;
+        WriteAll(s.report_fd_, &cpu, sizeof(cpu));
+        Finish(grpc::Status::OK);
+        return;
+      }
+      if (offset_ == 0 && !header_sent_) {
+        batchd::v1::StreamResponse header;
+        header.mutable_header()->set_batch_index(batch_);
+        header.mutable_header()->set_total_bytes(s.batch_bytes_);
+        current_ = common::EncodeMessage(header);
+        header_sent_ = true;
+      } else {
+        const uint64_t length = std::min(s.chunk_bytes_, s.batch_bytes_ - offset_);
+        current_ = common::EncodeChunk(0, batch_, offset_,
+                                       s.pixels_.get() + offset_, length,
+                                       s.pixels_);
+        offset_ += length;
+        if (offset_ == s.batch_bytes_) {
+          offset_ = 0;
+          header_sent_ = false;
+          ++batch_;
+        }
+      }
+      StartWrite(&current_);
+    }
+
+    SliceWireService* const service_;
+    grpc::ByteBuffer request_;
+    grpc::ByteBuffer current_;
+    bool started_ = false;
+    bool header_sent_ = false;
+    uint32_t batch_ = 0;
+    uint64_t offset_ = 0;
+    double cpu_start_ = 0;
+  };
+
+  const uint32_t batches_;
+  const uint64_t batch_bytes_;
+  const uint64_t chunk_bytes_;
+  const int report_fd_;
+  std::shared_ptr<uint8_t> pixels_;
+};
+
 // The server process: listens, writes its port (or 0 on failure) to
 // `port_fd`, serves until killed.
 [[noreturn]] void Serve(const std::string& address, int port_fd,
                         int report_fd) {
-  WireService service(absl::GetFlag(FLAGS_batches),
+  WireService copying(absl::GetFlag(FLAGS_batches),
                       absl::GetFlag(FLAGS_batch_bytes),
                       absl::GetFlag(FLAGS_chunk_bytes), report_fd);
+  SliceWireService slices(absl::GetFlag(FLAGS_batches),
+                          absl::GetFlag(FLAGS_batch_bytes),
+                          absl::GetFlag(FLAGS_chunk_bytes), report_fd);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
+  if (absl::GetFlag(FLAGS_path) == "protobuf") {
+    builder.RegisterService(&copying);
+  } else {
+    builder.RegisterService(&slices);
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) port = -1;
   if (absl::GetFlag(FLAGS_unix_socket) && server != nullptr) port = 1;
@@ -185,39 +292,75 @@ int Run() {
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   auto stub = batchd::v1::DataService::NewStub(channel);
 
+  const bool slices = absl::GetFlag(FLAGS_path) != "protobuf";
   const uint64_t batch_bytes = absl::GetFlag(FLAGS_batch_bytes);
   std::unique_ptr<uint8_t[]> buffer(new uint8_t[batch_bytes]);
   std::vector<double> rates, server_cpu_per_gb, client_cpu_per_gb;
   int rc = 0;
   for (uint32_t r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
     grpc::ClientContext context;
-    auto stream = stub->StreamBatches(&context);
     StreamRequest open;
     open.mutable_open()->mutable_plan()->set_dataset("wire");
     const auto start = std::chrono::steady_clock::now();
     const double cpu_start = CpuSeconds();
-    stream->Write(open);
-    StreamResponse response;
     uint64_t received = 0;
-    while (stream->Read(&response)) {
-      if (response.has_chunk()) {
-        const auto& chunk = response.chunk();
-        if (chunk.offset() + chunk.data().size() > batch_bytes) {
-          absl::FPrintF(stderr, "error: chunk past the batch's end\n");
+    grpc::Status status;
+    if (!slices) {
+      auto stream = stub->StreamBatches(&context);
+      stream->Write(open);
+      StreamResponse response;
+      while (stream->Read(&response)) {
+        if (response.has_chunk()) {
+          const auto& chunk = response.chunk();
+          if (chunk.offset() + chunk.data().size() > batch_bytes) {
+            absl::FPrintF(stderr, "error: chunk past the batch's end\n");
+            rc = 1;
+            break;
+          }
+          std::memcpy(buffer.get() + chunk.offset(), chunk.data().data(),
+                      chunk.data().size());
+          received += chunk.data().size();
+        }
+      }
+      stream->WritesDone();
+      status = stream->Finish();
+    } else {
+      // As the Loader reads: raw bytes, chunk data copied once into place.
+      const grpc::internal::RpcMethod method(
+          "/batchd.v1.DataService/StreamBatches",
+          grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+      std::unique_ptr<grpc::ClientReaderWriter<StreamRequest, common::RawMessage>>
+          stream(grpc::internal::ClientReaderWriterFactory<
+                 StreamRequest, common::RawMessage>::Create(channel.get(), method,
+                                                            &context));
+      stream->Write(open);
+      common::RawMessage raw;
+      StreamResponse response;
+      while (stream->Read(&raw)) {
+        common::ChunkInfo chunk;
+        absl::StatusOr<StreamResponse::KindCase> kind = common::DecodeResponse(
+            raw.buffer, &response,
+            [&](const common::ChunkInfo& info) -> absl::StatusOr<uint8_t*> {
+              if (info.offset + info.length > batch_bytes) {
+                return absl::InternalError("chunk past the batch's end");
+              }
+              return buffer.get() + info.offset;
+            },
+            &chunk);
+        if (!kind.ok()) {
+          absl::FPrintF(stderr, "error: %s\n", kind.status().ToString());
           rc = 1;
           break;
         }
-        std::memcpy(buffer.get() + chunk.offset(), chunk.data().data(),
-                    chunk.data().size());
-        received += chunk.data().size();
+        if (*kind == StreamResponse::kChunk) received += chunk.length;
       }
+      stream->WritesDone();
+      status = stream->Finish();
     }
     const double seconds = std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - start)
                                .count();
     const double client_cpu = CpuSeconds() - cpu_start;
-    stream->WritesDone();
-    grpc::Status status = stream->Finish();
     double server_cpu = 0;
     if (!status.ok() || !ReadAll(report_pipe[0], &server_cpu, sizeof(double))) {
       absl::FPrintF(stderr, "error: stream failed: %s\n",
@@ -243,9 +386,10 @@ int Run() {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  absl::PrintF("median over %d streams (%s): %.2f GB/s, server %.3f CPU-s/GB, "
+  absl::PrintF("median over %d streams (%s, %s): %.2f GB/s, server %.3f CPU-s/GB, "
                "client %.3f CPU-s/GB\n",
                rates.size(), use_unix ? "unix socket" : "tcp loopback",
+               slices ? "slices" : "protobuf",
                median(rates), median(server_cpu_per_gb),
                median(client_cpu_per_gb));
   return 0;
