@@ -38,6 +38,7 @@
 #include "batchd/v1/data.grpc.pb.h"
 #include "batchd/v1/data.pb.h"
 #include "common/chunk_codec.h"
+#include "common/malloc_tuning.h"
 #include "grpcpp/grpcpp.h"
 
 ABSL_FLAG(uint32_t, batches, 40, "batches per stream");
@@ -400,5 +401,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // As the daemon and the Loader do (before the fork, so both sides get it).
+  batchd::common::TuneMallocForLargeBuffers();
   return batchd::bench::Run();
 }

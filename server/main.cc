@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/malloc_tuning.h"
 #include "server/dataset/dataset.h"
 #include "server/server_lib.h"
 
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
   using batchd::server::BatchdServer;
   if (argc > 1 && std::strcmp(argv[1], "top") == 0) return ExecTop(argc, argv);
   absl::SetProgramUsageMessage(kUsage);
+  batchd::common::TuneMallocForLargeBuffers();
   std::vector<std::string> storage, dataset_flags;
   std::vector<char*> args = NormaliseArgs(argc, argv, &storage, &dataset_flags);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
