@@ -53,7 +53,7 @@ class SliceReader {
       if (remaining_ == 0) return false;
       const uint8_t byte = slices_[pos_.slice].begin()[pos_.offset];
       Advance(1);
-      result |= uint64_t{byte & 0x7F} << shift;
+      result |= static_cast<uint64_t>(byte & 0x7F) << shift;
       if ((byte & 0x80) == 0) {
         *value = result;
         return true;
