@@ -99,18 +99,6 @@ absl::StatusOr<batchd::v1::ListDatasetsResponse> ListDatasets(
   return response;
 }
 
-absl::StatusOr<batchd::v1::ServerStatus> GetServerStatus(
-    const std::shared_ptr<grpc::Channel>& channel) {
-  auto stub = batchd::v1::AdminService::NewStub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
-  batchd::v1::ServerStatus response;
-  grpc::Status status =
-      stub->GetStatus(&context, batchd::v1::GetStatusRequest(), &response);
-  if (!status.ok()) return FromGrpc(status, "GetStatus");
-  return response;
-}
-
 absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
   batchd::v1::Plan plan;
   plan.set_dataset(absl::GetFlag(FLAGS_dataset));
@@ -258,7 +246,7 @@ int Run() {
                absl::StrJoin(loader.opened().shape(), ", "));
 
   absl::StatusOr<batchd::v1::ServerStatus> status_before =
-      GetServerStatus(channel);
+      FetchServerStatus(channel, kRpcTimeout);
 
   bool mismatch = false;
   uint64_t total_images = 0;
@@ -352,7 +340,7 @@ int Run() {
 
   const Loader::Stats run_interval = loader.stats().Since(run_stats);
   absl::StatusOr<batchd::v1::ServerStatus> status_after =
-      GetServerStatus(channel);
+      FetchServerStatus(channel, kRpcTimeout);
   if (status_before.ok() && status_after.ok()) {
     PrintStageBreakdown(*status_before, *status_after, total_images);
   } else {

@@ -37,6 +37,21 @@ std::shared_ptr<grpc::Channel> NewBatchdChannel(const std::string& endpoint) {
                                    args);
 }
 
+absl::StatusOr<batchd::v1::ServerStatus> FetchServerStatus(
+    const std::shared_ptr<grpc::Channel>& channel, absl::Duration timeout) {
+  auto stub = batchd::v1::AdminService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  batchd::v1::ServerStatus status;
+  const grpc::Status result =
+      stub->GetStatus(&context, batchd::v1::GetStatusRequest(), &status);
+  if (!result.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(result.error_code()),
+                        absl::StrCat("GetStatus: ", result.error_message()));
+  }
+  return status;
+}
+
 namespace internal {
 namespace {
 
@@ -160,7 +175,6 @@ class LoaderCore {
   // Constant after Open() returns OK.
   std::unique_ptr<BufferAllocator> owned_allocator_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<batchd::v1::AdminService::Stub> admin_stub_;
   grpc::ClientContext context_;  // TryCancel() is thread-safe
   // Responses are read as raw bytes so that chunk data goes straight from
   // gRPC's buffers into the slot (common/chunk_codec.h).
@@ -226,7 +240,6 @@ absl::Status LoaderCore::Open() {
         "could not connect to batchd at ", options_.endpoint, " within ",
         absl::FormatDuration(options_.connect_timeout)));
   }
-  admin_stub_ = batchd::v1::AdminService::NewStub(channel_);
   const grpc::internal::RpcMethod stream_batches(
       "/batchd.v1.DataService/StreamBatches",
       grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
@@ -656,15 +669,11 @@ void LoaderCore::MarkEpochStart() {
 }
 
 std::optional<batchd::v1::ServerStatus> LoaderCore::FetchStatus() {
-  if (admin_stub_ == nullptr) return std::nullopt;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kStatusTimeout));
-  batchd::v1::ServerStatus status;
-  if (!admin_stub_->GetStatus(&context, batchd::v1::GetStatusRequest(), &status)
-           .ok()) {
-    return std::nullopt;
-  }
-  return status;
+  if (channel_ == nullptr) return std::nullopt;
+  absl::StatusOr<batchd::v1::ServerStatus> status =
+      FetchServerStatus(channel_, kStatusTimeout);
+  if (!status.ok()) return std::nullopt;
+  return *std::move(status);
 }
 
 Diagnosis LoaderCore::Diagnose() {

@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "batchd/v1/admin.pb.h"
 #include "batchd/v1/data.pb.h"
 #include "client/buffer.h"
 #include "grpcpp/channel.h"
@@ -60,6 +61,11 @@ inline constexpr int kMaxReceiveMessageBytes = 8 << 20;
 // A gRPC channel to a batchd daemon at `endpoint` ("host:port" or
 // "unix:/path"), plaintext, with the receive limit above. Connects lazily.
 std::shared_ptr<grpc::Channel> NewBatchdChannel(const std::string& endpoint);
+
+// The daemon's AdminService.GetStatus over `channel`, waiting at most
+// `timeout`. Errors carry gRPC's code and message, prefixed with "GetStatus: ".
+absl::StatusOr<batchd::v1::ServerStatus> FetchServerStatus(
+    const std::shared_ptr<grpc::Channel>& channel, absl::Duration timeout);
 
 struct LoaderOptions {
   // "host:port" or "unix:/path".

@@ -46,21 +46,8 @@ void OnSignal(int) { g_stop = 1; }
 
 struct Watched {
   std::string endpoint;
-  std::unique_ptr<batchd::v1::AdminService::Stub> stub;
+  std::shared_ptr<grpc::Channel> channel;
 };
-
-absl::StatusOr<batchd::v1::ServerStatus> Poll(Watched& watched) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
-  batchd::v1::ServerStatus status;
-  grpc::Status result = watched.stub->GetStatus(
-      &context, batchd::v1::GetStatusRequest(), &status);
-  if (!result.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(result.error_code()),
-                        result.error_message());
-  }
-  return status;
-}
 
 // Terminal size from TIOCGWINSZ, the flags overriding, 80x24 by default.
 void TerminalSize(int* width, int* height) {
@@ -96,8 +83,7 @@ int Run(const std::vector<std::string>& positional) {
   }
   std::vector<Watched> watched;
   for (const std::string& endpoint : endpoints) {
-    watched.push_back({endpoint, batchd::v1::AdminService::NewStub(
-                                     NewBatchdChannel(endpoint))});
+    watched.push_back({endpoint, NewBatchdChannel(endpoint)});
   }
 
   const bool once = absl::GetFlag(FLAGS_once);
@@ -109,7 +95,8 @@ int Run(const std::vector<std::string>& positional) {
     const absl::Time frame_start = absl::Now();
     std::vector<DaemonSample> samples;
     for (Watched& w : watched) {
-      samples.push_back({w.endpoint, Poll(w), absl::Now()});
+      samples.push_back(
+          {w.endpoint, FetchServerStatus(w.channel, kRpcTimeout), absl::Now()});
     }
     int width = 0, height = 0;
     TerminalSize(&width, &height);

@@ -20,12 +20,6 @@ uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
           .count());
 }
 
-// Maps a failed read to the substitution reason and message.
-SampleError ClassifyReadError(const absl::Status& status) {
-  (void)status;
-  return SampleError::kReadError;
-}
-
 // One decoder per worker thread: decoders keep libjpeg state between images.
 JpegDecoder& ThreadDecoder(const DecodeLimits& limits) {
   thread_local JpegDecoder decoder(limits);
@@ -145,7 +139,7 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   if (bytes.ok()) {
     data = *std::move(bytes);
   } else {
-    read_error = ClassifyReadError(bytes.status());
+    read_error = SampleError::kReadError;
     detail = std::string(bytes.status().message());
   }
   const std::string job_name = job->plan->job;
