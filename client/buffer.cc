@@ -1,51 +1,35 @@
 #include "client/buffer.h"
 
-#include <cstdlib>
-#include <new>
+#include <utility>
 
-#include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
+#include "common/large_buffer.h"
 
 namespace batchd::client {
 namespace {
 
-constexpr size_t kAlignmentBytes = 64;
-
-// Heap memory from aligned_alloc, freed with free().
+// Ring slots live as long as the stream and are rewritten for every batch:
+// huge-page mappings make their first touch cheap (common/large_buffer.h).
 class HeapBuffer : public HostBuffer {
  public:
-  HeapBuffer(uint8_t* data, size_t size) : data_(data), size_(size) {}
-  ~HeapBuffer() override { std::free(data_); }
-  HeapBuffer(const HeapBuffer&) = delete;
-  HeapBuffer& operator=(const HeapBuffer&) = delete;
+  HeapBuffer(common::LargeBuffer memory, size_t size)
+      : memory_(std::move(memory)), size_(size) {}
 
-  uint8_t* data() override { return data_; }
+  uint8_t* data() override { return memory_.get(); }
   size_t size() const override { return size_; }
 
  private:
-  uint8_t* const data_;  // owned
+  const common::LargeBuffer memory_;
   const size_t size_;
 };
 
 class HeapAllocator : public BufferAllocator {
  public:
   absl::StatusOr<std::unique_ptr<HostBuffer>> Allocate(size_t bytes) override {
-    // aligned_alloc needs a size that is a multiple of the alignment.
-    if (bytes > SIZE_MAX - kAlignmentBytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate ", bytes, " bytes"));
-    }
-    size_t rounded = (bytes + kAlignmentBytes - 1) / kAlignmentBytes *
-                     kAlignmentBytes;
-    if (rounded == 0) rounded = kAlignmentBytes;
-    void* memory = std::aligned_alloc(kAlignmentBytes, rounded);
-    if (memory == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("out of memory allocating a ", bytes,
-                       "-byte batch buffer"));
-    }
+    absl::StatusOr<common::LargeBuffer> memory =
+        common::AllocateLargeBuffer(bytes);
+    if (!memory.ok()) return memory.status();
     return std::unique_ptr<HostBuffer>(
-        new HeapBuffer(static_cast<uint8_t*>(memory), bytes));
+        new HeapBuffer(*std::move(memory), bytes));
   }
   const char* name() const override { return "heap"; }
 };

@@ -1,8 +1,8 @@
 // Host memory that the client writes received batch bytes into.
 //
 // The loader allocates its ring of slots once, through a BufferAllocator, and
-// reuses them for the whole stream. The default allocator hands out ordinary
-// 64-byte aligned heap memory; a CUDA build plugs in page-locked (pinned)
+// reuses them for the whole stream. The default allocator hands out pageable
+// memory on huge pages (common/large_buffer.h); a CUDA build plugs in page-locked (pinned)
 // memory behind the same interface so the copy to the device can run
 // asynchronously.
 //
@@ -43,7 +43,8 @@ class BufferAllocator {
   virtual const char* name() const = 0;
 };
 
-// An allocator of 64-byte aligned heap memory (name "heap").
+// An allocator of pageable memory, 2 MiB aligned, on transparent huge pages
+// where the kernel has them (name "heap").
 std::unique_ptr<BufferAllocator> NewHeapAllocator();
 
 }  // namespace batchd::client

@@ -295,11 +295,15 @@ class DataServiceImpl::BatchStream final
     }
     for (uint64_t index : accepted) {
       auto ref = std::make_shared<Ref>(this);
-      service_->pipeline_->BuildBatch(
+      const absl::Status started = service_->pipeline_->BuildBatch(
           plan_, epoch, index, cancelled_,
           [ref](std::unique_ptr<BuiltBatch> batch) {
             ref->stream->OnBatchBuilt(std::move(batch));
           });
+      if (!started.ok()) {
+        return FailStream(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                       std::string(started.message())));
+      }
     }
     return true;
   }
@@ -351,7 +355,7 @@ class DataServiceImpl::BatchStream final
         std::min(kMaxChunkBytes, batch.num_bytes - front.offset);
     current_ = common::EncodeChunk(batch.epoch, batch.batch_index,
                                    front.offset,
-                                   batch.pixels.get() + front.offset, length,
+                                   batch.pixels.data() + front.offset, length,
                                    front.batch);
     front.offset += length;
     if (front.offset == batch.num_bytes) {

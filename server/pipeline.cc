@@ -68,6 +68,7 @@ struct Pipeline::BatchJob {
 
 Pipeline::Pipeline(const PipelineOptions& options)
     : options_(options),
+      buffers_(BatchBufferPool::Create(options.idle_buffer_bytes)),
       workers_(options.workers, "batchd-work"),
       readers_(options.readers, "batchd-read") {}
 
@@ -83,28 +84,33 @@ PipelineCounters Pipeline::counters() const {
   return c;
 }
 
-void Pipeline::BuildBatch(
+absl::Status Pipeline::BuildBatch(
     std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
     uint64_t batch_index, std::shared_ptr<const std::atomic<bool>> cancelled,
     std::function<void(std::unique_ptr<BuiltBatch>)> done) {
   const ShardSpec& shard = plan->shard;
   std::shared_ptr<const std::vector<uint64_t>> order =
       orders_.Get(shard.num_samples, shard.seed, shard.shuffle, epoch);
+  std::vector<uint64_t> sample_indices =
+      BatchIndicesFromOrder(shard, *order, batch_index);
+  const size_t n = sample_indices.size();
+  const uint64_t num_bytes = plan->batch_bytes(n);
+  // Uninitialised on purpose: every byte is written by a sample task.
+  absl::StatusOr<BatchBuffer> pixels = buffers_->Acquire(num_bytes);
+  if (!pixels.ok()) return pixels.status();
   auto job = std::make_shared<BatchJob>();
   job->batch = std::make_unique<BuiltBatch>();
   BuiltBatch& batch = *job->batch;
   batch.epoch = epoch;
   batch.batch_index = batch_index;
-  batch.sample_indices = BatchIndicesFromOrder(shard, *order, batch_index);
-  const size_t n = batch.sample_indices.size();
+  batch.sample_indices = std::move(sample_indices);
   batch.labels.reserve(n);
   for (uint64_t index : batch.sample_indices) {
     batch.labels.push_back(plan->dataset->sample(index).label);
   }
   batch.shape = plan->shape(n);
-  batch.num_bytes = plan->batch_bytes(n);
-  // Uninitialised on purpose: every byte is written by a sample task.
-  batch.pixels.reset(new uint8_t[batch.num_bytes]);
+  batch.num_bytes = num_bytes;
+  batch.pixels = *std::move(pixels);
   job->substitutions.resize(n);
   job->remaining = n;
   job->started = std::chrono::steady_clock::now();
@@ -117,6 +123,7 @@ void Pipeline::BuildBatch(
     readers_.Submit(job_name,
                     [this, job, position] { ReadSample(job, position); });
   }
+  return absl::OkStatus();
 }
 
 void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
@@ -201,7 +208,7 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
   const ResolvedPlan& plan = *job->plan;
   BuiltBatch& batch = *job->batch;
   const uint64_t index = batch.sample_indices[position];
-  uint8_t* out = batch.pixels.get() + position * plan.sample_bytes();
+  uint8_t* out = batch.pixels.data() + position * plan.sample_bytes();
 
   DecodeResult result{read_error, std::move(read_detail)};
   if (read_error == SampleError::kNone) {

@@ -20,8 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "batchd/v1/data.pb.h"
+#include "server/batch_buffer_pool.h"
 #include "server/decode/jpeg_decoder.h"
 #include "server/plan/sampler.h"
 #include "server/resolved_plan.h"
@@ -38,7 +40,7 @@ struct BuiltBatch {
   std::vector<int32_t> labels;
   std::vector<uint64_t> shape;
   std::vector<batchd::v1::Substitution> substitutions;
-  std::unique_ptr<uint8_t[]> pixels;
+  BatchBuffer pixels;  // num_bytes bytes
   uint64_t num_bytes = 0;
   absl::Time finished;  // when the last sample was written
 };
@@ -59,6 +61,8 @@ struct PipelineOptions {
   // Candidates tried, in the plan's random order, to substitute a bad sample
   // before giving up and zero-filling it.
   int max_substitute_attempts = 8;
+  // Finished batches' buffers kept for reuse (server/batch_buffer_pool.h).
+  uint64_t idle_buffer_bytes = uint64_t{256} << 20;
   // Where stage times and substitutions are recorded; nullptr records
   // nothing. Not owned; must outlive the Pipeline.
   ServerMetrics* metrics = nullptr;
@@ -72,9 +76,10 @@ class Pipeline {
   // Starts building batch `batch_index` of `epoch` for `plan`, and calls
   // `done` once with the result, on a pool thread, unless `cancelled` is set
   // first (then the remaining work is skipped and `done` is not called; its
-  // captures are released). REQUIRES: batch_index < the plan's
-  // BatchesPerEpoch, epoch < 2^32.
-  void BuildBatch(std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
+  // captures are released). RESOURCE_EXHAUSTED, with nothing started and
+  // `done` never called, when there is no memory for the batch.
+  // REQUIRES: batch_index < the plan's BatchesPerEpoch, epoch < 2^32.
+  absl::Status BuildBatch(std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
                   uint64_t batch_index,
                   std::shared_ptr<const std::atomic<bool>> cancelled,
                   std::function<void(std::unique_ptr<BuiltBatch>)> done);
@@ -108,6 +113,7 @@ class Pipeline {
   std::atomic<uint64_t> samples_substituted_{0};
 
   // Declared last: destroyed (joined) first, while the rest is alive.
+  const std::shared_ptr<BatchBufferPool> buffers_;
   WorkerPool workers_;
   WorkerPool readers_;
 };
