@@ -66,7 +66,7 @@ int Run() {
   if (absl::GetFlag(FLAGS_max_images) > 0) {
     n = std::min<uint64_t>(n, absl::GetFlag(FLAGS_max_images));
   }
-  std::vector<std::string> files(n);
+  std::vector<server::FileBytes> files(n);
   for (uint64_t i = 0; i < n; ++i) {
     auto bytes = server::ReadFileBytes((*dataset)->sample(i).path);
     if (!bytes.ok()) {
@@ -95,8 +95,7 @@ int Run() {
                                  common::RandomPurpose::kAugment);
         return server::RandomResizedCropSpec(width, height, transform, rng);
       };
-      const auto data = absl::MakeConstSpan(
-          reinterpret_cast<const uint8_t*>(files[i].data()), files[i].size());
+      const absl::Span<const uint8_t> data = files[i].bytes();
       server::DecodeResult result;
       if (mode == "limit") {
         server::RgbView view;

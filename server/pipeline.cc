@@ -133,7 +133,7 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   }
   const uint64_t index = job->batch->sample_indices[position];
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::string> bytes =
+  absl::StatusOr<FileBytes> bytes =
       ReadFileBytes(job->plan->dataset->sample(index).path);
   const uint64_t read_nanos = NanosSince(start);
   read_nanos_ += read_nanos;
@@ -142,7 +142,7 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   }
   SampleError read_error = SampleError::kNone;
   std::string detail;
-  std::string data;
+  FileBytes data;
   if (bytes.ok()) {
     data = *std::move(bytes);
   } else {
@@ -160,11 +160,11 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
 
 DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
                                  uint64_t sample_index,
-                                 const std::string* bytes, uint8_t* out) {
-  std::string read_bytes;
+                                 const FileBytes* bytes, uint8_t* out) {
+  FileBytes read_bytes;
   if (bytes == nullptr) {
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::string> file =
+    absl::StatusOr<FileBytes> file =
         ReadFileBytes(plan.dataset->sample(sample_index).path);
     const uint64_t read_nanos = NanosSince(start);
     read_nanos_ += read_nanos;
@@ -180,10 +180,7 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
   DecodeTimings timings;
   DecodeResult result = ThreadDecoder(options_.decode_limits)
                             .Decode(
-                                absl::MakeConstSpan(
-                                    reinterpret_cast<const uint8_t*>(
-                                        bytes->data()),
-                                    bytes->size()),
+                                bytes->bytes(),
                                 [&](int width, int height) {
                                   return plan.Crop(epoch, sample_index, width,
                                                    height);
@@ -199,7 +196,7 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
 }
 
 void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
-                            std::string bytes, SampleError read_error,
+                            FileBytes bytes, SampleError read_error,
                             std::string read_detail) {
   if (job->cancelled->load(std::memory_order_relaxed)) {
     FinishSample(job);

@@ -93,12 +93,12 @@ class Pipeline {
   struct BatchJob;
   void ReadSample(std::shared_ptr<BatchJob> job, size_t position);
   void DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
-                    std::string bytes, SampleError read_error,
+                    FileBytes bytes, SampleError read_error,
                     std::string read_detail);
   // Decodes `sample_index` into `out`; reads the file itself when `bytes` is
   // null (substitutes are rare, so they are read on the worker).
   DecodeResult DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
-                         uint64_t sample_index, const std::string* bytes,
+                         uint64_t sample_index, const FileBytes* bytes,
                          uint8_t* out);
   void FinishSample(const std::shared_ptr<BatchJob>& job);
 

@@ -253,7 +253,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadListFile(
   if (list_path.empty()) {
     return absl::InvalidArgumentError("list file path is empty");
   }
-  ASSIGN_OR_RETURN(const std::string contents, ReadFileBytes(list_path));
+  ASSIGN_OR_RETURN(const FileBytes file, ReadFileBytes(list_path));
+  const absl::string_view contents = file.text();
   if (root.empty()) {
     root = fs::path(list_path).parent_path().string();
   } else {
@@ -392,7 +393,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const Dataset>>> LoadDatasets(
 
 absl::StatusOr<batchd::v1::DaemonConfig> ReadConfigFile(
     const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string text, ReadFileBytes(path));
+  ASSIGN_OR_RETURN(const FileBytes file, ReadFileBytes(path));
+  const std::string text(file.text());
   ConfigErrorCollector errors(path);
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
@@ -432,7 +434,7 @@ absl::StatusOr<batchd::v1::DatasetConfig> ParseDatasetFlag(
   return config;
 }
 
-absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
+absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer. It changes nothing
   // for regular files.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -459,10 +461,11 @@ absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
         "'", path, "' is ", size, " bytes, more than the limit of ",
         kMaxFileBytes));
   }
-  std::string bytes(size, '\0');
+  FileBytes file;
+  file.data_.reset(new uint8_t[std::max<uint64_t>(size, 1)]);
   size_t done = 0;
   while (done < size) {
-    const ssize_t n = ::read(fd, bytes.data() + done, size - done);
+    const ssize_t n = ::read(fd, file.data_.get() + done, size - done);
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus(errno, absl::StrCat("read '", path, "'"));
@@ -470,8 +473,8 @@ absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
     if (n == 0) break;  // the file shrank since fstat
     done += static_cast<size_t>(n);
   }
-  bytes.resize(done);
-  return bytes;
+  file.size_ = done;
+  return file;
 }
 
 }  // namespace batchd::server

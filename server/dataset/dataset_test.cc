@@ -432,13 +432,15 @@ TEST_F(DatasetTest, ParseDatasetFlag) {
 TEST_F(DatasetTest, ReadFileBytes) {
   auto empty = ReadFileBytes(Write("empty", ""));
   ASSERT_OK(empty);
-  EXPECT_EQ(*empty, "");
+  EXPECT_EQ(empty->text(), "");
+  EXPECT_EQ(empty->size(), 0u);
 
   std::string binary(100000, '\0');
   for (size_t i = 0; i < binary.size(); ++i) binary[i] = static_cast<char>(i * 7);
   auto read = ReadFileBytes(Write("binary", binary));
   ASSERT_OK(read);
-  EXPECT_EQ(*read, binary);
+  EXPECT_EQ(read->text(), binary);
+  EXPECT_EQ(read->bytes().size(), binary.size());
 
   EXPECT_THAT(ReadFileBytes(Path("missing")),
               StatusIs(absl::StatusCode::kNotFound,
