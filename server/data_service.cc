@@ -137,7 +137,7 @@ class DataServiceImpl::BatchStream final
         metrics->batches_outstanding().Add(-static_cast<double>(outstanding_));
       }
       outstanding_ = 0;
-      if (reserved_bytes_ > 0) service_->budget_.Release(reserved_bytes_);
+      ReleaseBudgetLocked();
       if (plan_ != nullptr) service_->stats_->StreamClosed(plan_->job);
     }
     Unref();
@@ -372,6 +372,11 @@ class DataServiceImpl::BatchStream final
     return true;
   }
 
+  void ReleaseBudgetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (reserved_bytes_ > 0) service_->budget_.Release(reserved_bytes_);
+    reserved_bytes_ = 0;
+  }
+
   // Starts the next write, or finishes the stream, if either is due.
   // REQUIRES: mu_ not held (StartWrite and Finish may run reactions inline).
   void Pump() ABSL_LOCKS_EXCLUDED(mu_) {
@@ -387,6 +392,10 @@ class DataServiceImpl::BatchStream final
                  (reads_done_ && outstanding_ == 0 && queue_.empty())) {
         finished_ = true;
         finish = finish_status_.value_or(grpc::Status::OK);
+        // With nothing left to build or send, the stream's memory is free
+        // now: give it back before the client sees the status, so that a
+        // client that closes and reopens at once finds its budget.
+        if (outstanding_ == 0 && queue_.empty()) ReleaseBudgetLocked();
       }
     }
     if (write) {
