@@ -4,11 +4,23 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#define BATCHD_RESIZE_X86 1
+#include <immintrin.h>
+#endif
+
 namespace batchd::server {
 namespace {
 
 constexpr int kOne = 1 << kResizeWeightBits;
 constexpr int kHalf = 1 << (kResizeWeightBits - 1);
+
+// std::lround for 0 <= x < 2^31, without the library call: x - trunc(x)
+// is exact, so comparing it with 0.5 rounds halves up as lround does.
+int RoundNonNegative(double x) {
+  const int truncated = static_cast<int>(x);
+  return truncated + (x - truncated >= 0.5 ? 1 : 0);
+}
 
 double Triangle(double x) {
   x = std::fabs(x);
@@ -58,7 +70,8 @@ void Resizer::ComputeWeights(double window_start, double window_size,
     int sum = 0;
     int largest = first;
     for (int k = first; k < last; ++k) {
-      const int v = static_cast<int>(std::lround(w[k] / total * kOne));
+      // w[k] >= 0 and total > 0.
+      const int v = RoundNonNegative(w[k] / total * kOne);
       fixed[k - first] = static_cast<int16_t>(v);
       sum += v;
       if (w[k] > w[largest]) largest = k;
@@ -73,13 +86,20 @@ void Resizer::ComputeWeights(double window_start, double window_size,
 
 namespace {
 
+bool CpuHasAvx2() {
+#ifdef BATCHD_RESIZE_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
+}
+
 // acc[c] = kHalf + sum over k < taps of weights[k] * rows[k][c], c < n.
-// The hot loop of both passes: contiguous, so the compiler vectorises it;
-// built for AVX2 as well as the baseline ISA and picked at run time
-// (integer arithmetic: both give the same bytes).
-__attribute__((target_clones("avx2", "default"))) void WeightedSum(
-    const uint8_t* const* rows, const int16_t* weights, int taps, size_t n,
-    int32_t* __restrict acc) {
+// The hot loop of both passes of the portable resize: contiguous, so the
+// compiler vectorises it.
+void WeightedSum(const uint8_t* const* rows, const int16_t* weights, int taps,
+                 size_t n, int32_t* __restrict acc) {
   for (size_t c = 0; c < n; ++c) acc[c] = kHalf;
   int k = 0;
   for (; k + 1 < taps; k += 2) {
@@ -95,21 +115,222 @@ __attribute__((target_clones("avx2", "default"))) void WeightedSum(
   }
 }
 
+#ifdef BATCHD_RESIZE_X86
+
+// Both AVX2 passes multiply-add pairs of taps with pmaddwd: the two values
+// widened to int16 side by side, times (weight k, weight k + 1) packed into
+// an int32 (PackPair), gives the int32 sum of both products in one
+// instruction (bytes times 14-bit weights cannot overflow it). They round to
+// bytes with (acc >> 14) & 0xFF, which is static_cast<uint8_t>(acc >> 14)
+// for any acc, as the portable code does (so the saturating packs of the
+// horizontal pass never saturate).
+
+int32_t PackPair(int16_t low, int16_t high) {
+  return static_cast<int32_t>(static_cast<uint16_t>(low) |
+                              static_cast<uint32_t>(static_cast<uint16_t>(high))
+                                  << 16);
+}
+
+#define BATCHD_AVX2_INLINE \
+  __attribute__((target("avx2"), always_inline)) inline
+
+// Adds weights w (PackPair) times the columns of 32 bytes of two rows, a and
+// b, to sums s0..s3: sum s gets columns 4t + s in int32 lane t.
+BATCHD_AVX2_INLINE void MultiplyAddPair(__m256i a, __m256i b, __m256i w,
+                                        __m256i& s0, __m256i& s1,
+                                        __m256i& s2, __m256i& s3) {
+  // Int32 lane t of a holds bytes a0 a1 a2 a3 (columns 4t..4t+3), of b
+  // b0 b1 b2 b3. Blending 16-bit halves gives a0 a1 b0 b1 and a2 a3 b2 b3;
+  // masking or shifting their 16-bit halves gives the int16 pairs (a0, b0),
+  // (a1, b1), (a2, b2), (a3, b3) for pmaddwd.
+  const __m256i low_bytes = _mm256_set1_epi16(0xFF);
+  const __m256i ab01 = _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
+  const __m256i ab23 = _mm256_blend_epi16(_mm256_srli_epi32(a, 16), b, 0xAA);
+  s0 = _mm256_add_epi32(s0,
+                        _mm256_madd_epi16(_mm256_and_si256(ab01, low_bytes), w));
+  s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_srli_epi16(ab01, 8), w));
+  s2 = _mm256_add_epi32(s2,
+                        _mm256_madd_epi16(_mm256_and_si256(ab23, low_bytes), w));
+  s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_srli_epi16(ab23, 8), w));
+}
+
+// The 32 bytes of sums s0..s3 of MultiplyAddPair, rounded: byte s of lane t
+// is column 4t + s. Bits 14..21 of sum s, static_cast<uint8_t>(sum >> 14),
+// are shifted straight to byte s and the rest masked off.
+BATCHD_AVX2_INLINE __m256i RoundColumns(__m256i s0, __m256i s1, __m256i s2,
+                                        __m256i s3) {
+  const __m256i byte = _mm256_set1_epi32(0xFF);
+  return _mm256_or_si256(
+      _mm256_or_si256(
+          _mm256_and_si256(_mm256_srli_epi32(s0, kResizeWeightBits), byte),
+          _mm256_and_si256(_mm256_srli_epi32(s1, kResizeWeightBits - 8),
+                           _mm256_slli_epi32(byte, 8))),
+      _mm256_or_si256(
+          _mm256_and_si256(_mm256_slli_epi32(s2, 16 - kResizeWeightBits),
+                           _mm256_slli_epi32(byte, 16)),
+          _mm256_and_si256(_mm256_slli_epi32(s3, 24 - kResizeWeightBits),
+                           _mm256_slli_epi32(byte, 24))));
+}
+
+template <typename T>
+BATCHD_AVX2_INLINE __m256i Load32(const T* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+BATCHD_AVX2_INLINE void Store32(uint8_t* p, __m256i v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+}
+
+// The vertical pass for one output row: dst[c] = the rounded weighted sum of
+// rows[k][c], c < n, with weights[k] (pairs: the same, paired by PackPair).
+__attribute__((target("avx2"))) void VerticalRowAvx2(
+    const uint8_t* const* rows, const int16_t* weights, const int32_t* pairs,
+    int taps, size_t n, uint8_t* dst) {
+  if (n < 32) {  // too narrow for one vector: the scalar sum
+    for (size_t c = 0; c < n; ++c) {
+      int32_t acc = kHalf;
+      for (int k = 0; k < taps; ++k) acc += weights[k] * rows[k][c];
+      dst[c] = static_cast<uint8_t>(acc >> kResizeWeightBits);
+    }
+    return;
+  }
+  // Rows pair up as (rows[k], rows[k + 1]) with weights pairs[k / 2]; an
+  // odd last tap pairs its row with itself, at weight 0.
+  auto second_row = [&](int k) { return k + 1 < taps ? rows[k + 1] : rows[k]; };
+  const __m256i half = _mm256_set1_epi32(kHalf);
+  // 64 bytes at a time, for fewer loads of rows and weights per byte.
+  size_t c = 0;
+  for (; c + 64 <= n; c += 64) {
+    __m256i s0 = half, s1 = half, s2 = half, s3 = half;
+    __m256i s4 = half, s5 = half, s6 = half, s7 = half;
+    for (int k = 0; k < taps; k += 2) {
+      const uint8_t* r0 = rows[k] + c;
+      const uint8_t* r1 = second_row(k) + c;
+      const __m256i w = _mm256_set1_epi32(pairs[k / 2]);
+      MultiplyAddPair(Load32(r0), Load32(r1), w, s0, s1, s2, s3);
+      MultiplyAddPair(Load32(r0 + 32), Load32(r1 + 32), w, s4, s5, s6, s7);
+    }
+    Store32(dst + c, RoundColumns(s0, s1, s2, s3));
+    Store32(dst + c + 32, RoundColumns(s4, s5, s6, s7));
+  }
+  // Then 32 at a time; the last 32 end at n, overlapping the ones before:
+  // no reads past the rows (the last may end a buffer), and the overlap is
+  // rewritten with the same bytes.
+  for (; c < n; c += 32) {
+    const size_t at = std::min(c, n - 32);
+    __m256i s0 = half, s1 = half, s2 = half, s3 = half;
+    for (int k = 0; k < taps; k += 2) {
+      MultiplyAddPair(Load32(rows[k] + at), Load32(second_row(k) + at),
+                      _mm256_set1_epi32(pairs[k / 2]), s0, s1, s2, s3);
+    }
+    Store32(dst + at, RoundColumns(s0, s1, s2, s3));
+  }
+}
+
+// 16 bytes from p + lo in the low lane and from p + hi in the high lane.
+BATCHD_AVX2_INLINE __m256i LoadLanes(const uint8_t* p, int32_t lo,
+                                     int32_t hi) {
+  return _mm256_inserti128_si256(
+      _mm256_castsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + lo))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + hi)), 1);
+}
+
+// The horizontal pass for one output row, 8 pixels (a group) at a time:
+// accumulator q holds the R, G, B (and an unused 0) sums of pixel q of the
+// group in its low lane and of pixel q + 4 in its high lane. Each pixel
+// reads its taps from its own offset, 16 bytes (5 pixels) for two tap pairs,
+// so `row` needs readable padding past its last pixel (see
+// ResizeRowsAvx2). Writes
+// `groups` * 8 pixels: HWC, 24 bytes per group, or CHW, three planes `plane`
+// bytes apart, 8 bytes per group in each; dst needs 8 bytes of slack after
+// the last group.
+__attribute__((target("avx2"))) void HorizontalRowAvx2(
+    const uint8_t* row, const int32_t* offset, const int* pairs,
+    const int32_t* weights, int max_pairs, int groups, PixelLayout layout,
+    size_t plane, uint8_t* dst) {
+  const __m256i half = _mm256_set1_epi32(kHalf);
+  const __m256i byte = _mm256_set1_epi32(0xFF);
+  // Pixels k, k + 1 (bytes R G B R G B from 0) and k + 2, k + 3 (from 6) as
+  // int16 pairs R R G G B B 0 0.
+  const __m256i first_pair = _mm256_setr_epi8(
+      0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,  //
+      0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m256i second_pair = _mm256_setr_epi8(
+      6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1,  //
+      6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+  for (int g = 0; g < groups; ++g) {
+    const int32_t* off = offset + g * 8;
+    const int32_t* w = weights + static_cast<size_t>(g) * max_pairs * 32;
+    __m256i acc[4] = {half, half, half, half};
+    int m = 0;
+    for (; m + 2 <= pairs[g]; m += 2, w += 64) {
+      const uint8_t* r = row + 6 * m;
+      for (int q = 0; q < 4; ++q) {
+        const __m256i v = LoadLanes(r, off[q], off[q + 4]);
+        acc[q] = _mm256_add_epi32(
+            _mm256_add_epi32(
+                acc[q],
+                _mm256_madd_epi16(_mm256_shuffle_epi8(v, first_pair),
+                                  Load32(w + 8 * q))),
+            _mm256_madd_epi16(_mm256_shuffle_epi8(v, second_pair),
+                              Load32(w + 32 + 8 * q)));
+      }
+    }
+    if (m < pairs[g]) {
+      const uint8_t* r = row + 6 * m;
+      for (int q = 0; q < 4; ++q) {
+        const __m256i v = LoadLanes(r, off[q], off[q + 4]);
+        acc[q] = _mm256_add_epi32(
+            acc[q], _mm256_madd_epi16(_mm256_shuffle_epi8(v, first_pair),
+                                      Load32(w + 8 * q)));
+      }
+    }
+    for (__m256i& a : acc) {
+      a = _mm256_and_si256(_mm256_srai_epi32(a, kResizeWeightBits), byte);
+    }
+    // Bytes R G B 0 of pixels 0..3 in the low lane, 4..7 in the high lane.
+    const __m256i rgb0 =
+        _mm256_packus_epi16(_mm256_packs_epi32(acc[0], acc[1]),
+                            _mm256_packs_epi32(acc[2], acc[3]));
+    if (layout == PixelLayout::kHWC) {
+      const __m256i packed = _mm256_permutevar8x32_epi32(
+          _mm256_shuffle_epi8(
+              rgb0, _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14,
+                                     -1, -1, -1, -1, 0, 1, 2, 4, 5, 6, 8, 9,
+                                     10, 12, 13, 14, -1, -1, -1, -1)),
+          _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + g * 24), packed);
+    } else {
+      // 8 bytes of R, then G, then B.
+      const __m256i planar = _mm256_permutevar8x32_epi32(
+          _mm256_shuffle_epi8(
+              rgb0, _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14,
+                                     -1, -1, -1, -1, 0, 4, 8, 12, 1, 5, 9, 13,
+                                     2, 6, 10, 14, -1, -1, -1, -1)),
+          _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      const __m128i rg = _mm256_castsi256_si128(planar);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + g * 8), rg);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + plane + g * 8),
+                       _mm_unpackhi_epi64(rg, rg));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 2 * plane + g * 8),
+                       _mm256_extracti128_si256(planar, 1));
+    }
+  }
+}
+
+#endif  // BATCHD_RESIZE_X86
+
 }  // namespace
+
+Resizer::Resizer() : use_avx2_(CpuHasAvx2()) {}
+
+void Resizer::UsePortableCodeForTesting(bool portable) {
+  use_avx2_ = !portable && CpuHasAvx2();
+}
 
 void Resizer::Resize(const RgbView& src, const ResizeRequest& request,
                      uint8_t* out) {
-  // Vertical pass first, then the horizontal pass on a transposed
-  // intermediate, so that both passes are contiguous weighted row sums
-  // (WeightedSum) and the vertical pass reads only the output's rows:
-  //   1. for each output row i: acc = weighted sum of the source rows it
-  //      needs, over the columns the horizontal filter needs; stored
-  //      transposed, intermediate_[x][i] (one RGB triple per entry);
-  //   2. for each output column j: acc = weighted sum of the transposed
-  //      rows x it needs; stored (transposed back) into `out` in the
-  //      requested layout. The flip is in the horizontal weights.
-  // Weights sum to exactly 1 << kResizeWeightBits and are non-negative, so
-  // each pass's rounded result fits in a byte without clamping.
   const int out_w = request.out_width;
   const int out_h = request.out_height;
   ComputeWeights(request.x, request.width, src.width, out_w, request.flip,
@@ -124,6 +345,29 @@ void Resizer::Resize(const RgbView& src, const ResizeRequest& request,
     col_lo = std::min(col_lo, horizontal_.start[j]);
     col_hi = std::max(col_hi, horizontal_.start[j] + horizontal_.count[j]);
   }
+  // Both compute the same integer sums, so they give the same bytes.
+#ifdef BATCHD_RESIZE_X86
+  if (use_avx2_) return ResizeRowsAvx2(src, request, col_lo, col_hi, out);
+#endif
+  ResizeTransposed(src, request, col_lo, col_hi, out);
+}
+
+void Resizer::ResizeTransposed(const RgbView& src,
+                               const ResizeRequest& request, int col_lo,
+                               int col_hi, uint8_t* out) {
+  // Vertical pass first, then the horizontal pass on a transposed
+  // intermediate, so that both passes are contiguous weighted row sums
+  // (WeightedSum) and the vertical pass reads only the output's rows:
+  //   1. for each output row i: acc = weighted sum of the source rows it
+  //      needs, over the columns the horizontal filter needs; stored
+  //      transposed, intermediate_[x][i] (one RGB triple per entry);
+  //   2. for each output column j: acc = weighted sum of the transposed
+  //      rows x it needs; stored (transposed back) into `out` in the
+  //      requested layout. The flip is in the horizontal weights.
+  // Weights sum to exactly 1 << kResizeWeightBits and are non-negative, so
+  // each pass's rounded result fits in a byte without clamping.
+  const int out_w = request.out_width;
+  const int out_h = request.out_height;
   const int cols = col_hi - col_lo;
   const size_t column_bytes = static_cast<size_t>(out_h) * 3;  // one x of 1.
   intermediate_.resize(column_bytes * cols);
@@ -191,5 +435,99 @@ void Resizer::Resize(const RgbView& src, const ResizeRequest& request,
     }
   }
 }
+
+#ifdef BATCHD_RESIZE_X86
+
+void Resizer::BuildPairTaps(const AxisWeights& axis, int out_size, int first,
+                            PairTaps* taps) {
+  const int groups = (out_size + 7) / 8;
+  taps->max_pairs = (axis.max_taps + 1) / 2;
+  // Pixels past out_size (the last group's padding) read offset 0 with
+  // weight 0.
+  taps->offset.assign(static_cast<size_t>(groups) * 8, 0);
+  taps->pairs.assign(groups, 0);
+  taps->weights.assign(static_cast<size_t>(groups) * taps->max_pairs * 32, 0);
+  for (int j = 0; j < out_size; ++j) {
+    const int g = j / 8;
+    const int q = j % 4;          // accumulator
+    const int lane = j % 8 / 4;   // its 128-bit lane
+    const int count = axis.count[j];
+    const int16_t* w = &axis.weights[static_cast<size_t>(j) * axis.max_taps];
+    taps->offset[j] = (axis.start[j] - first) * 3;
+    taps->pairs[g] = std::max(taps->pairs[g], (count + 1) / 2);
+    for (int k = 0; k < count; k += 2) {
+      const int32_t pair = PackPair(w[k], k + 1 < count ? w[k + 1] : 0);
+      int32_t* lanes =
+          &taps->weights[((static_cast<size_t>(g) * taps->max_pairs + k / 2) *
+                              4 + q) * 8 + lane * 4];
+      std::fill(lanes, lanes + 4, pair);
+    }
+  }
+}
+
+void Resizer::ResizeRowsAvx2(const RgbView& src,
+                             const ResizeRequest& request, int col_lo,
+                             int col_hi, uint8_t* out) {
+  // Vertical pass, then horizontal pass, one output row at a time:
+  //   1. row_ = the weighted sum of the source rows output row i needs,
+  //      over the columns the horizontal filter needs, rounded to bytes;
+  //   2. output pixel (i, j) = the weighted sum of the RGB triples of row_
+  //      that pixel j needs, rounded to bytes, written in the requested
+  //      layout. The flip is in the horizontal weights.
+  // Weights sum to exactly 1 << kResizeWeightBits and are non-negative, so
+  // each pass's rounded result fits in a byte without clamping.
+  const int out_w = request.out_width;
+  const int out_h = request.out_height;
+  const size_t row_bytes = static_cast<size_t>(col_hi - col_lo) * 3;
+  const int groups = (out_w + 7) / 8;
+  const size_t padded_w = static_cast<size_t>(groups) * 8;
+  BuildPairTaps(horizontal_, out_w, col_lo, &horizontal_pairs_);
+  // The last pixel's last tap pair loads 16 bytes from up to
+  // 6 * (max_pairs - 1) bytes past its first tap; zeros, weighted 0.
+  row_.assign(row_bytes + 6 * horizontal_pairs_.max_pairs + 16, 0);
+  out_row_.resize(padded_w * 3 + 8);
+  rows_.resize(vertical_.max_taps);
+  vertical_pairs_.resize((vertical_.max_taps + 1) / 2);
+
+  const int v_taps = vertical_.max_taps;
+  const uint8_t* src_cols = src.data + static_cast<ptrdiff_t>(col_lo) * 3;
+  const size_t out_row_bytes = static_cast<size_t>(out_w) * 3;
+  const size_t plane = static_cast<size_t>(out_w) * out_h;
+  for (int i = 0; i < out_h; ++i) {
+    // 1. Vertical pass into row_.
+    const int n = vertical_.count[i];
+    for (int k = 0; k < n; ++k) {
+      rows_[k] = src_cols +
+                 static_cast<ptrdiff_t>(vertical_.start[i] + k) * src.stride;
+    }
+    const int16_t* v_weights =
+        &vertical_.weights[static_cast<size_t>(i) * v_taps];
+    // 2. Horizontal pass into output row i.
+    uint8_t* dst = request.layout == PixelLayout::kHWC
+                       ? out + i * out_row_bytes
+                       : out + static_cast<size_t>(i) * out_w;
+    for (int k = 0; k < n; k += 2) {
+      vertical_pairs_[k / 2] =
+          PackPair(v_weights[k], k + 1 < n ? v_weights[k + 1] : int16_t{0});
+    }
+    VerticalRowAvx2(rows_.data(), v_weights, vertical_pairs_.data(), n,
+                    row_bytes, row_.data());
+    HorizontalRowAvx2(row_.data(), horizontal_pairs_.offset.data(),
+                      horizontal_pairs_.pairs.data(),
+                      horizontal_pairs_.weights.data(),
+                      horizontal_pairs_.max_pairs, groups, request.layout,
+                      padded_w, out_row_.data());
+    // Written whole groups into out_row_; copy out the row's pixels.
+    if (request.layout == PixelLayout::kHWC) {
+      std::memcpy(dst, out_row_.data(), out_row_bytes);
+    } else {
+      for (int c = 0; c < 3; ++c) {
+        std::memcpy(dst + c * plane, out_row_.data() + c * padded_w, out_w);
+      }
+    }
+  }
+}
+
+#endif  // BATCHD_RESIZE_X86
 
 }  // namespace batchd::server

@@ -50,12 +50,16 @@ struct ResizeRequest {
 
 class Resizer {
  public:
-  Resizer() = default;
+  Resizer();
 
   // Resizes `request`'s window of `src` into `out` (out_height * out_width * 3
   // bytes, RGB in `request.layout`). REQUIRES: src non-empty, the request's
   // sizes positive.
   void Resize(const RgbView& src, const ResizeRequest& request, uint8_t* out);
+
+  // Uses the portable code even where the CPU has AVX2 (both give the same
+  // bytes; tests compare them).
+  void UsePortableCodeForTesting(bool portable);
 
  private:
   // Per-axis filter: for output index j, taps [start[j], start[j] + count[j])
@@ -70,13 +74,49 @@ class Resizer {
                              int in_size, int out_size, bool reverse,
                              AxisWeights* axis);
 
+  // The horizontal filter regrouped for the AVX2 pass: output pixels in
+  // groups of 8, each tap pair of each pixel as an int32 (weight k in the low
+  // half, weight k + 1 in the high half) repeated for pmaddwd. See
+  // BuildPairTaps and HorizontalRowAvx2 in resize.cc.
+  struct PairTaps {
+    std::vector<int32_t> offset;   // per pixel: byte offset of its first tap
+    std::vector<int> pairs;        // per group: tap pairs to sum
+    // Per group, pair and accumulator q < 4: 8 int32 lanes, 4 for pixel q of
+    // the group, then 4 for pixel q + 4.
+    std::vector<int32_t> weights;
+    int max_pairs = 0;
+  };
+  static void BuildPairTaps(const AxisWeights& axis, int out_size, int first,
+                            PairTaps* taps);
+
+  // The two implementations of Resize after the weights, given the source
+  // columns [col_lo, col_hi) the horizontal pass reads.
+  // Portable: the vertical pass into intermediate_, transposed, then the
+  // horizontal pass as contiguous sums over it (both auto-vectorised).
+  void ResizeTransposed(const RgbView& src, const ResizeRequest& request,
+                        int col_lo, int col_hi, uint8_t* out);
+  // x86 with AVX2: both passes per output row, with intrinsics; no
+  // transposes.
+  void ResizeRowsAvx2(const RgbView& src, const ResizeRequest& request,
+                      int col_lo, int col_hi, uint8_t* out);
+
   AxisWeights horizontal_;
   AxisWeights vertical_;
-  // Vertically resized columns, transposed: entry (x, i) is the RGB triple
-  // of source column x at output row i, at intermediate_[(x * out_h + i) * 3].
+  PairTaps horizontal_pairs_;
+  bool use_avx2_ = false;  // set from the CPU in the constructor
+  // AVX2: one output row after the vertical pass: the RGB triples of the
+  // source columns the horizontal pass reads, plus zero padding that the AVX2
+  // horizontal pass may read (with zero weights).
+  std::vector<uint8_t> row_;
+  std::vector<uint8_t> out_row_;  // one output row before its copy out
+  std::vector<int32_t> vertical_pairs_;  // one row's weights, paired
+  // Portable: vertically resized columns, transposed: entry (x, i) is the
+  // RGB triple of source column x at output row i, at
+  // intermediate_[(x * out_h + i) * 3].
   std::vector<uint8_t> intermediate_;
-  std::vector<int32_t> acc_;            // one row's accumulators
-  std::vector<const uint8_t*> rows_;    // the rows of one weighted sum
+  std::vector<int32_t> acc_;  // one row's accumulators
+  // Both: the rows of one weighted sum.
+  std::vector<const uint8_t*> rows_;
 };
 
 // Fixed-point precision of the filter weights.

@@ -257,7 +257,8 @@ std::vector<uint8_t> ReferenceResize(const RgbView& src,
 }
 
 // Random sources, windows (fractional, partly outside the view, tiny and
-// huge), output sizes, flips and layouts.
+// huge), output sizes, flips and layouts, on both the fastest code path the
+// CPU supports and the portable one.
 TEST(ResizeTest, MatchesTheReferenceOnRandomRequests) {
   std::mt19937 rng(20240611);
   auto uniform = [&](double lo, double hi) {
@@ -305,18 +306,22 @@ TEST(ResizeTest, MatchesTheReferenceOnRandomRequests) {
     r.flip = integer(0, 1) == 1;
     r.layout = integer(0, 1) == 1 ? PixelLayout::kCHW : PixelLayout::kHWC;
     const std::vector<uint8_t> expected = ReferenceResize(view, r);
-    Resizer resizer;
-    std::vector<uint8_t> out(expected.size() + 64, 0xA5);
-    resizer.Resize(view, r, out.data());
-    // Nothing written past the output.
-    ASSERT_THAT(std::vector<uint8_t>(out.begin() + expected.size(), out.end()),
-                Each(0xA5));
-    out.resize(expected.size());
-    ASSERT_EQ(out, expected)
-        << "trial " << trial << " src " << w << "x" << h << " stride "
-        << stride << " window " << r.x << "," << r.y << " " << r.width << "x"
-        << r.height << " out " << r.out_width << "x" << r.out_height
-        << " flip " << r.flip << " chw " << (r.layout == PixelLayout::kCHW);
+    for (bool portable : {false, true}) {
+      Resizer resizer;
+      resizer.UsePortableCodeForTesting(portable);
+      std::vector<uint8_t> out(expected.size() + 64, 0xA5);
+      resizer.Resize(view, r, out.data());
+      // Nothing written past the output.
+      ASSERT_THAT(std::vector<uint8_t>(out.begin() + expected.size(), out.end()),
+                  Each(0xA5));
+      out.resize(expected.size());
+      ASSERT_EQ(out, expected)
+          << "trial " << trial << " portable " << portable << " src " << w
+          << "x" << h << " stride " << stride << " window " << r.x << ","
+          << r.y << " " << r.width << "x" << r.height << " out "
+          << r.out_width << "x" << r.out_height << " flip " << r.flip
+          << " chw " << (r.layout == PixelLayout::kCHW);
+    }
   }
 }
 
