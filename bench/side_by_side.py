@@ -7,7 +7,9 @@ variant), pinned to the same number of cores (taskset).
 Configurations, interleaved in each repeat so that they share the machine's
 noise:
   batchd   w=1 on 1 core, w=2 on 2 cores: daemon + batchd-client on loopback,
-           both pinned to the same cores; CPU = daemon + client.
+           both pinned to the same cores; CPU = daemon + client (the
+           client's own per-epoch figure, which, like the DataLoader's,
+           leaves out process start-up).
   torchvision DataLoader num_workers 0 and 1 on 1 core, 2 on 2 cores, uint8
            and normalize.
   decode limit: region + DCT-scaled decode of the same crops, no resize,
@@ -81,7 +83,8 @@ def count_images(data):
                for f in files if f.endswith(".jpg"))
 
 
-EPOCH_RE = re.compile(r"epoch (\d+): .*? (\d+) images in [\d.]+ s: ([\d.]+) images/s")
+EPOCH_RE = re.compile(r"epoch (\d+): .*? (\d+) images in [\d.]+ s: ([\d.]+) images/s"
+                      r".*, client CPU ([\d.]+) s")
 
 
 def batchd(build, data, workers, cores, epochs):
@@ -110,8 +113,8 @@ def batchd(build, data, workers, cores, epochs):
                 "--batch_size", "64", "--size", "224", "--prefetch", "8"]
             run(client + ["--epochs", "1", "--first_epoch", "0"])  # warm-up
             daemon_cpu = proc_cpu_seconds(daemon.pid)
-            out, client_cpu = run(client + ["--epochs", str(epochs),
-                                            "--first_epoch", "1"])
+            out, _ = run(client + ["--epochs", str(epochs),
+                                   "--first_epoch", "1"])
             daemon_cpu = proc_cpu_seconds(daemon.pid) - daemon_cpu
         finally:
             daemon.send_signal(signal.SIGTERM)
@@ -123,6 +126,9 @@ def batchd(build, data, workers, cores, epochs):
     matches = [EPOCH_RE.search(line) for line in out.splitlines()]
     rates = [float(m.group(3)) for m in matches if m]
     images = sum(int(m.group(2)) for m in matches if m)
+    # The client's CPU over its epochs, as it reports it: like the
+    # DataLoader's per-epoch figure, it leaves out process start-up.
+    client_cpu = sum(float(m.group(4)) for m in matches if m)
     if len(rates) != epochs or images == 0:
         raise RuntimeError(f"unexpected batchd-client output:\n{out}")
     return {"images_per_s": statistics.median(rates),
