@@ -121,6 +121,33 @@ TEST(ChunkCodecTest, DecodesChunksStraightIntoTheDestination) {
   }
 }
 
+// Large chunks take the streaming-store copy: every destination alignment,
+// lengths that are not multiples of the store width, several slices.
+TEST(ChunkCodecTest, LargeChunksLandIntactAtAnyAlignment) {
+  for (size_t length : {size_t{64 * 1024}, size_t{64 * 1024 + 1},
+                        size_t{300 * 1024 + 37}}) {
+    const std::string data = Pattern(length);
+    StreamResponse original;
+    original.mutable_chunk()->set_data(data);
+    const std::string bytes = original.SerializeAsString();
+    for (size_t misalign = 0; misalign < 17; misalign += 3) {
+      std::string out(length + 32, 'x');
+      uint8_t* dest = reinterpret_cast<uint8_t*>(out.data()) + misalign;
+      absl::StatusOr<StreamResponse::KindCase> kind = DecodeResponse(
+          Split(bytes, {7, bytes.size() / 3, bytes.size() * 2 / 3 + 5}),
+          nullptr, [&](const ChunkInfo&) -> absl::StatusOr<uint8_t*> {
+            return dest;
+          });
+      ASSERT_OK(kind);
+      EXPECT_EQ(out.substr(misalign, length), data)
+          << length << " bytes at +" << misalign;
+      EXPECT_EQ(out.substr(0, misalign), std::string(misalign, 'x'));
+      EXPECT_EQ(out.substr(misalign + length),
+                std::string(32 - misalign, 'x'));
+    }
+  }
+}
+
 TEST(ChunkCodecTest, AcceptsChunkFieldsInAnyOrderAndUnknownFields) {
   // data (4) first, then an unknown varint field 9, then offset and epoch.
   std::string inner;
