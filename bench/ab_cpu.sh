@@ -9,10 +9,10 @@
 #   bench/ab_cpu.sh /tmp/base/build build 3 3
 # Daemon (1 worker) and client share core 0 (taskset), as in the 1-core
 # side-by-side row; a warm-up epoch runs first, then `epochs` measured ones.
-# CPU is utime+stime of each process over the measured epochs, in ms per
-# image: the daemon's from /proc, the client's as batchd-client reports it
-# (its process start-up, ~0.3 s of CPU here, left out, as the side-by-side
-# harness does).
+# CPU is utime+stime of each process over the measured epochs (the
+# daemon's from /proc, the client's from its rusage, start-up included, so
+# that builds from before batchd-client reported its own CPU compare too),
+# in ms per image.
 set -euo pipefail
 A=${1:?BUILD_A}
 B=${2:?BUILD_B}
@@ -54,19 +54,21 @@ measure() {  # build -> "images/s daemon_ms client_ms"
   "${client[@]}" --epochs 1 --first_epoch 0 > /dev/null
   local before after
   before=$(cpu_ticks "$daemon")
-  "${client[@]}" --epochs "$EPOCHS" --first_epoch 1 > "$RUN/out.txt"
+  python3 -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[2:], stdout=open(sys.argv[1], "w"), check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime, r.ru_stime)' "$RUN/out.txt" \
+    "${client[@]}" --epochs "$EPOCHS" --first_epoch 1 > "$RUN/client_cpu"
   after=$(cpu_ticks "$daemon")
   kill -TERM "$daemon"; wait "$daemon" || true
-  python3 - "$RUN/out.txt" "$before" "$after" "$TICKS" <<'PY'
+  python3 - "$RUN/out.txt" "$RUN/client_cpu" "$before" "$after" "$TICKS" <<'PY'
 import re, sys
-out, before, after, ticks = sys.argv[1:]
-m = re.search(r"^total: (\d+) images, .*?: ([\d.]+) images/s.*, client CPU ([\d.]+) s",
-              open(out).read(), re.M)
-if not m:
-    sys.exit("no total line in batchd-client's output")
-images, rate, client_cpu = int(m.group(1)), float(m.group(2)), float(m.group(3))
+out, client_cpu, before, after, ticks = sys.argv[1:]
+m = re.search(r"^total: (\d+) images, .*?: ([\d.]+) images/s", open(out).read(), re.M)
+images, rate = int(m.group(1)), float(m.group(2))
+user, system = map(float, open(client_cpu).read().split())
 daemon_ms = (int(after) - int(before)) / int(ticks) / images * 1e3
-client_ms = client_cpu / images * 1e3
+client_ms = (user + system) / images * 1e3
 for value in (rate, daemon_ms, client_ms):
     if not value > 0:
         sys.exit(f"not a positive figure: {rate} {daemon_ms} {client_ms}")
