@@ -48,6 +48,7 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
   status.set_queued_samples(workers.queued());
   status.set_buffer_bytes_reserved(data_->budget().reserved());
   status.set_max_buffer_bytes(data_->budget().limit());
+  status.set_buffer_bytes_idle(pipeline_->idle_buffer_bytes());
   const PipelineCounters counters = pipeline_->counters();
   batchd::v1::StageSeconds* stages = status.mutable_stage_seconds();
   stages->set_read(counters.read_seconds);

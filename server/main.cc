@@ -46,6 +46,10 @@ ABSL_FLAG(uint32_t, max_batch_size, 4096, "Largest batch_size a plan may ask.");
 ABSL_FLAG(uint32_t, default_window, 4,
           "Outstanding batches granted to a client that asks for 0.");
 ABSL_FLAG(uint32_t, max_window, 64, "Most outstanding batches per stream.");
+ABSL_FLAG(uint64_t, idle_buffer_bytes, uint64_t{256} << 20,
+          "Finished batches' buffers kept mapped for the next batches of the "
+          "same size (saves page faults), bytes; beyond it the oldest are "
+          "freed. 0 frees every buffer at once.");
 ABSL_FLAG(uint64_t, max_image_pixels, uint64_t{64} << 20,
           "Images with more pixels are substituted (TOO_MANY_PIXELS).");
 ABSL_FLAG(int, max_scans, 500,
@@ -185,6 +189,7 @@ int main(int argc, char** argv) {
   options.service.default_window = absl::GetFlag(FLAGS_default_window);
   options.service.max_window = absl::GetFlag(FLAGS_max_window);
   options.service.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
+  options.pipeline.idle_buffer_bytes = absl::GetFlag(FLAGS_idle_buffer_bytes);
   options.max_workers = absl::GetFlag(FLAGS_max_workers);
   options.metrics_host = absl::GetFlag(FLAGS_host);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);

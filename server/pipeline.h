@@ -87,6 +87,8 @@ class Pipeline {
   WorkerPool& workers() { return workers_; }
   // Samples waiting for a reader thread.
   uint64_t read_queued() const { return readers_.queued(); }
+  // Bytes of finished batches' buffers kept for reuse.
+  uint64_t idle_buffer_bytes() const { return buffers_->idle_bytes(); }
   PipelineCounters counters() const;
 
  private:

@@ -75,6 +75,11 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
                "Bound on batch buffer bytes (--max-buffer-bytes).",
                Type::kGauge);
   writer.Sample({}, static_cast<double>(status.max_buffer_bytes()));
+  writer.Begin("batchd_buffer_idle_bytes",
+               "Finished batches' buffers kept for reuse, bytes "
+               "(--idle-buffer-bytes bounds it).",
+               Type::kGauge);
+  writer.Sample({}, static_cast<double>(status.buffer_bytes_idle()));
   writer.Begin("batchd_samples_decoded_total",
                "Samples decoded (or attempted), substitutes not counted.",
                Type::kCounter);
