@@ -43,8 +43,9 @@ class BufferAllocator {
   virtual const char* name() const = 0;
 };
 
-// An allocator of pageable memory, 2 MiB aligned, on transparent huge pages
-// where the kernel has them (name "heap").
+// An allocator of pageable memory: buffers of 2 MiB and more on transparent
+// huge pages where the kernel has them, smaller ones on ordinary pages
+// (name "heap").
 std::unique_ptr<BufferAllocator> NewHeapAllocator();
 
 }  // namespace batchd::client

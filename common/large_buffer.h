@@ -1,7 +1,8 @@
 // Large, long-lived byte buffers (the daemon's batch buffers, the client's
-// ring slots), mapped straight from the kernel, 2 MiB aligned and advised as
-// transparent huge pages (MADV_HUGEPAGE; the kernel's default THP mode on
-// Debian is "madvise", so nothing is huge unless asked).
+// ring slots), mapped straight from the kernel. From 2 MiB up they are 2 MiB
+// aligned, whole huge pages, advised as transparent huge pages
+// (MADV_HUGEPAGE; the kernel's default THP mode on Debian is "madvise", so
+// nothing is huge unless asked); smaller ones are whole ordinary pages.
 //
 // Why: a 9.6 MB batch written for the first time takes ~2,350 page faults
 // with 4 KiB pages and 5 with 2 MiB pages; on a VM each fault is expensive
@@ -22,7 +23,7 @@ namespace batchd::common {
 
 // Unmaps a LargeBuffer's memory.
 struct LargeBufferDeleter {
-  size_t mapped_bytes = 0;
+  size_t mapped_bytes = 0;  // what the buffer costs: its size, rounded up
   void operator()(uint8_t* data) const;
 };
 

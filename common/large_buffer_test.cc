@@ -1,5 +1,7 @@
 #include "common/large_buffer.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -27,7 +29,19 @@ TEST(LargeBufferTest, AlignedZeroedAndWritable) {
     absl::StatusOr<LargeBuffer> buffer = AllocateLargeBuffer(bytes);
     ASSERT_OK(buffer);
     uint8_t* data = buffer->get();
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % kHugePageBytes, 0u);
+    const size_t mapped = buffer->get_deleter().mapped_bytes;
+    EXPECT_GE(mapped, bytes);
+    if (bytes >= kHugePageBytes) {
+      // Whole huge pages.
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % kHugePageBytes, 0u);
+      EXPECT_EQ(mapped % kHugePageBytes, 0u);
+      EXPECT_LT(mapped - bytes, kHugePageBytes);
+    } else {
+      // Whole small pages: a tiny buffer does not cost a huge page.
+      const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % page, 0u);
+      EXPECT_LT(mapped - bytes, page);
+    }
     EXPECT_EQ(data[0], 0);
     EXPECT_EQ(data[bytes - 1], 0);
     for (size_t i = 0; i < bytes; i += 4096) data[i] = 0xab;

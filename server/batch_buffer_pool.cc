@@ -38,7 +38,7 @@ absl::StatusOr<BatchBuffer> BatchBufferPool::Acquire(size_t bytes) {
     for (auto it = idle_.rbegin(); it != idle_.rend(); ++it) {
       if (it->size != bytes) continue;
       common::LargeBuffer memory = std::move(it->memory);
-      idle_bytes_ -= bytes;
+      idle_bytes_ -= memory.get_deleter().mapped_bytes;
       idle_.erase(std::next(it).base());
       return BatchBuffer(std::move(memory), bytes, shared_from_this());
     }
@@ -60,10 +60,11 @@ uint64_t BatchBufferPool::idle_bytes() const {
 void BatchBufferPool::Return(common::LargeBuffer memory, size_t size) {
   std::deque<Idle> evicted;  // unmapped outside the lock
   absl::MutexLock lock(&mu_);
+  // Counted as mapped, whole pages: what the idle buffers really hold.
+  idle_bytes_ += memory.get_deleter().mapped_bytes;
   idle_.push_back(Idle{std::move(memory), size});
-  idle_bytes_ += size;
   while (idle_bytes_ > max_idle_bytes_ && !idle_.empty()) {
-    idle_bytes_ -= idle_.front().size;
+    idle_bytes_ -= idle_.front().memory.get_deleter().mapped_bytes;
     evicted.push_back(std::move(idle_.front()));
     idle_.pop_front();
   }

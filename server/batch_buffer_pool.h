@@ -62,7 +62,7 @@ class BatchBufferPool : public std::enable_shared_from_this<BatchBufferPool> {
   // RESOURCE_EXHAUSTED when the kernel refuses a new mapping.
   absl::StatusOr<BatchBuffer> Acquire(size_t bytes);
 
-  // Bytes held by idle buffers.
+  // Bytes held by idle buffers, counted in whole mapped pages.
   uint64_t idle_bytes() const;
 
  private:

@@ -1,5 +1,7 @@
 #include "server/batch_buffer_pool.h"
 
+#include <unistd.h>
+
 #include <thread>
 #include <utility>
 #include <vector>
@@ -11,6 +13,10 @@ namespace batchd::server {
 namespace {
 
 constexpr size_t kBatch = 64 * 224 * 224 * 3;
+// What such a buffer maps: whole huge pages.
+constexpr size_t kBatchMapped =
+    (kBatch + common::kHugePageBytes - 1) / common::kHugePageBytes *
+    common::kHugePageBytes;
 
 TEST(BatchBufferPoolTest, ReusesAReleasedBufferOfTheSameSize) {
   auto pool = BatchBufferPool::Create(uint64_t{1} << 30);
@@ -20,7 +26,7 @@ TEST(BatchBufferPoolTest, ReusesAReleasedBufferOfTheSameSize) {
   uint8_t* const memory = first->data();
   memory[kBatch - 1] = 7;
   *first = BatchBuffer();  // released by the move-assignment
-  EXPECT_EQ(pool->idle_bytes(), kBatch);
+  EXPECT_EQ(pool->idle_bytes(), kBatchMapped);
 
   absl::StatusOr<BatchBuffer> second = pool->Acquire(kBatch);
   ASSERT_OK(second);
@@ -35,11 +41,11 @@ TEST(BatchBufferPoolTest, OtherSizesGetTheirOwnBuffers) {
   absl::StatusOr<BatchBuffer> smaller = pool->Acquire(kBatch / 2);
   ASSERT_OK(smaller);
   EXPECT_EQ(smaller->size(), kBatch / 2);
-  EXPECT_EQ(pool->idle_bytes(), kBatch);  // the big one stays idle
+  EXPECT_EQ(pool->idle_bytes(), kBatchMapped);  // the big one stays idle
 }
 
 TEST(BatchBufferPoolTest, KeepsAtMostMaxIdleBytesDroppingTheOldest) {
-  auto pool = BatchBufferPool::Create(2 * kBatch);
+  auto pool = BatchBufferPool::Create(2 * kBatchMapped);
   std::vector<BatchBuffer> held;
   std::vector<uint8_t*> addresses;
   for (int i = 0; i < 3; ++i) {
@@ -49,7 +55,7 @@ TEST(BatchBufferPoolTest, KeepsAtMostMaxIdleBytesDroppingTheOldest) {
     held.push_back(*std::move(buffer));
   }
   held.clear();  // releases 0, 1, 2 in order; 0 is dropped
-  EXPECT_EQ(pool->idle_bytes(), 2 * kBatch);
+  EXPECT_EQ(pool->idle_bytes(), 2 * kBatchMapped);
   absl::StatusOr<BatchBuffer> a = pool->Acquire(kBatch);
   absl::StatusOr<BatchBuffer> b = pool->Acquire(kBatch);
   ASSERT_OK(a);
@@ -57,6 +63,13 @@ TEST(BatchBufferPoolTest, KeepsAtMostMaxIdleBytesDroppingTheOldest) {
   EXPECT_EQ(a->data(), addresses[2]);  // newest first
   EXPECT_EQ(b->data(), addresses[1]);
   EXPECT_EQ(pool->idle_bytes(), 0u);
+}
+
+TEST(BatchBufferPoolTest, IdleBytesCountWholePages) {
+  auto pool = BatchBufferPool::Create(uint64_t{1} << 30);
+  { ASSERT_OK(pool->Acquire(100)); }
+  // One small page, not a huge one.
+  EXPECT_EQ(pool->idle_bytes(), static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
 }
 
 TEST(BatchBufferPoolTest, ZeroIdleBytesKeepsNothing) {
