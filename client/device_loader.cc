@@ -163,11 +163,7 @@ class DeviceLoaderCore {
                    int slot, const void* data, size_t size,
                    cuda::EventHandle ready, std::vector<uint64_t> shape,
                    cuda::Layout layout, DeviceBatch* out) {
-    out->epoch = batch.epoch;
-    out->batch_index = batch.batch_index;
-    out->sample_indices = std::move(batch.sample_indices);
-    out->labels = std::move(batch.labels);
-    out->substitutions = std::move(batch.substitutions);
+    static_cast<BatchInfo&>(*out) = std::move(static_cast<BatchInfo&>(batch));
     out->shape = std::move(shape);
     out->dtype = core->spec.dtype;
     out->layout = layout;
@@ -187,11 +183,7 @@ DeviceBatch::DeviceBatch(DeviceBatch&& other) noexcept { *this = std::move(other
 DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
   if (this == &other) return *this;
   Release();
-  epoch = other.epoch;
-  batch_index = other.batch_index;
-  sample_indices = std::move(other.sample_indices);
-  labels = std::move(other.labels);
-  substitutions = std::move(other.substitutions);
+  BatchInfo::operator=(std::move(other));
   shape = std::move(other.shape);
   dtype = other.dtype;
   layout = other.layout;

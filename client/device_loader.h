@@ -93,13 +93,8 @@ struct DeviceLoaderOptions {
 
 // One batch in its final dtype and layout, leasing an output slot until
 // destroyed, moved-from or Release()d. Move-only.
-class DeviceBatch {
+class DeviceBatch : public BatchInfo {
  public:
-  uint64_t epoch = 0;
-  uint64_t batch_index = 0;
-  std::vector<uint64_t> sample_indices;
-  std::vector<int32_t> labels;
-  std::vector<batchd::v1::Substitution> substitutions;
   // [n, c, h, w] for NCHW or [n, h, w, c] for NHWC.
   std::vector<uint64_t> shape;
   cuda::DType dtype = cuda::DType::kUint8;

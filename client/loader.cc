@@ -883,13 +883,9 @@ Batch::Batch(Batch&& other) noexcept { *this = std::move(other); }
 Batch& Batch::operator=(Batch&& other) noexcept {
   if (this == &other) return *this;
   Release();
-  epoch = other.epoch;
-  batch_index = other.batch_index;
-  sample_indices = std::move(other.sample_indices);
-  labels = std::move(other.labels);
+  BatchInfo::operator=(std::move(other));
   shape = std::move(other.shape);
   layout = other.layout;
-  substitutions = std::move(other.substitutions);
   core_ = std::move(other.core_);
   slot_ = std::exchange(other.slot_, -1);
   data_ = std::exchange(other.data_, nullptr);

@@ -91,23 +91,28 @@ struct LoaderOptions {
   uint64_t max_receive_bytes_per_second = 0;
 };
 
-// One batch, leasing a slot of the loader's ring. The pixel bytes stay valid
-// (and the slot stays out of use) until the Batch is destroyed, moved-from
-// or Release()d. Move-only.
-class Batch {
- public:
+// Which samples a batch holds, as the daemon's header says; shared by Batch
+// and DeviceBatch.
+struct BatchInfo {
   uint64_t epoch = 0;
   uint64_t batch_index = 0;
   // Dataset index and label of each sample, in order.
   std::vector<uint64_t> sample_indices;
   std::vector<int32_t> labels;
+  // Samples whose pixels come from another sample, if any.
+  std::vector<batchd::v1::Substitution> substitutions;
+};
+
+// One batch, leasing a slot of the loader's ring. The pixel bytes stay valid
+// (and the slot stays out of use) until the Batch is destroyed, moved-from
+// or Release()d. Move-only.
+class Batch : public BatchInfo {
+ public:
   // [n, H, W, C] for NHWC or [n, C, H, W] for NCHW; n may be smaller than
   // the plan's batch size for the last batch of an epoch.
   std::vector<uint64_t> shape;
   // Never LAYOUT_UNSPECIFIED (that is reported as LAYOUT_NHWC).
   batchd::v1::Layout layout = batchd::v1::LAYOUT_NHWC;
-  // Samples whose pixels come from another sample, if any.
-  std::vector<batchd::v1::Substitution> substitutions;
 
   // The batch's pixels, uint8, `size()` bytes; nullptr for an empty Batch.
   const uint8_t* data() const { return data_; }

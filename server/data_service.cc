@@ -343,7 +343,7 @@ class DataServiceImpl::BatchStream final
       header->mutable_shape()->Assign(batch.shape.begin(), batch.shape.end());
       header->set_dtype(batchd::v1::DTYPE_UINT8);
       header->set_layout(plan_->layout);
-      header->set_total_bytes(batch.num_bytes);
+      header->set_total_bytes(batch.pixels.size());
       for (const auto& sub : batch.substitutions) {
         *header->add_substitutions() = sub;
       }
@@ -352,15 +352,15 @@ class DataServiceImpl::BatchStream final
       return true;
     }
     const uint64_t length =
-        std::min(kMaxChunkBytes, batch.num_bytes - front.offset);
+        std::min(kMaxChunkBytes, batch.pixels.size() - front.offset);
     current_ = common::EncodeChunk(batch.epoch, batch.batch_index,
                                    front.offset,
                                    batch.pixels.data() + front.offset, length,
                                    front.batch);
     front.offset += length;
-    if (front.offset == batch.num_bytes) {
+    if (front.offset == batch.pixels.size()) {
       written_batch_ = CompletedBatch{batch.sample_indices.size(),
-                                      batch.num_bytes,
+                                      batch.pixels.size(),
                                       batch.substitutions.size(),
                                       batch.finished};
       queue_.pop_front();

@@ -94,9 +94,8 @@ absl::Status Pipeline::BuildBatch(
   std::vector<uint64_t> sample_indices =
       BatchIndicesFromOrder(shard, *order, batch_index);
   const size_t n = sample_indices.size();
-  const uint64_t num_bytes = plan->batch_bytes(n);
   // Uninitialised on purpose: every byte is written by a sample task.
-  absl::StatusOr<BatchBuffer> pixels = buffers_->Acquire(num_bytes);
+  absl::StatusOr<BatchBuffer> pixels = buffers_->Acquire(plan->batch_bytes(n));
   if (!pixels.ok()) return pixels.status();
   auto job = std::make_shared<BatchJob>();
   job->batch = std::make_unique<BuiltBatch>();
@@ -109,7 +108,6 @@ absl::Status Pipeline::BuildBatch(
     batch.labels.push_back(plan->dataset->sample(index).label);
   }
   batch.shape = plan->shape(n);
-  batch.num_bytes = num_bytes;
   batch.pixels = *std::move(pixels);
   job->substitutions.resize(n);
   job->remaining = n;

@@ -40,8 +40,7 @@ struct BuiltBatch {
   std::vector<int32_t> labels;
   std::vector<uint64_t> shape;
   std::vector<batchd::v1::Substitution> substitutions;
-  BatchBuffer pixels;  // num_bytes bytes
-  uint64_t num_bytes = 0;
+  BatchBuffer pixels;
   absl::Time finished;  // when the last sample was written
 };
 

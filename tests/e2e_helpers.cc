@@ -71,13 +71,9 @@ void PrintTo(const BatchRecord& r, std::ostream* os) {
 
 BatchRecord ToRecord(const Batch& batch) {
   BatchRecord r;
-  r.epoch = batch.epoch;
-  r.batch_index = batch.batch_index;
-  r.sample_indices = batch.sample_indices;
-  r.labels = batch.labels;
+  static_cast<client::BatchInfo&>(r) = batch;
   r.shape = batch.shape;
   r.layout = batch.layout;
-  r.substitutions = batch.substitutions;
   r.pixels.assign(reinterpret_cast<const char*>(batch.data()), batch.size());
   return r;
 }

@@ -36,14 +36,9 @@
 namespace batchd::testing {
 
 // One batch as received: header fields plus a copy of its pixels.
-struct BatchRecord {
-  uint64_t epoch = 0;
-  uint64_t batch_index = 0;
-  std::vector<uint64_t> sample_indices;
-  std::vector<int32_t> labels;
+struct BatchRecord : client::BatchInfo {
   std::vector<uint64_t> shape;
   batchd::v1::Layout layout = batchd::v1::LAYOUT_NHWC;
-  std::vector<batchd::v1::Substitution> substitutions;
   std::string pixels;
 
   // FNV-1a 64 of the pixels.
