@@ -175,6 +175,8 @@ def report(args, name, step_s, wait_fraction, loss):
 
 def main(argv):
     args = parse_args(argv)
+    # The module is built into BUILD/python; find it there without PYTHONPATH.
+    sys.path.insert(0, str(pathlib.Path(args.build).resolve() / "python"))
     import torch
     import batchd
     if args.threads:

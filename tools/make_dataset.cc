@@ -77,7 +77,16 @@ bool ParseArgs(int argc, char** argv, Args* args) {
   return true;
 }
 
+// Creates `path` and any missing parents (mkdir -p).
 bool MakeDir(const std::string& path) {
+  for (size_t slash = path.find('/', 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    const std::string parent = path.substr(0, slash);
+    if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
+      fprintf(stderr, "mkdir %s: %s\n", parent.c_str(), strerror(errno));
+      return false;
+    }
+  }
   if (mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return true;
   fprintf(stderr, "mkdir %s: %s\n", path.c_str(), strerror(errno));
   return false;
