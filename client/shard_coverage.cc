@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/plan/sampler.h"
+#include "common/sampler.h"
 
 namespace batchd::client {
 
@@ -67,7 +67,7 @@ std::vector<std::string> ShardCoverage::Check(
   }
   // Position in the epoch order -> sample, by the plan's permutation.
   const std::vector<uint64_t> order =
-      server::EpochOrder(num_samples_, seed_, shuffle_, epoch);
+      common::EpochOrder(num_samples_, seed_, shuffle_, epoch);
   std::map<uint64_t, uint64_t> expected;
   for (const auto& [position, times] : positions_) {
     expected[order[position]] += times;

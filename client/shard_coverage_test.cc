@@ -6,7 +6,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/plan/sampler.h"
+#include "common/sampler.h"
 
 namespace batchd::client {
 namespace {
@@ -80,7 +80,7 @@ TEST(ShardCoverageTest, ShuffledShardIsTheSamplersExactMultiset) {
   ASSERT_OK(coverage);
   for (uint64_t epoch : {0, 1, 5}) {
     const std::vector<uint64_t> order =
-        server::EpochOrder(10, /*seed=*/17, /*shuffle=*/true, epoch);
+        common::EpochOrder(10, /*seed=*/17, /*shuffle=*/true, epoch);
     EXPECT_THAT(coverage->Check(epoch, {order[7], order[1], order[3]}),
                 IsEmpty());
     EXPECT_THAT(coverage->Check(epoch, {order[3], order[3], order[7]}),

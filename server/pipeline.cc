@@ -88,7 +88,7 @@ absl::Status Pipeline::BuildBatch(
     std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
     uint64_t batch_index, std::shared_ptr<const std::atomic<bool>> cancelled,
     std::function<void(std::unique_ptr<BuiltBatch>)> done) {
-  const ShardSpec& shard = plan->shard;
+  const common::ShardSpec& shard = plan->shard;
   std::shared_ptr<const std::vector<uint64_t>> order =
       orders_.Get(shard.num_samples, shard.seed, shard.shuffle, epoch);
   std::vector<uint64_t> sample_indices =

@@ -25,7 +25,7 @@
 #include "batchd/v1/data.pb.h"
 #include "server/batch_buffer_pool.h"
 #include "server/decode/jpeg_decoder.h"
-#include "server/plan/sampler.h"
+#include "common/sampler.h"
 #include "server/resolved_plan.h"
 #include "server/server_metrics.h"
 #include "server/sched/worker_pool.h"
@@ -105,7 +105,7 @@ class Pipeline {
 
   // Constant after construction.
   const PipelineOptions options_;
-  EpochOrderCache orders_;
+  common::EpochOrderCache orders_;
 
   std::atomic<uint64_t> read_nanos_{0};
   std::atomic<uint64_t> decode_nanos_{0};

@@ -123,7 +123,7 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
   if (resolved->dataset->size() > common::kMaxSampleIndex) {
     return Invalid("dataset is too large (more than 2^56 samples)");
   }
-  resolved->shard = ShardSpec{
+  resolved->shard = common::ShardSpec{
       .num_samples = resolved->dataset->size(),
       .seed = plan.seed(),
       .shuffle = plan.shuffle(),

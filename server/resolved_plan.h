@@ -17,7 +17,7 @@
 #include "batchd/v1/data.pb.h"
 #include "server/dataset/dataset.h"
 #include "server/decode/crop_spec.h"
-#include "server/plan/sampler.h"
+#include "common/sampler.h"
 #include "server/plan/transform.h"
 
 namespace batchd::server {
@@ -30,7 +30,7 @@ struct PlanLimits {
 
 struct ResolvedPlan {
   std::shared_ptr<const Dataset> dataset;
-  ShardSpec shard;
+  common::ShardSpec shard;
   bool train = true;  // RandomResizedCrop + flip; else resize + centre crop
   TrainTransform train_transform;
   EvalTransform eval_transform;

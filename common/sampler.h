@@ -12,8 +12,8 @@
 //   partial batch.
 //
 // Pure functions; thread-safe. EpochOrderCache is thread-safe too.
-#ifndef BATCHD_SERVER_PLAN_SAMPLER_H_
-#define BATCHD_SERVER_PLAN_SAMPLER_H_
+#ifndef BATCHD_COMMON_SAMPLER_H_
+#define BATCHD_COMMON_SAMPLER_H_
 
 #include <cstdint>
 #include <memory>
@@ -21,7 +21,7 @@
 
 #include "absl/synchronization/mutex.h"
 
-namespace batchd::server {
+namespace batchd::common {
 
 struct ShardSpec {
   uint64_t num_samples = 0;  // N, > 0
@@ -86,6 +86,6 @@ class EpochOrderCache {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace batchd::server
+}  // namespace batchd::common
 
-#endif  // BATCHD_SERVER_PLAN_SAMPLER_H_
+#endif  // BATCHD_COMMON_SAMPLER_H_

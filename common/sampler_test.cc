@@ -1,4 +1,4 @@
-#include "server/plan/sampler.h"
+#include "common/sampler.h"
 
 #include <algorithm>
 #include <map>
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace batchd::server {
+namespace batchd::common {
 namespace {
 
 using ::testing::ElementsAre;
@@ -338,4 +338,4 @@ TEST(EpochOrderCacheTest, ConcurrentFirstGetsOfOneKeyComputeOnce) {
 }
 
 }  // namespace
-}  // namespace batchd::server
+}  // namespace batchd::common

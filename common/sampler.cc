@@ -1,4 +1,4 @@
-#include "server/plan/sampler.h"
+#include "common/sampler.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,7 +10,7 @@
 #include "absl/base/call_once.h"
 #include "common/random.h"
 
-namespace batchd::server {
+namespace batchd::common {
 namespace {
 
 // A spec the REQUIRES of sampler.h allow. The functions below return empty
@@ -167,4 +167,4 @@ uint64_t EpochOrderCache::computed() const {
   return impl_->computed.load(std::memory_order_relaxed);
 }
 
-}  // namespace batchd::server
+}  // namespace batchd::common
