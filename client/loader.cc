@@ -1,20 +1,23 @@
 #include "client/loader.h"
 
-#include <time.h>
-
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <random>
 #include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "batchd/v1/admin.grpc.pb.h"
 #include "batchd/v1/data.grpc.pb.h"
+#include "client/daemon_stream.h"
 #include "client/diagnosis.h"
+#include "client/request_scheduler.h"
 #include "common/chunk_codec.h"
 #include "common/malloc_tuning.h"
 #include "grpcpp/create_channel.h"
@@ -23,7 +26,6 @@
 
 namespace batchd::client {
 
-using ::batchd::v1::BatchChunk;
 using ::batchd::v1::BatchHeader;
 using ::batchd::v1::PlanOpened;
 using ::batchd::v1::RequestRejected;
@@ -33,6 +35,29 @@ using ::batchd::v1::StreamResponse;
 std::shared_ptr<grpc::Channel> NewBatchdChannel(const std::string& endpoint) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  // Keepalive: a ping every 10 s, with 5 s to answer, notices a daemon host
+  // that vanished without closing its sockets (a crash closes them, and the
+  // stream fails at once). It is allowed without calls so that an idle
+  // channel to a standby daemon is checked too; the daemon accepts pings
+  // this often (its --keepalive-min-ping-interval, 5 s).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // No cap on pings between data frames: a long idle stream keeps pinging.
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Reconnects: the Loader's own backoff (LoaderOptions) decides when a
+  // stream is tried again; the channel's must not add seconds to it, so it
+  // starts at 100 ms and stays under 2 s. Connection attempts time out
+  // after 5 s, shorter than the default 20 s, so an unroutable host is
+  // given up quickly and its batches go elsewhere.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetInt("grpc.client_idle_timeout_ms", std::numeric_limits<int>::max());
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);  // the Loader re-requests itself
+  args.SetInt("grpc.min_reconnect_backoff_ms", 100);
+  args.SetInt("grpc.initial_reconnect_backoff_ms", 100);
+  args.SetInt("grpc.max_reconnect_backoff_ms", 2000);
   return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(),
                                    args);
 }
@@ -55,17 +80,16 @@ absl::StatusOr<batchd::v1::ServerStatus> FetchServerStatus(
 namespace internal {
 namespace {
 
-// CPU time used by the calling thread so far.
-absl::Duration ThreadCpuTime() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return absl::DurationFromTimespec(now);
-}
-
-
-// How long the destructor waits for a clean end of the stream after
-// half-closing it before cancelling.
+// How long the destructor waits for a clean end of the streams after
+// half-closing them before cancelling.
 constexpr absl::Duration kCloseGrace = absl::Seconds(2);
+// How long a diagnosis waits for a daemon's status.
+constexpr absl::Duration kStatusTimeout = absl::Seconds(2);
+// The supervisor's period: stall, hedge, reconnect and deadline checks.
+constexpr absl::Duration kSupervisorTick = absl::Milliseconds(20);
+// A chunk is at most 4 MiB (the protocol); discarded copies are read into a
+// scratch buffer of this size at most.
+constexpr size_t kMaxChunkBytes = size_t{4} << 20;
 
 absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
@@ -76,28 +100,58 @@ std::string BatchName(uint64_t epoch, uint64_t index) {
   return absl::StrCat("batch ", index, " of epoch ", epoch);
 }
 
-// How long a diagnosis waits for the daemon's status.
-constexpr absl::Duration kStatusTimeout = absl::Seconds(2);
+// Whether a stream that ended with `code` may be tried again: the daemon
+// went away or dropped the connection. Other codes are the daemon's verdict
+// on the plan or the client (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...).
+bool IsRetryable(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::ABORTED:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNKNOWN:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Same shape, sizes and counts: the daemons serve the same plan.
+bool SamePlan(const PlanOpened& a, const PlanOpened& b) {
+  return a.batches_per_epoch() == b.batches_per_epoch() &&
+         a.samples_per_epoch() == b.samples_per_epoch() &&
+         a.max_batch_bytes() == b.max_batch_bytes() &&
+         std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(),
+                    b.shape().end());
+}
 
 }  // namespace
 
-// Everything a Loader and its Batches share: the stream, the reader thread
-// and the ring. Owned jointly (shared_ptr) by the Loader and the Batches it
-// returned, so a Batch may outlive its Loader; Shutdown() (called by
-// ~Loader) stops the stream and joins the reader thread.
+// Everything a Loader and its Batches share: the daemons and their streams,
+// the request scheduler, the supervisor thread and the ring. Owned jointly
+// (shared_ptr) by the Loader and the Batches it returned, so a Batch may
+// outlive its Loader; Shutdown() (called by ~Loader) stops the streams and
+// joins every thread.
 //
 // Slot life cycle:
-//   kFree --RequestMore--> kRequested --last chunk--> kReady --Next--> kLeased
-//                                     --rejected---> kFailed --Next--> kFree
+//   kFree --RequestMore--> kRequested --header--> kReceiving --last chunk--> kReady --Next--> kLeased
+//                          kRequested --rejected--> kFailed --Next--> kFree
+//   kReceiving --its daemon lost--> kRequested (bytes start over)
 //   kLeased --Batch released--> kFree
 // A kRequested slot whose batch is no longer wanted (StartEpoch moved on) is
-// `orphaned`: it becomes kFree when the batch completes, unless a later
-// request asks for the same batch and adopts it.
-class LoaderCore {
+// freed at once (copies still on their way are discarded as they arrive); a
+// kReceiving one is `orphaned` and freed when its batch completes, unless
+// a later request asks for the same batch and adopts it.
+class LoaderCore : public StreamSink {
  public:
   explicit LoaderCore(LoaderOptions options)
-      : options_(std::move(options)), created_(absl::Now()) {}
-  ~LoaderCore() { Shutdown(); }
+      : options_(std::move(options)),
+        created_(absl::Now()),
+        scheduler_(RequestScheduler::Options{
+            /*hedge_factor=*/options_.hedge_factor}),
+        jitter_(static_cast<uint32_t>(absl::ToUnixNanos(created_))) {}
+  ~LoaderCore() override { Shutdown(); }
 
   absl::Status Open();
   void Shutdown();
@@ -116,95 +170,131 @@ class LoaderCore {
   std::string epoch_diagnosis() const;
   void ReleaseSlot(int slot);
 
+  // StreamSink, on each daemon's reader thread.
+  absl::Status OnResponse(int daemon, StreamResponse& response) override;
+  absl::StatusOr<uint8_t*> ChunkDestination(
+      int daemon, const common::ChunkInfo& info) override;
+  absl::Status OnChunk(int daemon, const common::ChunkInfo& info,
+                       absl::Duration copy) override;
+  void OnStreamEnd(int daemon, const grpc::Status& status,
+                   const absl::Status& protocol_error) override;
+
  private:
-  enum class SlotState { kFree, kRequested, kReady, kFailed, kLeased };
-  using Key = std::pair<uint64_t, uint64_t>;  // (epoch, batch index)
+  enum class SlotState { kFree, kRequested, kReceiving, kReady, kFailed, kLeased };
+  using Key = RequestScheduler::Key;
 
   struct Slot {
-    // Constant after Open(). While kRequested its bytes belong to the reader
-    // thread; while kLeased to the Batch.
+    // Constant after Open(). While kReceiving its bytes belong to the
+    // receiving daemon's reader thread; while kLeased to the Batch.
     std::unique_ptr<HostBuffer> buffer;
     // The rest is protected by mu_.
     SlotState state = SlotState::kFree;
     Key key{0, 0};
-    bool orphaned = false;         // kRequested only
-    bool header_received = false;  // kRequested/kReady
-    BatchHeader header;            // valid once header_received
+    bool orphaned = false;  // kReceiving only
+    BatchHeader header;     // kReceiving/kReady
     uint64_t received_bytes = 0;
-    absl::Duration copy;           // copying this batch's chunks so far
-    absl::Status error;            // kFailed: the rejection
+    absl::Duration copy;    // copying this batch's chunks so far
+    absl::Status error;     // kFailed: the rejection
+  };
+
+  enum class DaemonState { kConnecting, kUp, kDown, kFailed, kRemoved };
+
+  // What one daemon's reader thread is receiving: a batch's bytes into a
+  // slot, or a losing copy read past into `scratch`.
+  struct Receipt {
+    bool active = false;
+    Key key{0, 0};
+    int slot = -1;  // -1: discarding
+    uint64_t total = 0;
+    uint64_t received = 0;
+  };
+
+  struct Daemon {
+    std::string endpoint;
+    std::shared_ptr<grpc::Channel> channel;
+    std::shared_ptr<DaemonStream> stream;  // null while down
+    DaemonState state = DaemonState::kConnecting;
+    absl::Status last_error;
+    int failures = 0;  // consecutive, for the backoff
+    absl::Time retry_at = absl::InfinitePast();
+    absl::Time last_message;  // for the stall check
+    bool stalled = false;     // we cancelled it for silence
+    bool in_dns = true;       // false: drain, then remove
+    bool opened = false;      // this stream has answered the plan
+    Receipt receipt;
+    std::vector<uint8_t> scratch;
+    absl::Time link_free = absl::InfinitePast();  // paced link
   };
 
   absl::StatusOr<Batch> NextImpl(std::shared_ptr<LoaderCore> self);
-  // The daemon's admin status, or nullopt when it cannot be had within
+  // A daemon's admin status, or nullopt when none answers within
   // kStatusTimeout. Blocks; call without holding a lock.
   std::optional<batchd::v1::ServerStatus> FetchStatus();
-  // Marks the start of an epoch for its diagnosis. Blocks on FetchStatus.
   void MarkEpochStart() ABSL_LOCKS_EXCLUDED(mu_);
-  // Waits as a link of max_receive_bytes_per_second would after `bytes`
-  // more bytes. Reader thread only; wakes on shutdown.
-  void Pace(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
-  void ReaderLoop();
-  // Handles one response. REQUIRES: called by the reader thread only.
-  absl::Status HandleResponse(StreamResponse& response);
-  absl::Status HandleHeader(BatchHeader& header);
-  // Where a chunk's bytes go (its slot, at the next offset), or a protocol
-  // error; then the bookkeeping once they are there.
-  absl::StatusOr<uint8_t*> ChunkDestination(const common::ChunkInfo& chunk);
-  absl::Status ChunkReceived(const common::ChunkInfo& chunk,
-                             absl::Duration copy);
-  absl::Status HandleRejected(const RequestRejected& rejected);
-  // Maps how the stream ended to the status consumers see.
-  absl::Status EndStatus(const grpc::Status& status)
+  void Pace(int daemon, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void SupervisorLoop();
+  // Looks the DNS name up again and adds or drains daemons to match.
+  void Resolve() ABSL_LOCKS_EXCLUDED(mu_);
+  int AddDaemonLocked(const std::string& endpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks a kRequested slot complete. REQUIRES: called by the reader thread.
-  void CompleteLocked(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ConnectLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status HandleOpened(int daemon, const PlanOpened& opened)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status HandleHeader(int daemon, BatchHeader& header)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status HandleRejected(int daemon, const RequestRejected& rejected)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The receipt of `daemon` is complete.
+  void FinishReceiptLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeLocked(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int FindLocked(const Key& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Asks for the next batches of the current epoch that have no slot yet,
-  // into free slots. Sends without holding mu_.
-  void RequestMore() ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
-  absl::Status ProtocolError(absl::string_view what) const {
+  // Sets the sticky error once no daemon can serve any more.
+  void CheckAllFailedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DaemonSummaryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reserves free slots for the next batches of the current epoch and lets
+  // the scheduler assign them; then sends. Sends without holding mu_.
+  void RequestMore() ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes the scheduler's decisions under mu_, to be sent with Send().
+  struct Outgoing {
+    std::shared_ptr<DaemonStream> stream;
+    StreamRequest request;
+  };
+  std::vector<Outgoing> ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Send(std::vector<Outgoing> outgoing);
+  absl::Status ProtocolError(int daemon, absl::string_view what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return absl::InternalError(absl::StrCat("protocol error from batchd at ",
-                                            options_.endpoint, ": ", what));
+                                            daemons_[daemon].endpoint, ": ",
+                                            what));
   }
 
   // Constant after construction.
   const LoaderOptions options_;
   const absl::Time created_;
+  EndpointSpec spec_;  // constant after Open() starts
   // Constant after Open() returns OK.
   std::unique_ptr<BufferAllocator> owned_allocator_;
-  std::shared_ptr<grpc::Channel> channel_;
-  grpc::ClientContext context_;  // TryCancel() is thread-safe
-  // Responses are read as raw bytes so that chunk data goes straight from
-  // gRPC's buffers into the slot (common/chunk_codec.h).
-  std::unique_ptr<grpc::ClientReaderWriter<StreamRequest, common::RawMessage>>
-      stream_;  // Read() by the reader thread; Write/WritesDone/Finish under write_mu_
-  PlanOpened opened_;  // written by the reader before opened_received_ is set
+  PlanOpened opened_;  // written once, before opened_received_ is set
   std::vector<Slot> slots_;  // size fixed in Open(); fields as documented
-  std::thread reader_;
-
-  // Reader thread only: the slot whose chunks are arriving, or -1; whether
-  // handling the last response freed an orphaned slot.
-  int receiving_ = -1;
-  bool freed_orphan_ = false;
-  // Reader thread only: when the paced link is free again.
-  absl::Time link_free_ = absl::InfinitePast();
-
-  // Serialises writes to the stream; the reader's Finish() takes it too.
-  absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  bool writes_closed_ ABSL_GUARDED_BY(write_mu_) = false;
+  std::thread supervisor_;
 
   mutable absl::Mutex mu_;
+  RequestScheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  std::vector<Daemon> daemons_ ABSL_GUARDED_BY(mu_);  // by scheduler id
+  std::minstd_rand jitter_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_resolve_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // Since when no daemon has been up (InfiniteFuture while one is).
+  absl::Time all_down_since_ ABSL_GUARDED_BY(mu_);
   bool opened_received_ ABSL_GUARDED_BY(mu_) = false;
   bool ring_ready_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // Wakes the supervisor early (a daemon went down or a slot came free).
+  bool kick_ ABSL_GUARDED_BY(mu_) = false;
   // Cancel() was called: Next() returns CANCELLED from then on.
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
-  // Sticky: the first failure of the stream. Once set, nothing is requested.
+  // Sticky: the loader cannot go on. Once set, nothing is requested.
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  // Requested/ready/failed slots by batch; at most one slot per key.
+  // Slots by batch, for every slot not kFree or kLeased.
   absl::flat_hash_map<Key, int> pending_ ABSL_GUARDED_BY(mu_);
   bool epoch_started_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
@@ -224,70 +314,96 @@ class LoaderCore {
 };
 
 absl::Status LoaderCore::Open() {
-  if (options_.endpoint.empty()) {
-    return absl::InvalidArgumentError("LoaderOptions.endpoint is empty");
+  absl::StatusOr<EndpointSpec> spec = ParseEndpoints(options_.endpoint);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoaderOptions.endpoint: ", spec.status().message()));
   }
+  spec_ = *std::move(spec);
   BufferAllocator* allocator = options_.allocator;
   if (allocator == nullptr) {
     owned_allocator_ = NewHeapAllocator();
     allocator = owned_allocator_.get();
   }
-
-  channel_ = NewBatchdChannel(options_.endpoint);
-  const absl::Time connect_deadline = absl::Now() + options_.connect_timeout;
-  if (!channel_->WaitForConnected(absl::ToChronoTime(connect_deadline))) {
-    return absl::UnavailableError(absl::StrCat(
-        "could not connect to batchd at ", options_.endpoint, " within ",
-        absl::FormatDuration(options_.connect_timeout)));
+  std::vector<std::string> addresses = spec_.addresses;
+  if (spec_.uses_dns()) {
+    const Resolver& resolve =
+        options_.resolver ? options_.resolver : Resolver(ResolveWithSystem);
+    absl::StatusOr<std::vector<std::string>> resolved =
+        resolve(spec_.dns_host, spec_.dns_port);
+    if (!resolved.ok()) return resolved.status();
+    addresses = *std::move(resolved);
   }
-  const grpc::internal::RpcMethod stream_batches(
-      "/batchd.v1.DataService/StreamBatches",
-      grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
-  stream_.reset(grpc::internal::ClientReaderWriterFactory<
-                 StreamRequest, common::RawMessage>::Create(channel_.get(),
-                                                            stream_batches,
-                                                            &context_));
-
-  StreamRequest open;
-  *open.mutable_open()->mutable_plan() = options_.plan;
-  open.mutable_open()->set_window(options_.prefetch);
   {
-    absl::MutexLock lock(&write_mu_);
-    // On failure the reader sees the end of the stream and reports why.
-    stream_->Write(open);
+    absl::MutexLock lock(&mu_);
+    all_down_since_ = created_;
+    for (const std::string& address : addresses) {
+      ConnectLocked(AddDaemonLocked(address));
+    }
+    if (spec_.uses_dns()) next_resolve_ = created_ + options_.resolve_interval;
   }
-  reader_ = std::thread([this] { ReaderLoop(); });
 
-  // Wait for `opened`, the stream's end, or the deadline.
-  uint32_t granted = 0;
-  uint64_t max_batch_bytes = 0;
+  // Wait for the first `opened`, or for every daemon to fail, or the
+  // deadline.
   {
     absl::MutexLock lock(&mu_);
     auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return opened_received_ || !error_.ok();
+      if (opened_received_ || !error_.ok()) return true;
+      for (const Daemon& d : daemons_) {
+        if (d.state == DaemonState::kConnecting) return false;
+      }
+      return true;
     };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&answered),
-                              options_.connect_timeout)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "batchd at ", options_.endpoint, " did not answer the plan within ",
-          absl::FormatDuration(options_.connect_timeout)));
+    mu_.AwaitWithTimeout(absl::Condition(&answered), options_.connect_timeout);
+    if (!opened_received_) {
+      if (!error_.ok()) return error_;
+      // A daemon's verdict on the plan says most; then a lost connection.
+      for (const Daemon& d : daemons_) {
+        if (d.state == DaemonState::kFailed) return d.last_error;
+      }
+      std::vector<std::string> why;
+      bool connected = false;
+      for (const Daemon& d : daemons_) {
+        const grpc_connectivity_state state = d.channel->GetState(false);
+        if (state == GRPC_CHANNEL_READY) connected = true;
+        why.push_back(d.last_error.ok()
+                          ? d.endpoint
+                          : absl::StrCat(d.endpoint, " (",
+                                         d.last_error.message(), ")"));
+      }
+      if (connected) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "batchd at ", absl::StrJoin(why, ", "),
+            " did not answer the plan within ",
+            absl::FormatDuration(options_.connect_timeout)));
+      }
+      return absl::UnavailableError(absl::StrCat(
+          "could not connect to batchd at ", absl::StrJoin(why, ", "),
+          " within ", absl::FormatDuration(options_.connect_timeout)));
     }
-    if (!opened_received_) return error_;
-    granted = opened_.window();
-    max_batch_bytes = opened_.max_batch_bytes();
   }
-  if (granted == 0) return ProtocolError("the granted window is 0");
-  if (max_batch_bytes == 0) return ProtocolError("max_batch_bytes is 0");
+  if (opened_.window() == 0) return absl::InternalError(absl::StrCat(
+      "protocol error from batchd at ", options_.endpoint,
+      ": the granted window is 0"));
+  const uint64_t max_batch_bytes = opened_.max_batch_bytes();
+  if (max_batch_bytes == 0) {
+    return absl::InternalError(absl::StrCat("protocol error from batchd at ",
+                                            options_.endpoint,
+                                            ": max_batch_bytes is 0"));
+  }
   if (max_batch_bytes > std::numeric_limits<size_t>::max()) {
-    return ProtocolError(absl::StrCat("max_batch_bytes ", max_batch_bytes,
-                                      " does not fit in memory"));
+    return absl::InternalError(absl::StrCat(
+        "protocol error from batchd at ", options_.endpoint,
+        ": max_batch_bytes ", max_batch_bytes, " does not fit in memory"));
   }
-  uint32_t window = granted;
-  if (options_.prefetch > 0 && options_.prefetch < window) {
-    window = options_.prefetch;
-  }
+  // With one daemon more slots than its window would never fill; with
+  // several the window is the client's choice.
+  const uint64_t daemons = std::max<size_t>(1, addresses.size());
+  uint64_t window = options_.prefetch > 0 ? options_.prefetch
+                                          : opened_.window() * daemons;
+  window = std::min<uint64_t>(window, uint64_t{opened_.window()} * daemons);
 
-  // The reader thread touches slots only for requested batches, and nothing
+  // The reader threads touch slots only for requested batches, and nothing
   // has been requested yet, so the ring can be built without holding mu_.
   std::vector<Slot> slots(window);
   for (Slot& slot : slots) {
@@ -304,170 +420,301 @@ absl::Status LoaderCore::Open() {
   absl::MutexLock lock(&mu_);
   slots_ = std::move(slots);
   ring_ready_ = true;
-  return error_;
+  supervisor_ = std::thread([this] { SupervisorLoop(); });
+  return absl::OkStatus();
+}
+
+int LoaderCore::AddDaemonLocked(const std::string& endpoint) {
+  const int id = scheduler_.AddDaemon();
+  Daemon d;
+  d.endpoint = endpoint;
+  d.channel = NewBatchdChannel(endpoint);
+  daemons_.push_back(std::move(d));
+  return id;
+}
+
+void LoaderCore::ConnectLocked(int id) {
+  Daemon& d = daemons_[id];
+  StreamRequest open;
+  *open.mutable_open()->mutable_plan() = options_.plan;
+  open.mutable_open()->set_window(options_.prefetch);
+  d.state = DaemonState::kConnecting;
+  d.opened = false;
+  d.stalled = false;
+  d.receipt = Receipt{};
+  d.last_message = absl::Now();
+  d.stream = std::make_shared<DaemonStream>(id, d.channel, std::move(open),
+                                            this);
 }
 
 void LoaderCore::Shutdown() {
-  bool nothing_outstanding;
+  std::vector<std::shared_ptr<DaemonStream>> streams;
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return;
     shutdown_ = true;
-    nothing_outstanding = true;
-    for (const Slot& slot : slots_) {
-      if (slot.state == SlotState::kRequested) nothing_outstanding = false;
+    for (Daemon& d : daemons_) {
+      if (d.stream != nullptr) streams.push_back(d.stream);
     }
   }
-  if (!reader_.joinable()) return;
-  if (nothing_outstanding) {
-    // A clean end: half-close, and the daemon finishes the stream with OK.
-    {
-      absl::MutexLock lock(&write_mu_);
-      if (!writes_closed_) {
-        writes_closed_ = true;
-        stream_->WritesDone();
+  if (supervisor_.joinable()) supervisor_.join();
+  // A clean end where nothing is owed: half-close, and each daemon finishes
+  // its stream with OK.
+  bool clean = true;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const Slot& slot : slots_) {
+      if (slot.state == SlotState::kRequested ||
+          slot.state == SlotState::kReceiving) {
+        clean = false;
       }
     }
-    absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&reader_done_), kCloseGrace);
+    for (size_t i = 0; i < daemons_.size(); ++i) {
+      if (scheduler_.outstanding(static_cast<int>(i)) > 0) clean = false;
+    }
   }
-  context_.TryCancel();  // a no-op once the stream has ended
-  reader_.join();
+  if (clean) {
+    for (const auto& stream : streams) stream->WritesDone();
+    const absl::Time deadline = absl::Now() + kCloseGrace;
+    for (const auto& stream : streams) {
+      while (!stream->done() && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(2));
+      }
+    }
+  }
+  for (const auto& stream : streams) stream->Cancel();
+  {
+    absl::MutexLock lock(&mu_);
+    for (Daemon& d : daemons_) d.stream.reset();
+  }
+  streams.clear();  // joins the reader threads
 }
 
 void LoaderCore::Cancel() {
+  std::vector<std::shared_ptr<DaemonStream>> streams;
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return;
     cancelled_ = true;
-    // Sticky, so StartEpoch() refuses too and the stream's end (CANCELLED
-    // by us, below) is not reported as a lost connection.
+    // Sticky, so StartEpoch() refuses too and the streams' ends (CANCELLED
+    // by us, below) are not reported as lost daemons.
     if (error_.ok()) error_ = absl::CancelledError("the loader was cancelled");
+    for (Daemon& d : daemons_) {
+      if (d.stream != nullptr) streams.push_back(d.stream);
+    }
   }
-  // Thread-safe; wakes the reader's Read() so the reader thread ends. The
-  // reader is joined by Shutdown(), in the destructor.
-  context_.TryCancel();
+  // Thread-safe; wakes each reader's Read() so the reader threads end. They
+  // are joined by Shutdown(), in the destructor.
+  for (const auto& stream : streams) stream->Cancel();
 }
 
-void LoaderCore::ReaderLoop() {
-  common::RawMessage raw;
-  StreamResponse response;
-  while (stream_->Read(&raw)) {
-    // CPU time, not wall time: on a busy host the reader thread can be
-    // descheduled mid-copy, and that wait is not the copy's cost.
-    const absl::Duration decode_start = ThreadCpuTime();
-    common::ChunkInfo chunk;
-    absl::StatusOr<StreamResponse::KindCase> kind = common::DecodeResponse(
-        raw.buffer, &response,
-        [this](const common::ChunkInfo& info) {
-          return ChunkDestination(info);
-        },
-        &chunk);
-    raw.buffer.Clear();
-    absl::Status status = kind.status();
-    if (kind.ok() && *kind == StreamResponse::kChunk) {
-      status = ChunkReceived(chunk, ThreadCpuTime() - decode_start);
-      if (status.ok() && chunk.length > 0) Pace(chunk.length);
-    } else if (kind.ok()) {
-      status = HandleResponse(response);
-    }
-    if (status.ok() && freed_orphan_) {
-      // A slot came free without a consumer involved: use it.
-      freed_orphan_ = false;
-      RequestMore();
-    }
-    if (!status.ok()) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (error_.ok()) error_ = status;
-      }
-      context_.TryCancel();
-      while (stream_->Read(&raw)) {
-      }
-      break;
-    }
-  }
-  grpc::Status end;
-  {
-    absl::MutexLock lock(&write_mu_);
-    writes_closed_ = true;
-    end = stream_->Finish();
-  }
-  absl::MutexLock lock(&mu_);
-  reader_done_ = true;
-  if (error_.ok()) error_ = EndStatus(end);
-}
+// ---- The supervisor: reconnects, DNS, stalls, hedges, the deadline ----
 
-absl::Status LoaderCore::EndStatus(const grpc::Status& status) {
-  if (cancelled_) return absl::CancelledError("the loader was cancelled");
-  if (shutdown_) return absl::CancelledError("the loader is shutting down");
-  const std::string where = absl::StrCat("batchd at ", options_.endpoint);
-  if (status.ok()) {
-    int outstanding = 0;
-    for (const Slot& slot : slots_) {
-      if (slot.state == SlotState::kRequested) ++outstanding;
-    }
-    if (outstanding > 0) {
-      return absl::UnavailableError(
-          absl::StrCat(where, " ended the stream with ", outstanding,
-                       " requested batches not delivered"));
-    }
-    return absl::UnavailableError(absl::StrCat(where, " ended the stream"));
-  }
-  switch (status.error_code()) {
-    case grpc::StatusCode::CANCELLED:
-    case grpc::StatusCode::UNAVAILABLE:
-      // We did not cancel: the daemon went away or dropped the stream.
-      return absl::UnavailableError(absl::StrCat(
-          "lost the stream to ", where, ": ", status.error_message()));
-    default:
-      // The daemon's own verdict; its message says what to fix.
-      return FromGrpc(status);
-  }
-}
-
-absl::Status LoaderCore::HandleResponse(StreamResponse& response) {
-  switch (response.kind_case()) {
-    case StreamResponse::kOpened: {
+void LoaderCore::SupervisorLoop() {
+  for (;;) {
+    std::vector<std::shared_ptr<DaemonStream>> finished;
+    std::vector<Outgoing> outgoing;
+    bool resolve = false;
+    {
       absl::MutexLock lock(&mu_);
-      if (opened_received_) return ProtocolError("a second `opened` message");
-      opened_ = response.opened();
-      opened_received_ = true;
-      return absl::OkStatus();
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return shutdown_ || kick_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&woken), kSupervisorTick);
+      if (shutdown_) return;
+      kick_ = false;
+      const absl::Time now = absl::Now();
+      for (size_t i = 0; i < daemons_.size(); ++i) {
+        Daemon& d = daemons_[i];
+        const int id = static_cast<int>(i);
+        if (d.stream != nullptr && d.stream->done()) {
+          finished.push_back(std::move(d.stream));
+          d.stream.reset();
+        }
+        if (!error_.ok()) continue;
+        if (d.state == DaemonState::kDown && d.stream == nullptr &&
+            d.in_dns && now >= d.retry_at) {
+          ConnectLocked(id);
+        }
+        // Silence with batches owed: give them to the others.
+        if (d.state == DaemonState::kUp && d.stream != nullptr &&
+            !d.stalled && scheduler_.outstanding(id) > 0 &&
+            now - d.last_message > options_.stall_timeout) {
+          d.stalled = true;
+          d.stream->Cancel();
+        }
+        // Gone from DNS and nothing owed: close its stream.
+        if (!d.in_dns && d.state == DaemonState::kUp && d.stream != nullptr &&
+            scheduler_.outstanding(id) == 0) {
+          d.stream->WritesDone();
+        }
+      }
+      if (error_.ok() && !cancelled_ && all_down_since_ != absl::InfiniteFuture() &&
+          now - all_down_since_ > options_.unavailable_timeout) {
+        error_ = absl::UnavailableError(absl::StrCat(
+            "no batchd daemon was reachable for ",
+            absl::FormatDuration(options_.unavailable_timeout), ": ",
+            DaemonSummaryLocked()));
+      }
+      if (error_.ok()) outgoing = ScheduleLocked();
+      resolve = spec_.uses_dns() && now >= next_resolve_;
+      if (resolve) next_resolve_ = now + options_.resolve_interval;
     }
+    Send(std::move(outgoing));
+    finished.clear();  // joins finished reader threads, outside mu_
+    if (resolve) Resolve();
+  }
+}
+
+void LoaderCore::Resolve() {
+  const Resolver& resolve =
+      options_.resolver ? options_.resolver : Resolver(ResolveWithSystem);
+  absl::StatusOr<std::vector<std::string>> resolved =
+      resolve(spec_.dns_host, spec_.dns_port);
+  if (!resolved.ok()) return;  // keep what we have; try next period
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < daemons_.size(); ++i) {
+    Daemon& d = daemons_[i];
+    const bool listed = std::find(resolved->begin(), resolved->end(),
+                                  d.endpoint) != resolved->end();
+    if (listed && !d.in_dns) {
+      d.in_dns = true;
+      if (d.state == DaemonState::kRemoved) {
+        d.state = DaemonState::kDown;
+        d.retry_at = absl::Now();
+      }
+    } else if (!listed && d.in_dns) {
+      d.in_dns = false;
+      scheduler_.DaemonDraining(static_cast<int>(i));
+    }
+  }
+  for (const std::string& address : *resolved) {
+    const bool known = std::any_of(
+        daemons_.begin(), daemons_.end(),
+        [&address](const Daemon& d) { return d.endpoint == address; });
+    if (!known && error_.ok()) ConnectLocked(AddDaemonLocked(address));
+  }
+}
+
+std::vector<LoaderCore::Outgoing> LoaderCore::ScheduleLocked() {
+  std::vector<Outgoing> outgoing;
+  if (!ring_ready_ || shutdown_ || !error_.ok()) return outgoing;
+  for (RequestScheduler::Request& r : scheduler_.Schedule(absl::Now())) {
+    Outgoing out;
+    out.stream = daemons_[r.daemon].stream;
+    if (out.stream == nullptr) continue;  // DaemonDown() follows at once
+    batchd::v1::BatchRequest* request = out.request.mutable_request();
+    request->set_epoch(r.epoch);
+    for (uint64_t index : r.indices) request->add_batch_indices(index);
+    outgoing.push_back(std::move(out));
+  }
+  return outgoing;
+}
+
+void LoaderCore::Send(std::vector<Outgoing> outgoing) {
+  // A failed write means that stream has ended; its reader thread reports
+  // why, and the scheduler moves the batches elsewhere.
+  for (Outgoing& out : outgoing) out.stream->Send(out.request);
+}
+
+std::string LoaderCore::DaemonSummaryLocked() const {
+  std::vector<std::string> parts;
+  for (const Daemon& d : daemons_) {
+    parts.push_back(d.last_error.ok()
+                        ? absl::StrCat(d.endpoint, " (never answered)")
+                        : absl::StrCat(d.endpoint, " (", d.last_error.message(),
+                                       ")"));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+void LoaderCore::CheckAllFailedLocked() {
+  if (!error_.ok()) return;
+  int failed = 0;
+  const Daemon* last = nullptr;
+  for (const Daemon& d : daemons_) {
+    if (d.state == DaemonState::kFailed) {
+      ++failed;
+      last = &d;
+    }
+  }
+  if (failed == 0 || failed < static_cast<int>(daemons_.size())) return;
+  // A DNS name may bring new daemons; a fixed list cannot.
+  if (spec_.uses_dns()) return;
+  if (daemons_.size() == 1) {
+    error_ = last->last_error;
+  } else {
+    error_ = absl::Status(last->last_error.code(),
+                          absl::StrCat("every batchd daemon failed: ",
+                                       DaemonSummaryLocked()));
+  }
+}
+
+// ---- Stream events, on the daemons' reader threads ----
+
+absl::Status LoaderCore::OnResponse(int daemon, StreamResponse& response) {
+  absl::MutexLock lock(&mu_);
+  daemons_[daemon].last_message = absl::Now();
+  switch (response.kind_case()) {
+    case StreamResponse::kOpened:
+      return HandleOpened(daemon, response.opened());
     case StreamResponse::kHeader:
-      return HandleHeader(*response.mutable_header());
+      return HandleHeader(daemon, *response.mutable_header());
     case StreamResponse::kChunk:
-      // Decoded and copied by the reader loop; never reaches here.
-      break;
+      break;  // decoded by the stream; never reaches here
     case StreamResponse::kRejected:
-      return HandleRejected(response.rejected());
+      return HandleRejected(daemon, response.rejected());
     case StreamResponse::KIND_NOT_SET:
       break;
   }
-  return ProtocolError("an empty or unknown response message");
+  return ProtocolError(daemon, "an empty or unknown response message");
 }
 
-absl::Status LoaderCore::HandleHeader(BatchHeader& header) {
+absl::Status LoaderCore::HandleOpened(int daemon, const PlanOpened& opened) {
+  Daemon& d = daemons_[daemon];
+  if (d.opened) return ProtocolError(daemon, "a second `opened` message");
+  if (opened.window() == 0) {
+    return ProtocolError(daemon, "the granted window is 0");
+  }
+  if (!opened_received_) {
+    opened_ = opened;
+    opened_received_ = true;
+  } else if (!SamePlan(opened_, opened)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "batchd at ", d.endpoint, " answers the plan with ",
+        opened.batches_per_epoch(), " batches of ", opened.max_batch_bytes(),
+        " bytes per epoch, the first daemon with ", opened_.batches_per_epoch(),
+        " of ", opened_.max_batch_bytes(),
+        ": the daemons do not serve the same dataset"));
+  }
+  d.opened = true;
+  d.state = DaemonState::kUp;
+  d.failures = 0;
+  d.last_error = absl::OkStatus();
+  scheduler_.DaemonUp(daemon, opened.window());
+  if (!d.in_dns) scheduler_.DaemonDraining(daemon);
+  all_down_since_ = absl::InfiniteFuture();
+  kick_ = true;  // the supervisor hands it work
+  return absl::OkStatus();
+}
+
+absl::Status LoaderCore::HandleHeader(int daemon, BatchHeader& header) {
   const Key key{header.epoch(), header.batch_index()};
-  absl::MutexLock lock(&mu_);
-  if (!opened_received_) return ProtocolError("a header before `opened`");
-  if (receiving_ >= 0) {
-    return ProtocolError(absl::StrCat(
+  Daemon& d = daemons_[daemon];
+  if (!d.opened) return ProtocolError(daemon, "a header before `opened`");
+  if (d.receipt.active) {
+    return ProtocolError(daemon, absl::StrCat(
         "header of ", BatchName(key.first, key.second), " while ",
-        BatchName(slots_[receiving_].key.first, slots_[receiving_].key.second),
+        BatchName(d.receipt.key.first, d.receipt.key.second),
         " is incomplete"));
   }
-  const int index = FindLocked(key);
-  if (index < 0 || slots_[index].state != SlotState::kRequested ||
-      slots_[index].header_received) {
-    return ProtocolError(absl::StrCat("header of ",
-                                      BatchName(key.first, key.second),
-                                      ", which is not awaited"));
+  if (!scheduler_.HasRequest(daemon, key)) {
+    return ProtocolError(daemon, absl::StrCat("header of ",
+                                              BatchName(key.first, key.second),
+                                              ", which is not awaited"));
   }
-  Slot& slot = slots_[index];
-  if (header.total_bytes() > slot.buffer->size()) {
-    return ProtocolError(absl::StrCat(
+  if (header.total_bytes() > opened_.max_batch_bytes()) {
+    return ProtocolError(daemon, absl::StrCat(
         BatchName(key.first, key.second), " has ", header.total_bytes(),
         " bytes, more than max_batch_bytes ", opened_.max_batch_bytes()));
   }
@@ -475,78 +722,125 @@ absl::Status LoaderCore::HandleHeader(BatchHeader& header) {
     uint64_t elements = 1;
     for (uint64_t dim : header.shape()) {
       if (dim != 0 && elements > std::numeric_limits<uint64_t>::max() / dim) {
-        return ProtocolError("shape overflows");
+        return ProtocolError(daemon, "shape overflows");
       }
       elements *= dim;
     }
     if (elements != header.total_bytes()) {
-      return ProtocolError(absl::StrCat(
+      return ProtocolError(daemon, absl::StrCat(
           BatchName(key.first, key.second), " has shape with ", elements,
           " elements but ", header.total_bytes(), " bytes"));
     }
   }
-  slot.header = std::move(header);
-  slot.header_received = true;
-  slot.received_bytes = 0;
-  if (slot.header.total_bytes() == 0) {
-    CompleteLocked(index);
-  } else {
-    receiving_ = index;
+  Receipt& receipt = d.receipt;
+  receipt = Receipt{};
+  receipt.active = true;
+  receipt.key = key;
+  receipt.total = header.total_bytes();
+  const int index = FindLocked(key);
+  if (scheduler_.OnHeader(daemon, key, absl::Now()) ==
+          RequestScheduler::Claim::kAccept &&
+      index >= 0 && slots_[index].state == SlotState::kRequested) {
+    Slot& slot = slots_[index];
+    slot.state = SlotState::kReceiving;
+    slot.header = std::move(header);
+    slot.received_bytes = 0;
+    slot.copy = absl::ZeroDuration();
+    receipt.slot = index;
   }
+  if (receipt.total == 0) FinishReceiptLocked(daemon);
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint8_t*> LoaderCore::ChunkDestination(
-    const common::ChunkInfo& chunk) {
+    int daemon, const common::ChunkInfo& chunk) {
   const Key key{chunk.epoch, chunk.batch_index};
   absl::MutexLock lock(&mu_);
-  if (receiving_ < 0 || slots_[receiving_].key != key) {
-    return ProtocolError(absl::StrCat(
+  Daemon& d = daemons_[daemon];
+  d.last_message = absl::Now();
+  Receipt& receipt = d.receipt;
+  if (!receipt.active || receipt.key != key) {
+    return ProtocolError(daemon, absl::StrCat(
         "chunk of ", BatchName(key.first, key.second),
         ", which is not the batch being received"));
   }
-  Slot& slot = slots_[receiving_];
-  const uint64_t total = slot.header.total_bytes();
-  if (chunk.offset != slot.received_bytes) {
-    return ProtocolError(absl::StrCat(
+  if (chunk.offset != receipt.received) {
+    return ProtocolError(daemon, absl::StrCat(
         "chunk of ", BatchName(key.first, key.second), " at offset ",
-        chunk.offset, "; expected offset ", slot.received_bytes));
+        chunk.offset, "; expected offset ", receipt.received));
   }
-  if (chunk.length > total - slot.received_bytes) {
-    return ProtocolError(absl::StrCat(
+  if (chunk.length > receipt.total - receipt.received) {
+    return ProtocolError(daemon, absl::StrCat(
         "chunk of ", BatchName(key.first, key.second), " at offset ",
         chunk.offset, " with ", chunk.length, " bytes overflows the batch's ",
-        total, " bytes"));
+        receipt.total, " bytes"));
   }
-  // The slot's bytes belong to the reader thread while it is kRequested.
-  return slot.buffer->data() + slot.received_bytes;
+  if (receipt.slot < 0) {
+    // A losing copy: read past it.
+    if (chunk.length > kMaxChunkBytes) {
+      return ProtocolError(daemon, absl::StrCat("a chunk of ", chunk.length,
+                                                " bytes, over the 4 MiB limit"));
+    }
+    if (d.scratch.size() < chunk.length) d.scratch.resize(chunk.length);
+    return d.scratch.data();
+  }
+  // The slot's bytes belong to this reader thread while it is kReceiving.
+  return slots_[receipt.slot].buffer->data() + receipt.received;
 }
 
-absl::Status LoaderCore::ChunkReceived(const common::ChunkInfo& chunk,
-                                       absl::Duration copy) {
-  absl::MutexLock lock(&mu_);
-  Slot& slot = slots_[receiving_];
-  slot.received_bytes += chunk.length;
-  slot.copy += copy;
-  stats_.copy += copy;
-  stats_.received_bytes += chunk.length;
-  if (slot.received_bytes == slot.header.total_bytes()) {
-    CompleteLocked(receiving_);
-    receiving_ = -1;
+absl::Status LoaderCore::OnChunk(int daemon, const common::ChunkInfo& chunk,
+                                 absl::Duration copy) {
+  {
+    absl::MutexLock lock(&mu_);
+    Daemon& d = daemons_[daemon];
+    Receipt& receipt = d.receipt;
+    receipt.received += chunk.length;
+    stats_.received_bytes += chunk.length;
+    if (receipt.slot >= 0) {
+      Slot& slot = slots_[receipt.slot];
+      slot.received_bytes += chunk.length;
+      slot.copy += copy;
+      stats_.copy += copy;
+    }
+    if (receipt.received == receipt.total) FinishReceiptLocked(daemon);
   }
+  if (chunk.length > 0) Pace(daemon, chunk.length);
   return absl::OkStatus();
 }
 
-absl::Status LoaderCore::HandleRejected(const RequestRejected& rejected) {
+void LoaderCore::FinishReceiptLocked(int daemon) {
+  Receipt& receipt = daemons_[daemon].receipt;
+  scheduler_.OnComplete(daemon, receipt.key, absl::Now());
+  if (receipt.slot >= 0) {
+    Slot& slot = slots_[receipt.slot];
+    if (slot.orphaned) {
+      FreeLocked(receipt.slot);
+    } else {
+      slot.state = SlotState::kReady;
+    }
+  }
+  receipt = Receipt{};
+  kick_ = true;  // a window place came free
+}
+
+absl::Status LoaderCore::HandleRejected(int daemon,
+                                        const RequestRejected& rejected) {
   const Key key{rejected.epoch(), rejected.batch_index()};
-  absl::MutexLock lock(&mu_);
+  Daemon& d = daemons_[daemon];
+  if (!scheduler_.HasRequest(daemon, key) ||
+      (d.receipt.active && d.receipt.key == key)) {
+    return ProtocolError(daemon, absl::StrCat(
+        "rejection of ", BatchName(key.first, key.second),
+        ", which is not awaited"));
+  }
+  const RequestScheduler::RejectionOutcome outcome =
+      scheduler_.OnRejected(daemon, key, rejected.code());
+  kick_ = true;
+  if (outcome != RequestScheduler::RejectionOutcome::kFail) return absl::OkStatus();
   const int index = FindLocked(key);
   if (index < 0 || slots_[index].state != SlotState::kRequested) {
-    return ProtocolError(absl::StrCat("rejection of ",
-                                      BatchName(key.first, key.second),
-                                      ", which is not awaited"));
+    return absl::OkStatus();
   }
-  if (receiving_ == index) receiving_ = -1;
   absl::StatusCode code = static_cast<absl::StatusCode>(rejected.code());
   if (rejected.code() <= 0 || rejected.code() > 16) {
     code = absl::StatusCode::kUnknown;
@@ -555,21 +849,88 @@ absl::Status LoaderCore::HandleRejected(const RequestRejected& rejected) {
   slot.error = absl::Status(
       code, absl::StrCat("batchd rejected ", BatchName(key.first, key.second),
                          ": ", rejected.message()));
-  slot.header_received = false;
-  CompleteLocked(index);
-  if (slot.state == SlotState::kReady) slot.state = SlotState::kFailed;
+  slot.state = SlotState::kFailed;
   return absl::OkStatus();
 }
 
-void LoaderCore::CompleteLocked(int index) {
-  Slot& slot = slots_[index];
-  if (slot.orphaned) {
-    FreeLocked(index);
-    freed_orphan_ = true;
+void LoaderCore::OnStreamEnd(int daemon, const grpc::Status& status,
+                             const absl::Status& protocol_error) {
+  absl::MutexLock lock(&mu_);
+  Daemon& d = daemons_[daemon];
+  const uint32_t owed = scheduler_.outstanding(daemon);
+  for (const Key& key : scheduler_.DaemonDown(daemon)) {
+    // Its bytes start over, from whichever daemon answers next.
+    const int index = FindLocked(key);
+    if (index < 0 || slots_[index].state != SlotState::kReceiving) continue;
+    if (slots_[index].orphaned) {
+      FreeLocked(index);
+    } else {
+      slots_[index].state = SlotState::kRequested;
+      slots_[index].received_bytes = 0;
+      slots_[index].header.Clear();
+    }
+  }
+  d.receipt = Receipt{};
+  kick_ = true;
+  if (shutdown_ || cancelled_) {
+    d.state = DaemonState::kDown;
     return;
   }
-  slot.state = SlotState::kReady;
+  const std::string where = absl::StrCat("batchd at ", d.endpoint);
+  bool retry = true;
+  if (!protocol_error.ok()) {
+    // A daemon that breaks the protocol (or serves another dataset) is not
+    // asked again.
+    d.last_error = protocol_error;
+    retry = false;
+  } else if (d.stalled) {
+    d.last_error = absl::UnavailableError(absl::StrCat(
+        where, " sent nothing for ",
+        absl::FormatDuration(options_.stall_timeout), " with ", owed,
+        " batches outstanding"));
+  } else if (status.ok()) {
+    if (owed > 0) {
+      d.last_error = absl::UnavailableError(absl::StrCat(
+          where, " ended the stream with ", owed,
+          " requested batches not delivered"));
+      retry = false;
+    } else {
+      d.last_error = absl::UnavailableError(absl::StrCat(where, " ended the stream"));
+    }
+  } else if (IsRetryable(status.error_code())) {
+    d.last_error = absl::UnavailableError(absl::StrCat(
+        "lost the stream to ", where, ": ", status.error_message()));
+  } else {
+    // The daemon's own verdict; its message says what to fix.
+    d.last_error = FromGrpc(status);
+    retry = false;
+  }
+  if (!d.in_dns && status.ok() && owed == 0) {
+    d.state = DaemonState::kRemoved;
+  } else if (retry) {
+    d.state = DaemonState::kDown;
+    ++d.failures;
+    absl::Duration backoff = options_.reconnect_backoff_min;
+    for (int i = 1; i < d.failures && backoff < options_.reconnect_backoff_max; ++i) {
+      backoff *= 2;
+    }
+    backoff = std::min(backoff, options_.reconnect_backoff_max);
+    std::uniform_real_distribution<double> spread(0.8, 1.2);
+    d.retry_at = absl::Now() + backoff * spread(jitter_);
+  } else {
+    d.state = DaemonState::kFailed;
+  }
+  bool any_up = false;
+  for (size_t i = 0; i < daemons_.size(); ++i) {
+    if (scheduler_.IsUp(static_cast<int>(i))) any_up = true;
+  }
+  if (!any_up && all_down_since_ == absl::InfiniteFuture()) {
+    all_down_since_ = absl::Now();
+  }
+  CheckAllFailedLocked();
 }
+
+// ---- The ring and the consumer ----
 
 void LoaderCore::FreeLocked(int index) {
   Slot& slot = slots_[index];
@@ -577,7 +938,6 @@ void LoaderCore::FreeLocked(int index) {
   if (it != pending_.end() && it->second == index) pending_.erase(it);
   slot.state = SlotState::kFree;
   slot.orphaned = false;
-  slot.header_received = false;
   slot.header.Clear();
   slot.received_bytes = 0;
   slot.copy = absl::ZeroDuration();
@@ -590,13 +950,11 @@ int LoaderCore::FindLocked(const Key& key) const {
 }
 
 void LoaderCore::RequestMore() {
-  StreamRequest request;
+  std::vector<Outgoing> outgoing;
   {
     absl::MutexLock lock(&mu_);
     if (!epoch_started_ || !ring_ready_ || shutdown_ || !error_.ok()) return;
     const uint64_t end = opened_.batches_per_epoch();
-    batchd::v1::BatchRequest* batches = request.mutable_request();
-    batches->set_epoch(epoch_);
     size_t free_slot = 0;
     for (uint64_t index = next_batch_;
          index < end && index - next_batch_ < slots_.size(); ++index) {
@@ -615,14 +973,11 @@ void LoaderCore::RequestMore() {
       slot.state = SlotState::kRequested;
       slot.key = key;
       pending_[key] = static_cast<int>(free_slot);
-      batches->add_batch_indices(index);
+      scheduler_.Want(key);
     }
-    if (batches->batch_indices_size() == 0) return;
+    outgoing = ScheduleLocked();
   }
-  absl::MutexLock lock(&write_mu_);
-  if (writes_closed_) return;
-  // On failure the reader thread sees the end of the stream and reports why.
-  stream_->Write(request);
+  Send(std::move(outgoing));
 }
 
 absl::Status LoaderCore::StartEpoch(uint64_t epoch, uint64_t first_batch) {
@@ -640,10 +995,12 @@ absl::Status LoaderCore::StartEpoch(uint64_t epoch, uint64_t first_batch) {
     if (!error_.ok()) return error_;
     for (size_t i = 0; i < slots_.size(); ++i) {
       Slot& slot = slots_[i];
-      if (slot.state == SlotState::kRequested) {
+      if (slot.state == SlotState::kReceiving) {
         slot.orphaned = true;
-      } else if (slot.state == SlotState::kReady ||
+      } else if (slot.state == SlotState::kRequested ||
+                 slot.state == SlotState::kReady ||
                  slot.state == SlotState::kFailed) {
+        scheduler_.Unwant(slot.key);
         FreeLocked(static_cast<int>(i));
       }
     }
@@ -658,8 +1015,8 @@ absl::Status LoaderCore::StartEpoch(uint64_t epoch, uint64_t first_batch) {
 }
 
 void LoaderCore::MarkEpochStart() {
-  // Fetched after the requests went out, so the daemon starts working
-  // while we wait for its answer.
+  // Fetched after the requests went out, so the daemons start working
+  // while we wait for the answer.
   std::optional<batchd::v1::ServerStatus> status = FetchStatus();
   absl::MutexLock lock(&mu_);
   epoch_start_stats_ = stats_;
@@ -669,9 +1026,24 @@ void LoaderCore::MarkEpochStart() {
 }
 
 std::optional<batchd::v1::ServerStatus> LoaderCore::FetchStatus() {
-  if (channel_ == nullptr) return std::nullopt;
+  // The daemon that served the most batches speaks for the run: with one
+  // daemon that is it, with several the diagnosis adds the others' shares.
+  std::shared_ptr<grpc::Channel> channel;
+  {
+    absl::MutexLock lock(&mu_);
+    uint64_t best = 0;
+    for (size_t i = 0; i < daemons_.size(); ++i) {
+      const uint64_t served = scheduler_.counters(static_cast<int>(i)).served;
+      if (channel == nullptr || served > best) {
+        if (daemons_[i].state != DaemonState::kUp && channel != nullptr) continue;
+        channel = daemons_[i].channel;
+        best = served;
+      }
+    }
+  }
+  if (channel == nullptr) return std::nullopt;
   absl::StatusOr<batchd::v1::ServerStatus> status =
-      FetchServerStatus(channel_, kStatusTimeout);
+      FetchServerStatus(channel, kStatusTimeout);
   if (!status.ok()) return std::nullopt;
   return *std::move(status);
 }
@@ -688,6 +1060,7 @@ Diagnosis LoaderCore::Diagnose() {
     interval = current.Since(epoch_start_stats_);
     start = epoch_start_status_;
   }
+  interval.daemons = stats().daemons;
   std::optional<batchd::v1::ServerStatus> now = FetchStatus();
   return client::Diagnose(interval, start ? &*start : nullptr,
                           now ? &*now : nullptr);
@@ -704,17 +1077,17 @@ void LoaderCore::RecordCopy(absl::Duration duration) {
   stats_.last_step.copy += duration;
 }
 
-void LoaderCore::Pace(uint64_t bytes) {
+void LoaderCore::Pace(int daemon, uint64_t bytes) {
   if (options_.max_receive_bytes_per_second == 0) return;
-  const absl::Time now = absl::Now();
-  link_free_ = std::max(link_free_, now) +
-               absl::Seconds(static_cast<double>(bytes) /
-                             options_.max_receive_bytes_per_second);
   absl::MutexLock lock(&mu_);
+  absl::Time& link_free = daemons_[daemon].link_free;
+  link_free = std::max(link_free, absl::Now()) +
+              absl::Seconds(static_cast<double>(bytes) /
+                            options_.max_receive_bytes_per_second);
   auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutdown_ || cancelled_;
   };
-  mu_.AwaitWithDeadline(absl::Condition(&stopped), link_free_);
+  mu_.AwaitWithDeadline(absl::Condition(&stopped), link_free);
 }
 
 absl::StatusOr<Batch> LoaderCore::Next(std::shared_ptr<LoaderCore> self) {
@@ -804,7 +1177,6 @@ absl::StatusOr<Batch> LoaderCore::NextImpl(std::shared_ptr<LoaderCore> self) {
       batch.data_ = slot.buffer->data();
       batch.size_ = static_cast<size_t>(header.total_bytes());
       slot.header.Clear();
-      slot.header_received = false;
       ++next_batch_;
       ++stats_.batches;
       stats_.images += batch.sample_indices.size();
@@ -873,6 +1245,32 @@ Loader::Stats LoaderCore::stats() const {
   absl::MutexLock lock(&mu_);
   Loader::Stats stats = stats_;
   stats.wall = absl::Now() - created_;
+  stats.rerequested = scheduler_.rerequested();
+  stats.hedged = scheduler_.hedged();
+  for (size_t i = 0; i < daemons_.size(); ++i) {
+    const Daemon& d = daemons_[i];
+    const int id = static_cast<int>(i);
+    const RequestScheduler::DaemonCounters& c = scheduler_.counters(id);
+    DaemonStats out;
+    out.endpoint = d.endpoint;
+    switch (d.state) {
+      case DaemonState::kConnecting: out.state = "connecting"; break;
+      case DaemonState::kUp:
+        out.state = scheduler_.Accepting(id) ? "up" : "draining";
+        break;
+      case DaemonState::kDown: out.state = "down"; break;
+      case DaemonState::kFailed: out.state = "failed"; break;
+      case DaemonState::kRemoved: out.state = "removed"; break;
+    }
+    out.requested = c.requested;
+    out.served = c.served;
+    out.lost = c.lost;
+    out.hedges = c.hedges;
+    out.discarded = c.discarded;
+    out.latency = c.latency_ewma;
+    out.last_error = d.last_error;
+    stats.daemons.push_back(std::move(out));
+  }
   return stats;
 }
 

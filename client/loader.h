@@ -1,16 +1,21 @@
-// The batchd client: streams the batches of one plan from a daemon, in order.
+// The batchd client: streams the batches of one plan from one or more
+// daemons, in order.
 //
-// A Loader owns one StreamBatches stream (see proto/batchd/v1/data.proto) and
-// a ring of `window` host buffers ("slots"), allocated once through a
-// BufferAllocator and reused. It asks for a batch only when a slot is free
-// for it (credit-based flow control, DESIGN.md §3), so at most `window`
-// batches are ever outstanding and memory stays bounded. A reader thread
-// writes each chunk straight into its batch's slot (one copy from the gRPC
-// message); batches may arrive in any order and Next() hands them out in
-// batch-index order.
+// A Loader keeps a ring of `window` host buffers ("slots"), allocated once
+// through a BufferAllocator and reused. It asks for a batch only when a slot
+// is free for it (credit-based flow control, DESIGN.md §3), so memory stays
+// bounded. With several daemons it holds one StreamBatches stream to each
+// (client/daemon_stream.h), spreads its requests over the healthy ones
+// (client/request_scheduler.h), asks again elsewhere for what a lost daemon
+// owed, and hedges batches that take far longer than usual. Each stream's
+// reader thread writes chunks straight into their batch's slot (one copy
+// from the gRPC message); batches may arrive in any order and from any
+// daemon, and Next() hands them out in batch-index order. Because a batch is
+// a pure function of (plan, epoch, index), the bytes are the same whichever
+// daemon produced them.
 //
 //   LoaderOptions options;
-//   options.endpoint = "localhost:7070";
+//   options.endpoint = "host-a:7070,host-b:7070";  // or "dns:///svc:7070"
 //   options.plan = plan;
 //   ASSIGN_OR_RETURN(std::unique_ptr<Loader> loader,
 //                    Loader::Create(std::move(options)));
@@ -25,8 +30,8 @@
 // Thread-safety: Next(), StartEpoch() and Restore() are called by one
 // consumer thread at a time. state(), stats(), opened(),
 // batches_per_epoch(), RecordCopy(), Diagnose(), epoch_diagnosis() and
-// Cancel() may be called from any thread. A Batch may be released (destroyed) on any thread,
-// also after its Loader is gone.
+// Cancel() may be called from any thread. A Batch may be released
+// (destroyed) on any thread, also after its Loader is gone.
 #ifndef BATCHD_CLIENT_LOADER_H_
 #define BATCHD_CLIENT_LOADER_H_
 
@@ -44,6 +49,7 @@
 #include "batchd/v1/admin.pb.h"
 #include "batchd/v1/data.pb.h"
 #include "client/buffer.h"
+#include "client/endpoints.h"
 #include "grpcpp/channel.h"
 
 namespace batchd::client {
@@ -58,8 +64,10 @@ struct Diagnosis;  // client/diagnosis.h
 // headroom for headers with many samples.
 inline constexpr int kMaxReceiveMessageBytes = 8 << 20;
 
-// A gRPC channel to a batchd daemon at `endpoint` ("host:port" or
-// "unix:/path"), plaintext, with the receive limit above. Connects lazily.
+// A gRPC channel to one batchd daemon at `endpoint` ("host:port" or
+// "unix:/path"), plaintext, with the receive limit above and the keepalive
+// and reconnect settings of client/loader.cc (each value's reason is
+// there). Connects lazily.
 std::shared_ptr<grpc::Channel> NewBatchdChannel(const std::string& endpoint);
 
 // The daemon's AdminService.GetStatus over `channel`, waiting at most
@@ -68,27 +76,72 @@ absl::StatusOr<batchd::v1::ServerStatus> FetchServerStatus(
     const std::shared_ptr<grpc::Channel>& channel, absl::Duration timeout);
 
 struct LoaderOptions {
-  // "host:port" or "unix:/path".
+  // The daemons: "host:port" or "unix:/path", a comma-separated list of
+  // them, or one "dns:///name:port" standing for every address the name
+  // resolves to (client/endpoints.h). All must serve the same dataset.
   std::string endpoint;
   // What to stream; validated by the daemon.
   batchd::v1::Plan plan;
   // Requested window: how many batches may be outstanding, and so the number
-  // of ring slots. The daemon may grant fewer; 0 takes the daemon's default.
+  // of ring slots. With one daemon it is capped at the daemon's grant; 0
+  // takes the daemon's default (times the number of daemons at start).
   uint32_t prefetch = 4;
   // Where slots come from; nullptr means 64-byte aligned heap memory. Not
   // owned; must outlive the Loader and every Batch it returned.
   BufferAllocator* allocator = nullptr;
-  // Limit for connecting and for the daemon's answer to the plan.
+  // Create() waits this long for the first daemon to open the plan.
   absl::Duration connect_timeout = absl::Seconds(10);
   // Called on the consumer thread when Next() reaches the end of an epoch,
   // with the epoch's one-line diagnosis (client/diagnosis.h), e.g.
   // "epoch 0: input-bound: waited 43 % of wall time; ...". nullptr reports
   // nothing; epoch_diagnosis() has the line either way.
   std::function<void(const std::string& line)> report;
-  // Test and diagnostic knob: paces the receiving thread to at most this
+  // Test and diagnostic knob: paces each receiving thread to at most this
   // many pixel bytes per second, as a slow network link would; 0 (the
   // default) does not pace. Used to rehearse the network-bound diagnosis.
   uint64_t max_receive_bytes_per_second = 0;
+
+  // ---- Many daemons (docs/design-choices.md, "Many daemons") ----
+  // How often a "dns:///" name is looked up again. A new address gets
+  // requests after the next lookup; one that disappeared is drained (its
+  // outstanding batches finish, it gets no new ones).
+  absl::Duration resolve_interval = absl::Seconds(10);
+  // Looks names up; nullptr uses the system resolver. Tests inject
+  // addresses here.
+  Resolver resolver;
+  // A daemon with batches outstanding that sends nothing for this long is
+  // marked down and its batches are asked of the others. Longer than any
+  // healthy batch takes (a 4096-image batch on one worker: ~5 s here).
+  absl::Duration stall_timeout = absl::Seconds(20);
+  // When no daemon has been up for this long, Next() fails with UNAVAILABLE
+  // naming each daemon and its last error. Long enough for a daemon's
+  // restart; short enough that a trainer does not hang silently.
+  absl::Duration unavailable_timeout = absl::Seconds(30);
+  // Hedging: a batch outstanding longer than this multiple of the recent
+  // median latency is asked of a second daemon too; the first answer wins.
+  // 0 disables; there is never hedging with a single daemon up.
+  double hedge_factor = 3.0;
+  // Reconnecting to a down daemon: exponential backoff from `min` to `max`,
+  // with +-20 % jitter so that many clients do not retry in step.
+  absl::Duration reconnect_backoff_min = absl::Milliseconds(100);
+  absl::Duration reconnect_backoff_max = absl::Seconds(5);
+};
+
+// One daemon as the client sees it; in Loader::Stats.
+struct DaemonStats {
+  std::string endpoint;
+  // "connecting", "up", "draining", "down", "failed" (not retried: it broke
+  // the protocol or refused the plan) or "removed" (gone from DNS).
+  std::string state;
+  uint64_t requested = 0;  // batch requests sent, hedges included
+  uint64_t served = 0;     // batches whose bytes it delivered
+  uint64_t lost = 0;       // requests lost when it went down
+  uint64_t hedges = 0;     // hedge requests it received
+  uint64_t discarded = 0;  // copies it sent after another daemon's won
+  // Smoothed time from request to last chunk; zero until known.
+  absl::Duration latency;
+  // Why it last went down; OK if it never did.
+  absl::Status last_error;
 };
 
 // Which samples a batch holds, as the daemon's header says; shared by Batch
@@ -145,16 +198,17 @@ struct LoaderState {
   uint64_t next_batch = 0;
 };
 
-// Streams one plan's batches from one daemon. See the file comment.
+// Streams one plan's batches from its daemons. See the file comment.
 class Loader {
  public:
-  // Connects to `options.endpoint`, opens the plan and waits for the
-  // daemon's answer, then allocates the ring. Blocks up to
-  // `options.connect_timeout` for each of connecting and the answer.
-  // Errors: UNAVAILABLE when the daemon cannot be reached; the daemon's own
-  // status (code and message, e.g. INVALID_ARGUMENT naming the bad field)
-  // for a plan it refuses; DEADLINE_EXCEEDED when it does not answer;
-  // INTERNAL for a malformed answer; the allocator's error.
+  // Connects to every daemon of `options.endpoint`, waits for the first
+  // to open the plan, then allocates the ring; the others join as they
+  // answer. Blocks up to `options.connect_timeout`.
+  // Errors: INVALID_ARGUMENT for a malformed endpoint; UNAVAILABLE when no
+  // daemon can be reached; a daemon's own status (code and message, e.g.
+  // INVALID_ARGUMENT naming the bad field) for a plan every daemon refuses;
+  // DEADLINE_EXCEEDED when a daemon connected but did not answer; INTERNAL
+  // for a malformed answer; the allocator's error.
   // The first call also raises glibc's mmap and trim thresholds for the
   // whole process (common/malloc_tuning.h): receiving 4 MiB messages
   // otherwise costs page faults on every message.
@@ -187,11 +241,15 @@ class Loader {
   // StartEpoch(), or when every slot is leased by a held Batch (release one).
   // A batch the daemon rejected returns the rejection's code and message;
   // the position does not advance, so calling Next() again asks for that
-  // batch again. When the stream fails the error is sticky: UNAVAILABLE when
-  // the connection is lost or the daemon ends the stream early, INTERNAL
-  // for a protocol violation, or the daemon's status. Batches that arrived
-  // completely before a failure are still returned first. CANCELLED once
-  // Cancel() has been called (ready batches are not returned then).
+  // batch again. A lost daemon is not an error while another can serve
+  // its batches (or it comes back within `unavailable_timeout`). Errors are
+  // sticky: UNAVAILABLE when no daemon was up for `unavailable_timeout`
+  // (the message names each daemon and its last error), or, once every
+  // daemon has failed for good, the last one's error (INTERNAL for a
+  // protocol violation, UNAVAILABLE for a stream ended with batches owed,
+  // or the daemon's status). Batches that arrived completely before a
+  // failure are still returned first. CANCELLED once Cancel() has been
+  // called (ready batches are not returned then).
   // Stall accounting: the time inside Next() counts as waited, the time
   // since the previous call returned as compute (see Stats). At the end of
   // an epoch Next() also diagnoses it, which fetches the daemon's status
@@ -248,6 +306,12 @@ class Loader {
     uint64_t received_bytes = 0;
     // Time since Create() (for an interval: its length).
     absl::Duration wall;
+    // Batches asked again after the daemon holding them was lost, and
+    // hedge requests sent (totals, differenced by Since()).
+    uint64_t rerequested = 0;
+    uint64_t hedged = 0;
+    // Per daemon, now (not differenced by Since()).
+    std::vector<DaemonStats> daemons;
     // The last step (not differenced by Since()).
     StepTimes last_step;
 

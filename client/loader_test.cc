@@ -34,6 +34,8 @@ LoaderOptions OptionsFor(const FakeServer& server, uint32_t prefetch = 4) {
   options.plan.set_dataset("fake");
   options.plan.set_batch_size(4);
   options.prefetch = prefetch;
+  // A lost fake daemon is reported within a second, not the default 30 s.
+  options.unavailable_timeout = absl::Seconds(1);
   return options;
 }
 
