@@ -34,11 +34,16 @@
 #include "batchd/v1/admin.grpc.pb.h"
 #include "batchd/v1/data.grpc.pb.h"
 #include "client/diagnosis.h"
+#include "client/endpoints.h"
 #include "client/loader.h"
 #include "client/shard_coverage.h"
 
 ABSL_FLAG(std::string, endpoint, "localhost:7070",
-          "daemon address: host:port or unix:/path");
+          "the daemons: host:port or unix:/path, a comma-separated list of "
+          "them, or dns:///name:port for every address of a name");
+ABSL_FLAG(double, hedge_factor, 3.0,
+          "with several daemons, ask a second daemon for a batch outstanding "
+          "longer than this multiple of the recent median; 0 turns it off");
 ABSL_FLAG(std::string, dataset, "", "dataset name (see --list)");
 ABSL_FLAG(uint32_t, batch_size, 64, "samples per batch");
 ABSL_FLAG(uint32_t, epochs, 1, "epochs to stream");
@@ -175,7 +180,20 @@ void PrintStageBreakdown(const batchd::v1::ServerStatus& before,
 
 int Run() {
   const std::string endpoint = absl::GetFlag(FLAGS_endpoint);
-  std::shared_ptr<grpc::Channel> channel = NewBatchdChannel(endpoint);
+  absl::StatusOr<EndpointSpec> spec = ParseEndpoints(endpoint);
+  if (!spec.ok()) {
+    absl::FPrintF(stderr, "error: --endpoint: %s\n", spec.status().message());
+    return kExitError;
+  }
+  // Dataset lists and daemon status come from each daemon of a list; a DNS
+  // name is one gRPC target (its first address answers).
+  const std::vector<std::string> targets =
+      spec->uses_dns() ? std::vector<std::string>{endpoint} : spec->addresses;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (const std::string& target : targets) {
+    channels.push_back(NewBatchdChannel(target));
+  }
+  const std::shared_ptr<grpc::Channel>& channel = channels.front();
 
   if (absl::GetFlag(FLAGS_list)) {
     absl::StatusOr<batchd::v1::ListDatasetsResponse> datasets =
@@ -237,6 +255,7 @@ int Run() {
   options.endpoint = endpoint;
   options.plan = *plan;
   options.prefetch = absl::GetFlag(FLAGS_prefetch);
+  options.hedge_factor = absl::GetFlag(FLAGS_hedge_factor);
   options.max_receive_bytes_per_second =
       absl::GetFlag(FLAGS_max_receive_bytes_per_second);
   options.report = [](const std::string& line) {
@@ -256,8 +275,13 @@ int Run() {
                loader.window(),
                absl::StrJoin(loader.opened().shape(), ", "));
 
-  absl::StatusOr<batchd::v1::ServerStatus> status_before =
-      FetchServerStatus(channel, kRpcTimeout);
+  std::vector<absl::StatusOr<batchd::v1::ServerStatus>> statuses_before;
+  for (const auto& c : channels) {
+    statuses_before.push_back(FetchServerStatus(c, kRpcTimeout));
+  }
+  const absl::StatusOr<batchd::v1::ServerStatus>& status_before =
+      statuses_before.front();
+  absl::Duration longest_wait;
 
   bool mismatch = false;
   uint64_t total_images = 0;
@@ -289,6 +313,7 @@ int Run() {
         return kExitError;
       }
       ++batches;
+      longest_wait = std::max(longest_wait, loader.stats().last_step.waited);
       images += batch->sample_indices.size();
       bytes += batch->size();
       if (expectation.has_value()) {
@@ -346,23 +371,43 @@ int Run() {
       absl::ToDoubleSeconds(loader.stats().waited - run_stats.waited);
   absl::PrintF(
       "total: %d images, %.1f MB in %.2f s: %.1f images/s, %.1f MB/s, waited "
-      "%.1f%% of wall time, client CPU %.3f s\n",
+      "%.1f%% of wall time, client CPU %.3f s, longest wait %.3f s\n",
       total_images, total_bytes / 1e6, seconds,
       seconds > 0 ? total_images / seconds : 0.0,
       seconds > 0 ? total_bytes / seconds / 1e6 : 0.0,
       seconds > 0 ? 100.0 * waited / seconds : 0.0,
-      ProcessCpuSeconds() - run_cpu_start);
+      ProcessCpuSeconds() - run_cpu_start,
+      absl::ToDoubleSeconds(longest_wait));
+  const Loader::Stats final_stats = loader.stats();
+  if (final_stats.daemons.size() > 1) {
+    absl::PrintF("daemons: %d batches re-requested, %d hedged\n",
+                 final_stats.rerequested, final_stats.hedged);
+    for (const DaemonStats& d : final_stats.daemons) {
+      absl::PrintF(
+          "  %s: %s, served %d, lost %d, hedges %d, discarded %d, latency "
+          "%.1f ms%s\n",
+          d.endpoint, d.state, d.served, d.lost, d.hedges, d.discarded,
+          absl::ToDoubleMilliseconds(d.latency),
+          d.last_error.ok() ? "" : absl::StrCat(" (", d.last_error.message(), ")"));
+    }
+  }
 
   const Loader::Stats run_interval = loader.stats().Since(run_stats);
-  absl::StatusOr<batchd::v1::ServerStatus> status_after =
-      FetchServerStatus(channel, kRpcTimeout);
-  if (status_before.ok() && status_after.ok()) {
-    PrintStageBreakdown(*status_before, *status_after, total_images);
-  } else {
-    const absl::Status& why =
-        status_before.ok() ? status_after.status() : status_before.status();
-    absl::PrintF("daemon stages: unavailable (%s)\n", why.ToString());
+  std::vector<absl::StatusOr<batchd::v1::ServerStatus>> statuses_after;
+  for (size_t i = 0; i < channels.size(); ++i) {
+    statuses_after.push_back(FetchServerStatus(channels[i], kRpcTimeout));
+    const auto& before = statuses_before[i];
+    const auto& after = statuses_after[i];
+    if (channels.size() > 1) absl::PrintF("daemon %s:\n", targets[i]);
+    if (before.ok() && after.ok()) {
+      PrintStageBreakdown(*before, *after, total_images);
+    } else {
+      const absl::Status& why = before.ok() ? after.status() : before.status();
+      absl::PrintF("daemon stages: unavailable (%s)\n", why.ToString());
+    }
   }
+  const absl::StatusOr<batchd::v1::ServerStatus>& status_after =
+      statuses_after.front();
   absl::PrintF(
       "client: waited %.1f%% (%.1f%% after each epoch's first batch), "
       "compute %.1f%%, copy %.1f%% of wall time over %d steps\n",

@@ -96,7 +96,12 @@ class Loader:
     """Iterable over ``(images, labels)`` batches of one plan.
 
     Args:
-      endpoint: daemon address, ``"host:port"`` or ``"unix:/path"``.
+      endpoint: the daemons: an address (``"host:port"`` or
+        ``"unix:/path"``), a list of them (or one comma-separated string),
+        or ``"dns:///name:port"`` for every address a name resolves to (a
+        Kubernetes headless Service; looked up again every 10 s). Requests
+        are spread over the healthy daemons; a lost one's batches are asked
+        of the others, so every batch of an epoch arrives exactly once.
       dataset: name of a dataset the daemon serves (see :func:`list_datasets`).
       batch_size: samples per batch.
       mode: ``"train"`` (RandomResizedCrop + horizontal flip) or ``"eval"``
@@ -123,7 +128,13 @@ class Loader:
       dtype: float dtype of normalised output (default torch.float32). A float
         dtype without ``normalize`` gives pixels scaled to 0..1 (ToTensor).
       job: job name for the daemon's fair sharing and metrics.
-      connect_timeout: seconds to wait for the daemon and its answer.
+      connect_timeout: seconds to wait for the first daemon and its answer.
+      unavailable_timeout: seconds with no daemon up before iteration raises
+        :class:`batchd.errors.UnavailableError` naming each daemon and its
+        last error (a lost daemon is retried, with backoff, until then).
+      hedge_factor: a batch outstanding longer than this multiple of the
+        recent median is asked of a second daemon too (first answer wins);
+        0 turns hedging off. Only with two or more daemons up.
       backend: ``"auto"``, ``"host"`` or ``"device"``. ``"device"`` uses the
         C++ DeviceLoader (pinned ring, copy stream, normalisation kernel on
         a GPU; its C++ CPU normaliser without one); ``"host"`` the plain
@@ -148,11 +159,14 @@ class Loader:
                  resize_shorter=None, layout="nchw", seed=0, shuffle=True,
                  drop_last=False, rank=None, world_size=None, prefetch=4,
                  device="cpu", normalize=None, dtype=None, job="",
-                 connect_timeout=10.0, backend="auto", depth=3,
+                 connect_timeout=10.0, unavailable_timeout=30.0,
+                 hedge_factor=3.0, backend="auto", depth=3,
                  report=None):
         import torch
 
         self._native = None
+        if not isinstance(endpoint, str):
+            endpoint = ",".join(endpoint)
         if report is None:
             report = _log_diagnosis
         elif report is False:
@@ -186,7 +200,9 @@ class Loader:
             scale=None if scale is None else tuple(scale),
             ratio=None if ratio is None else tuple(ratio), flip=flip,
             resize_shorter=resize_shorter or 0, layout=layout,
-            prefetch=prefetch, connect_timeout=connect_timeout)
+            prefetch=prefetch, connect_timeout=connect_timeout,
+            unavailable_timeout=unavailable_timeout,
+            hedge_factor=hedge_factor)
         if backend not in ("auto", "host", "device"):
             raise ValueError(f"backend must be auto, host or device, not "
                              f"{backend!r}")
@@ -503,7 +519,12 @@ class Loader:
         ``waited_fraction``, ``steady_waited_fraction`` (without
         ``startup_waited_s``), ``compute_fraction``, ``copy_fraction``, and
         rates per second ``batches_per_second``, ``images_per_second``,
-        ``bytes_per_second``, ``received_bytes_per_second``. Two snapshots'
+        ``bytes_per_second``, ``received_bytes_per_second``. Over several
+        daemons: ``rerequested`` (batches asked again after their daemon was
+        lost), ``hedged`` (hedge requests), and ``daemons``, one dict per
+        daemon: ``endpoint``, ``state`` (connecting, up, draining, down,
+        failed, removed), ``requested``, ``served``, ``lost``, ``hedges``,
+        ``discarded``, ``latency_s`` and ``last_error``. Two snapshots'
         differences give an interval's figures.
         """
         return self._require_open().stats()

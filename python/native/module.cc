@@ -74,7 +74,7 @@ client::LoaderOptions LoaderOptionsFromArgs(
     std::optional<std::pair<float, float>> scale,
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
-    double connect_timeout) {
+    double connect_timeout, double unavailable_timeout, double hedge_factor) {
   client::LoaderOptions options;
   options.endpoint = endpoint;
   options.prefetch = prefetch;
@@ -82,6 +82,14 @@ client::LoaderOptions LoaderOptionsFromArgs(
     throw py::value_error("connect_timeout must be > 0 seconds");
   }
   options.connect_timeout = absl::Seconds(connect_timeout);
+  if (!(unavailable_timeout > 0)) {
+    throw py::value_error("unavailable_timeout must be > 0 seconds");
+  }
+  options.unavailable_timeout = absl::Seconds(unavailable_timeout);
+  if (!(hedge_factor >= 0)) {
+    throw py::value_error("hedge_factor must be >= 0 (0 turns hedging off)");
+  }
+  options.hedge_factor = hedge_factor;
   batchd::v1::Plan& plan = options.plan;
   plan.set_dataset(dataset);
   plan.set_batch_size(batch_size);
@@ -137,11 +145,11 @@ std::unique_ptr<NativeLoader> MakeLoader(
     std::optional<std::pair<float, float>> scale,
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
-    double connect_timeout) {
+    double connect_timeout, double unavailable_timeout, double hedge_factor) {
   client::LoaderOptions options = LoaderOptionsFromArgs(
       endpoint, dataset, batch_size, seed, shuffle, drop_last, rank,
       world_size, job, mode, size, scale, ratio, flip, resize_shorter, layout,
-      prefetch, connect_timeout);
+      prefetch, connect_timeout, unavailable_timeout, hedge_factor);
   absl::StatusOr<std::unique_ptr<NativeLoader>> loader;
   {
     py::gil_scoped_release release;
@@ -194,7 +202,9 @@ PYBIND11_MODULE(_native, m) {
              py::arg("size") = 224, py::arg("scale") = py::none(),
              py::arg("ratio") = py::none(), py::arg("flip") = py::none(),
              py::arg("resize_shorter") = 0, py::arg("layout") = "nchw",
-             py::arg("prefetch") = 4, py::arg("connect_timeout") = 10.0);
+             py::arg("prefetch") = 4, py::arg("connect_timeout") = 10.0,
+             py::arg("unavailable_timeout") = 30.0,
+             py::arg("hedge_factor") = 3.0);
   BindLoaderCommon(loader);
   loader.def(
       "next",

@@ -48,7 +48,7 @@ client::LoaderOptions LoaderOptionsFromArgs(
     std::optional<std::pair<float, float>> scale,
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
-    double connect_timeout);
+    double connect_timeout, double unavailable_timeout, double hedge_factor);
 
 const char* LayoutName(batchd::v1::Layout layout);
 
@@ -154,6 +154,23 @@ void BindLoaderCommon(py::class_<L>& cls) {
             out["bytes_per_second"] = stats.bytes_per_second();
             out["received_bytes_per_second"] =
                 stats.received_bytes_per_second();
+            out["rerequested"] = stats.rerequested;
+            out["hedged"] = stats.hedged;
+            py::list daemons;
+            for (const client::DaemonStats& d : stats.daemons) {
+              py::dict daemon;
+              daemon["endpoint"] = d.endpoint;
+              daemon["state"] = d.state;
+              daemon["requested"] = d.requested;
+              daemon["served"] = d.served;
+              daemon["lost"] = d.lost;
+              daemon["hedges"] = d.hedges;
+              daemon["discarded"] = d.discarded;
+              daemon["latency_s"] = seconds(d.latency);
+              daemon["last_error"] = std::string(d.last_error.message());
+              daemons.append(daemon);
+            }
+            out["daemons"] = daemons;
             return out;
           },
           "client::Loader::Stats since the loader was created: totals "

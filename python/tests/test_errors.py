@@ -32,7 +32,8 @@ def test_unreachable_daemon(tmp_path):
 
 def test_daemon_killed_mid_epoch_raises_unavailable(fresh_daemon):
     loader = batchd.Loader(fresh_daemon.endpoint, "tiny", 4, size=16,
-                           rank=0, world_size=1, prefetch=2)
+                           rank=0, world_size=1, prefetch=2,
+                           unavailable_timeout=1.0)
     iterator = iter(loader)
     next(iterator)
     fresh_daemon.kill()
