@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Scale-out figures, side by side in one run (BENCHMARKS.md, "Many daemons"):
+#  1. one daemon vs two, each pinned to its own core with one worker, the
+#     client pinned to core 1; runs alternate, REPEATS times; prints the
+#     median images/s of each and the ratio;
+#  2. a trainer with a 150 ms step over two daemons, one killed with -9
+#     mid-run: the longest wait for a batch, next to the same run without
+#     the kill.
+#   bench/multi_daemon.sh [build-dir]
+set -euo pipefail
+BUILD=${1:-build}
+DATA=${BATCHD_BENCH_DATA:-data/demo}
+REPEATS=${BATCHD_BENCH_REPEATS:-3}
+if [ ! -f "$DATA/.complete" ]; then
+  "$BUILD/tools/make_dataset" --out "$DATA" --images 1024 --classes 10 --seed 1
+  touch "$DATA/.complete"
+fi
+RUN=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$RUN"; }
+trap cleanup EXIT
+
+# start_daemon CORE NAME: a one-worker daemon pinned to CORE; sets $PORT.
+start_daemon() {
+  rm -f "$RUN/$2.port"
+  taskset -c "$1" "$BUILD/server/batchd" --dataset "bench=$DATA" --workers 1 \
+    --host 127.0.0.1 --port 0 --port-file "$RUN/$2.port" 2>"$RUN/$2.log" &
+  PIDS+=($!)
+  LAST_PID=$!
+  for _ in $(seq 200); do [ -s "$RUN/$2.port" ] && break; sleep 0.05; done
+  PORT=$(cat "$RUN/$2.port")
+}
+stop_all() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; PIDS=(); }
+client() {  # client ENDPOINTS EXTRA...
+  local endpoints=$1; shift
+  taskset -c 1 "$BUILD/client/batchd-client" --endpoint "$endpoints" --dataset bench \
+    --batch_size 64 --size 224 --prefetch 8 "$@"
+}
+rate() { sed -n 's/^total: .* \([0-9.]*\) images\/s,.*/\1/p' "$1"; }
+
+echo "dataset: $DATA ($(find "$DATA" -name '*.jpg' | wc -l) images), batch 64, 224x224, one worker per daemon"
+ones=(); twos=()
+for r in $(seq "$REPEATS"); do
+  start_daemon 0 a; A=$PORT
+  client "127.0.0.1:$A" --epochs 3 > "$RUN/one.txt"; stop_all
+  ones+=("$(rate "$RUN/one.txt")")
+  start_daemon 0 a; A=$PORT; start_daemon 1 b; B=$PORT
+  client "127.0.0.1:$A,127.0.0.1:$B" --epochs 3 > "$RUN/two.txt"; stop_all
+  twos+=("$(rate "$RUN/two.txt")")
+  echo "repeat $r: one daemon ${ones[-1]} images/s, two daemons ${twos[-1]} images/s"
+done
+python3 - "${ones[*]}" "${twos[*]}" <<'PY'
+import statistics, sys
+one = statistics.median(float(x) for x in sys.argv[1].split())
+two = statistics.median(float(x) for x in sys.argv[2].split())
+print(f"scale-out: one daemon {one:.0f} images/s, two {two:.0f} images/s (medians): {two / one:.2f}x")
+PY
+
+# Failover: 150 ms steps over two daemons; kill -9 one after 3 s.
+for kill in no yes; do
+  start_daemon 0 a; A=$PORT; APID=$LAST_PID; start_daemon 1 b; B=$PORT
+  client "127.0.0.1:$A,127.0.0.1:$B" --epochs 1 --step_ms 150 --verify > "$RUN/fail.txt" &
+  CLIENT=$!
+  if [ "$kill" = yes ]; then sleep 3; kill -9 "$APID"; fi
+  wait "$CLIENT"
+  stop_all
+  wait_s=$(sed -n 's/.*longest wait \([0-9.]*\) s.*/\1/p' "$RUN/fail.txt")
+  verify=$(grep -c "verify: epoch 0 ok" "$RUN/fail.txt" || true)
+  rereq=$(sed -n 's/^daemons: \([0-9]*\) batches re-requested.*/\1/p' "$RUN/fail.txt")
+  echo "failover (kill -9 of one of two: $kill): longest wait ${wait_s} s, re-requested ${rereq:-0}, exactly-once verified: $([ "$verify" = 1 ] && echo yes || echo NO)"
+done
