@@ -23,6 +23,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "server/dataset/errno_status.h"
+#include "server/dataset/shard_files.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -33,35 +35,6 @@ namespace fs = std::filesystem;
 
 constexpr size_t kMaxNameLength = 128;
 constexpr uint64_t kMaxFileBytes = uint64_t{4} << 30;
-
-// strerror_r comes in a GNU flavour (returns the text) and an XSI one
-// (returns an error code and fills the buffer); these pick the right one.
-[[maybe_unused]] const char* StrerrorResult(const char* text, const char*) {
-  return text;
-}
-[[maybe_unused]] const char* StrerrorResult(int rc, const char* buffer) {
-  return rc == 0 ? buffer : "unknown error";
-}
-
-std::string ErrnoText(int error) {
-  char buffer[256] = {};
-  return StrerrorResult(strerror_r(error, buffer, sizeof(buffer)), buffer);
-}
-
-// The code a caller should act on for a failed system call.
-absl::Status ErrnoStatus(int error, absl::string_view message) {
-  const std::string text = absl::StrCat(message, ": ", ErrnoText(error));
-  switch (error) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(text);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(text);
-    default:
-      return absl::UnavailableError(text);
-  }
-}
 
 absl::Status FilesystemStatus(const std::error_code& ec,
                               absl::string_view message) {
@@ -160,6 +133,51 @@ absl::Status CollectImages(const fs::path& directory,
   return absl::OkStatus();
 }
 
+bool IsGlob(const std::string& path) {
+  return path.find_first_of("*?[") != std::string::npos;
+}
+
+bool EndsWithTar(absl::string_view path) {
+  return path.size() > 4 &&
+         absl::AsciiStrToLower(path.substr(path.size() - 4)) == ".tar";
+}
+
+// A directory of shards: it holds *.tar files and no (non-hidden)
+// subdirectories, which an ImageFolder's classes would be.
+bool IsShardDirectory(const std::string& path) {
+  bool any_tar = false;
+  std::error_code ec;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (IsHidden(name)) continue;
+    std::error_code type_ec;
+    if (it->is_directory(type_ec)) return false;
+    if (EndsWithTar(name) && it->is_regular_file(type_ec)) any_tar = true;
+  }
+  return !ec && any_tar;
+}
+
+// A shard (*.tar), or a text file whose first entry names one.
+bool IsShardFile(const std::string& path) {
+  if (EndsWithTar(path)) return true;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  char buffer[4096];
+  const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+  ::close(fd);
+  if (n <= 0) return false;
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(buffer, static_cast<size_t>(n)), '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    // A list file's line has two fields, "<path> <label>".
+    return line.find_first_of(" \t") == absl::string_view::npos &&
+           EndsWithTar(line);
+  }
+  return false;
+}
+
 // Gathers TextFormat parser errors with 1-based positions.
 class ConfigErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
@@ -179,6 +197,26 @@ class ConfigErrorCollector : public google::protobuf::io::ErrorCollector {
 };
 
 }  // namespace
+
+Dataset::Dataset(std::string name, std::vector<Sample> samples,
+                 std::vector<std::string> class_names,
+                 std::shared_ptr<const ShardFiles> shards,
+                 IndexStats index_stats)
+    : name_(std::move(name)),
+      samples_(std::move(samples)),
+      class_names_(std::move(class_names)),
+      shards_(std::move(shards)),
+      index_stats_(index_stats) {}
+
+Dataset::~Dataset() = default;
+
+absl::StatusOr<FileBytes> Dataset::ReadSample(uint64_t index) const {
+  const Sample& sample = samples_[index];
+  if (sample.shard == kNotInShard || shards_ == nullptr) {
+    return ReadFileBytes(sample.path);
+  }
+  return shards_->Read(sample.shard, sample.offset, sample.size, sample.path);
+}
 
 absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadImageFolder(
     std::string name, const std::string& root) {
@@ -325,10 +363,23 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
     const batchd::v1::DatasetConfig& config) {
   RETURN_IF_ERROR(ValidateName(config.name()));
   const std::string prefix = absl::StrCat("dataset '", config.name(), "': ");
-  if (config.path().empty()) {
+  if (config.path().empty() && config.shards_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "path is empty"));
   }
+  if (config.format() != batchd::v1::DatasetConfig::TAR_SHARDS &&
+      config.format() != batchd::v1::DatasetConfig::FORMAT_UNSPECIFIED &&
+      (config.shards_size() > 0 || !config.index_cache().empty() ||
+       config.max_open_shards() != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix,
+        "'shards', 'index_cache' and 'max_open_shards' apply to TAR_SHARDS "
+        "datasets only"));
+  }
   batchd::v1::DatasetConfig::Format format = config.format();
+  if (format == batchd::v1::DatasetConfig::FORMAT_UNSPECIFIED &&
+      (config.shards_size() > 0 || IsGlob(config.path()))) {
+    format = batchd::v1::DatasetConfig::TAR_SHARDS;
+  }
   if (format == batchd::v1::DatasetConfig::FORMAT_UNSPECIFIED) {
     struct stat st;
     if (::stat(config.path().c_str(), &st) != 0) {
@@ -341,9 +392,13 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
                          absl::StrCat(prefix, "path '", config.path(), "'"));
     }
     if (S_ISDIR(st.st_mode)) {
-      format = batchd::v1::DatasetConfig::IMAGE_FOLDER;
+      format = IsShardDirectory(config.path())
+                   ? batchd::v1::DatasetConfig::TAR_SHARDS
+                   : batchd::v1::DatasetConfig::IMAGE_FOLDER;
     } else if (S_ISREG(st.st_mode)) {
-      format = batchd::v1::DatasetConfig::LIST_FILE;
+      format = IsShardFile(config.path())
+                   ? batchd::v1::DatasetConfig::TAR_SHARDS
+                   : batchd::v1::DatasetConfig::LIST_FILE;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           prefix, "path '", config.path(),
@@ -363,6 +418,13 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
     case batchd::v1::DatasetConfig::LIST_FILE:
       dataset =
           Dataset::LoadListFile(config.name(), config.path(), config.root());
+      break;
+    case batchd::v1::DatasetConfig::TAR_SHARDS:
+      if (!config.root().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            prefix, "'root' applies to LIST_FILE datasets only"));
+      }
+      dataset = Dataset::LoadTarShards(config);
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(

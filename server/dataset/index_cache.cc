@@ -1,0 +1,201 @@
+#include "server/dataset/index_cache.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/status_macros.h"
+#include "server/dataset/dataset.h"
+#include "server/dataset/errno_status.h"
+
+namespace batchd::server {
+namespace {
+
+constexpr char kMagic[8] = {'B', 'A', 'T', 'C', 'H', 'D', 'I', 'X'};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kMaxStringBytes = 1 << 20;
+
+uint64_t Fnv1a64(absl::string_view bytes) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    hash = (hash ^ c) * 0x100000001b3ull;
+  }
+  return hash;
+}
+
+class Writer {
+ public:
+  void U32(uint32_t v) { Raw(&v, sizeof(v)); }
+  void U64(uint64_t v) { Raw(&v, sizeof(v)); }
+  void I64(int64_t v) { Raw(&v, sizeof(v)); }
+  void I32(int32_t v) { Raw(&v, sizeof(v)); }
+  void String(const std::string& s) {
+    U32(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void Raw(const void* data, size_t size) {
+    out_.append(static_cast<const char*>(data), size);
+  }
+  std::string& out() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// Reads fields in order; any read past the end sets !ok() and returns zeros.
+class Reader {
+ public:
+  explicit Reader(absl::string_view in) : in_(in) {}
+  uint32_t U32() { return Pod<uint32_t>(); }
+  uint64_t U64() { return Pod<uint64_t>(); }
+  int64_t I64() { return Pod<int64_t>(); }
+  int32_t I32() { return Pod<int32_t>(); }
+  std::string String() {
+    const uint32_t size = U32();
+    if (!ok_ || size > kMaxStringBytes || size > in_.size()) {
+      ok_ = false;
+      return "";
+    }
+    std::string s(in_.substr(0, size));
+    in_.remove_prefix(size);
+    return s;
+  }
+  bool ok() const { return ok_; }
+  size_t remaining() const { return in_.size(); }
+
+ private:
+  template <typename T>
+  T Pod() {
+    T v{};
+    if (!ok_ || in_.size() < sizeof(T)) {
+      ok_ = false;
+      return v;
+    }
+    memcpy(&v, in_.data(), sizeof(T));
+    in_.remove_prefix(sizeof(T));
+    return v;
+  }
+  absl::string_view in_;
+  bool ok_ = true;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<CachedShard>> ReadIndexCache(
+    const std::string& path) {
+  ASSIGN_OR_RETURN(const FileBytes file, ReadFileBytes(path));
+  const absl::string_view text = file.text();
+  auto malformed = [&](absl::string_view why) {
+    return absl::DataLossError(
+        absl::StrCat("index cache '", path, "' is not usable: ", why));
+  };
+  if (text.size() < sizeof(kMagic) + 8 + 8 ||
+      memcmp(text.data(), kMagic, sizeof(kMagic)) != 0) {
+    return malformed("not a batchd index cache");
+  }
+  const absl::string_view body = text.substr(0, text.size() - 8);
+  uint64_t stored_hash = 0;
+  memcpy(&stored_hash, text.data() + body.size(), 8);
+  if (Fnv1a64(body) != stored_hash) return malformed("checksum mismatch");
+  Reader in(body.substr(sizeof(kMagic)));
+  if (in.U32() != kVersion) return malformed("another version");
+  const uint32_t count = in.U32();
+  std::vector<CachedShard> shards;
+  for (uint32_t i = 0; i < count && in.ok(); ++i) {
+    CachedShard shard;
+    shard.path = in.String();
+    shard.size = in.U64();
+    shard.mtime_ns = in.I64();
+    ShardIndex& index = shard.index;
+    index.skipped_no_image = in.U64();
+    index.skipped_no_class = in.U64();
+    index.skipped_bad_class = in.U64();
+    index.skipped_example = in.String();
+    index.damage = in.String();
+    const uint64_t samples = in.U64();
+    // Each sample takes at least 24 bytes: a count larger than what is left
+    // is damage, not something to reserve memory for.
+    if (!in.ok() || samples > in.remaining() / 24) {
+      return malformed("bad sample count");
+    }
+    index.samples.resize(samples);
+    for (ShardSample& sample : index.samples) {
+      sample.member = in.String();
+      sample.offset = in.U64();
+      sample.size = in.U64();
+      sample.label = in.I32();
+      if (sample.label < 0 || sample.label > kMaxShardLabel) {
+        return malformed("bad label");
+      }
+    }
+    shards.push_back(std::move(shard));
+  }
+  if (!in.ok() || in.remaining() != 0) return malformed("bad length");
+  return shards;
+}
+
+absl::Status WriteIndexCache(const std::string& path,
+                             const std::vector<CachedShard>& shards) {
+  Writer out;
+  out.Raw(kMagic, sizeof(kMagic));
+  out.U32(kVersion);
+  out.U32(static_cast<uint32_t>(shards.size()));
+  for (const CachedShard& shard : shards) {
+    out.String(shard.path);
+    out.U64(shard.size);
+    out.I64(shard.mtime_ns);
+    const ShardIndex& index = shard.index;
+    out.U64(index.skipped_no_image);
+    out.U64(index.skipped_no_class);
+    out.U64(index.skipped_bad_class);
+    out.String(index.skipped_example.substr(0, kMaxStringBytes));
+    out.String(index.damage.substr(0, kMaxStringBytes));
+    out.U64(index.samples.size());
+    for (const ShardSample& sample : index.samples) {
+      out.String(sample.member.substr(0, kMaxStringBytes));
+      out.U64(sample.offset);
+      out.U64(sample.size);
+      out.I32(sample.label);
+    }
+  }
+  out.U64(Fnv1a64(out.out()));
+
+  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
+  const int fd =
+      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create '", temp, "'"));
+  const std::string& bytes = out.out();
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const absl::Status status =
+          ErrnoStatus(errno, absl::StrCat("write '", temp, "'"));
+      ::close(fd);
+      ::unlink(temp.c_str());
+      return status;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    const absl::Status status =
+        ErrnoStatus(errno, absl::StrCat("close '", temp, "'"));
+    ::unlink(temp.c_str());
+    return status;
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const absl::Status status =
+        ErrnoStatus(errno, absl::StrCat("rename '", temp, "' to '", path, "'"));
+    ::unlink(temp.c_str());
+    return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace batchd::server

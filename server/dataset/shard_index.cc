@@ -1,0 +1,142 @@
+#include "server/dataset/shard_index.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/status_macros.h"
+#include "server/dataset/errno_status.h"
+#include "server/dataset/tar_reader.h"
+
+namespace batchd::server {
+namespace {
+
+bool IsImageExtension(const std::string& extension) {
+  return extension == "jpg" || extension == "jpeg" || extension == "png";
+}
+
+// The members of one key, as they are grouped.
+struct Group {
+  std::string key;
+  const TarMember* image = nullptr;
+  const TarMember* cls = nullptr;
+};
+
+absl::StatusOr<std::string> ReadSmallMember(int fd, const TarMember& member,
+                                            const std::string& name) {
+  std::string data(member.size, '\0');
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::pread(fd, data.data() + done, data.size() - done,
+                              static_cast<off_t>(member.offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(
+          ErrnoStatus(errno, absl::StrCat("read '", name, "' member '",
+                                          member.name, "'"))
+              .message());
+    }
+    if (n == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "read '", name, "' member '", member.name, "': the file shrank"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return data;
+}
+
+}  // namespace
+
+bool SplitMemberName(const std::string& name, std::string* key,
+                     std::string* extension) {
+  const size_t slash = name.rfind('/');
+  const size_t base = slash == std::string::npos ? 0 : slash + 1;
+  const size_t dot = name.find('.', base);
+  if (dot == std::string::npos || dot == base) return false;
+  *key = name.substr(0, dot);
+  *extension = absl::AsciiStrToLower(name.substr(dot + 1));
+  return true;
+}
+
+absl::StatusOr<ShardIndex> IndexShardFile(int fd, uint64_t file_size,
+                                          const std::string& name) {
+  ASSIGN_OR_RETURN(TarScan scan, ScanTarFile(fd, file_size, name));
+  ShardIndex index;
+  index.damage = std::move(scan.damage);
+
+  auto skip = [&](const Group& group, uint64_t* counter, std::string why) {
+    ++*counter;
+    if (index.skipped_example.empty()) {
+      index.skipped_example = absl::StrCat("key '", absl::CHexEscape(group.key),
+                                           "' in '", name, "': ", why);
+    }
+  };
+  auto finish = [&](const Group& group) -> absl::Status {
+    if (group.key.empty()) return absl::OkStatus();
+    if (group.image == nullptr) {
+      skip(group, &index.skipped_no_image, "no jpg, jpeg or png member");
+      return absl::OkStatus();
+    }
+    if (group.cls == nullptr) {
+      skip(group, &index.skipped_no_class, "no cls member");
+      return absl::OkStatus();
+    }
+    if (group.cls->size > kMaxClsBytes) {
+      skip(group, &index.skipped_bad_class,
+           absl::StrCat("cls member is ", group.cls->size,
+                        " bytes, not a class index"));
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(const std::string text,
+                     ReadSmallMember(fd, *group.cls, name));
+    const absl::string_view digits = absl::StripAsciiWhitespace(text);
+    int32_t label = 0;
+    bool all_digits = !digits.empty();
+    for (char c : digits) all_digits = all_digits && absl::ascii_isdigit(c);
+    if (!all_digits || !absl::SimpleAtoi(digits, &label) ||
+        label > kMaxShardLabel) {
+      skip(group, &index.skipped_bad_class,
+           absl::StrCat("cls '", absl::CHexEscape(digits),
+                        "' is not a class index in [0, ", kMaxShardLabel,
+                        "]"));
+      return absl::OkStatus();
+    }
+    index.samples.push_back(
+        {group.image->name, group.image->offset, group.image->size, label});
+    return absl::OkStatus();
+  };
+
+  Group group;
+  for (const TarMember& member : scan.members) {
+    const size_t slash = member.name.rfind('/');
+    const std::string base =
+        slash == std::string::npos ? member.name : member.name.substr(slash + 1);
+    if (slash == std::string::npos && base.size() >= 4 &&
+        base.compare(0, 2, "__") == 0 &&
+        base.compare(base.size() - 2, 2, "__") == 0) {
+      continue;  // webdataset's metadata members
+    }
+    std::string key, extension;
+    if (!SplitMemberName(member.name, &key, &extension)) continue;
+    if (key != group.key) {
+      RETURN_IF_ERROR(finish(group));
+      group = Group();
+      group.key = std::move(key);
+    }
+    if (IsImageExtension(extension) && group.image == nullptr) {
+      group.image = &member;
+    } else if (extension == "cls" && group.cls == nullptr) {
+      group.cls = &member;
+    }
+  }
+  RETURN_IF_ERROR(finish(group));
+  return index;
+}
+
+}  // namespace batchd::server

@@ -1,0 +1,68 @@
+// ShardIndex: the WebDataset samples of one tar shard, built from its
+// headers (tar_reader.h) and its "cls" members.
+//
+// WebDataset convention (as webdataset's tariterators): a member's key is its
+// path up to the first dot of the base name, its extension the rest
+// ("a/b.seg.png" is key "a/b", extension "seg.png", compared lowercased).
+// Consecutive members with the same key form one sample; a key that comes
+// back later starts another. A sample needs an image ("jpg", "jpeg" or
+// "png"; the first one if several) and a "cls" member holding a
+// non-negative class index in ASCII. Members without a dot in the base name
+// and "__...__" metadata members are ignored; keys lacking an image or a
+// valid class are skipped and counted.
+//
+// Plain data; thread-compatible.
+#ifndef BATCHD_SERVER_DATASET_SHARD_INDEX_H_
+#define BATCHD_SERVER_DATASET_SHARD_INDEX_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace batchd::server {
+
+// The largest class index a "cls" member may hold (as for list files, the
+// class names are "0".."max" without a classes.txt, so this bounds memory).
+inline constexpr int32_t kMaxShardLabel = (1 << 20) - 1;
+// A "cls" member larger than this is not a class index.
+inline constexpr uint64_t kMaxClsBytes = 64;
+
+struct ShardSample {
+  std::string member;   // the image member's path in the tar
+  uint64_t offset = 0;  // of its data in the shard
+  uint64_t size = 0;    // bytes
+  int32_t label = 0;
+};
+
+struct ShardIndex {
+  std::vector<ShardSample> samples;  // in member order
+  // Keys skipped: without an image member, without a "cls" member, or whose
+  // "cls" is not a class index.
+  uint64_t skipped_no_image = 0;
+  uint64_t skipped_no_class = 0;
+  uint64_t skipped_bad_class = 0;
+  // The first skipped key and why, for the log; empty if none.
+  std::string skipped_example;
+  // The tar's damage (TarScan::damage): empty if intact.
+  std::string damage;
+
+  uint64_t skipped() const {
+    return skipped_no_image + skipped_no_class + skipped_bad_class;
+  }
+};
+
+// Splits a member path into WebDataset key and lowercased extension; false
+// when the base name has no dot (or starts with one: hidden files).
+bool SplitMemberName(const std::string& name, std::string* key,
+                     std::string* extension);
+
+// Indexes the shard open as `fd` (`file_size` bytes). `name` is for
+// messages. UNAVAILABLE when a read fails; damage is not an error.
+absl::StatusOr<ShardIndex> IndexShardFile(int fd, uint64_t file_size,
+                                          const std::string& name);
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_DATASET_SHARD_INDEX_H_

@@ -1,0 +1,119 @@
+#include "server/dataset/shard_index.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/dataset/tar_builder_for_test.h"
+
+namespace batchd::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+ShardIndex Index(const std::string& bytes) {
+  const int fd = memfd_create("shard", 0);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, bytes.data(), bytes.size()),
+            static_cast<ssize_t>(bytes.size()));
+  absl::StatusOr<ShardIndex> index = IndexShardFile(fd, bytes.size(), "s.tar");
+  close(fd);
+  EXPECT_TRUE(index.ok()) << index.status();
+  return index.ok() ? *index : ShardIndex();
+}
+
+TEST(ShardIndexTest, SplitMemberName) {
+  std::string key, ext;
+  ASSERT_TRUE(SplitMemberName("dir.v2/000123.JPG", &key, &ext));
+  EXPECT_EQ(key, "dir.v2/000123");
+  EXPECT_EQ(ext, "jpg");
+  ASSERT_TRUE(SplitMemberName("a.seg.png", &key, &ext));
+  EXPECT_EQ(key, "a");
+  EXPECT_EQ(ext, "seg.png");
+  EXPECT_FALSE(SplitMemberName("noextension", &key, &ext));
+  EXPECT_FALSE(SplitMemberName("dir/.hidden", &key, &ext));
+}
+
+TEST(ShardIndexTest, GroupsByKeyWithImageAndClass) {
+  TarBuilder tar;
+  tar.AddFile("__key__", "metadata");  // webdataset metadata: ignored
+  tar.AddFile("a.jpg", "A");
+  tar.AddFile("a.cls", "3\n");
+  tar.AddFile("a.json", "{}");
+  tar.AddFile("b.cls", " 12 ");
+  tar.AddFile("b.PNG", "B");             // class before image, any case
+  tar.AddFile("c.jpeg", "C");
+  tar.AddFile("c.txt", "no class");      // skipped: no cls
+  tar.AddFile("d.cls", "4");             // skipped: no image
+  tar.AddFile("e.jpg", "E");
+  tar.AddFile("e.cls", "-1");            // skipped: bad class
+  tar.AddFile("f.jpg", "F1");
+  tar.AddFile("f.png", "F2");            // second image of a key: ignored
+  tar.AddFile("f.cls", "0");
+  tar.AddFile("g.seg.png", "mask");      // "seg.png" is not an image member
+  tar.AddFile("g.cls", "1");
+  tar.AddFile("h.jpg", "H");
+  tar.AddFile("h.cls", std::string(100, '1'));  // too long for a class
+  tar.AddFile("i.jpg", "I");
+  tar.AddFile("i.cls", "99999999999");   // beyond the label limit
+  tar.Finish();
+  const ShardIndex index = Index(tar.bytes());
+  EXPECT_THAT(index.damage, IsEmpty());
+  ASSERT_EQ(index.samples.size(), 3u);
+  EXPECT_EQ(index.samples[0].member, "a.jpg");
+  EXPECT_EQ(index.samples[0].label, 3);
+  EXPECT_EQ(tar.bytes().substr(index.samples[0].offset, index.samples[0].size),
+            "A");
+  EXPECT_EQ(index.samples[1].member, "b.PNG");
+  EXPECT_EQ(index.samples[1].label, 12);
+  EXPECT_EQ(index.samples[2].member, "f.jpg");
+  EXPECT_EQ(index.samples[2].label, 0);
+  EXPECT_EQ(tar.bytes().substr(index.samples[2].offset, index.samples[2].size),
+            "F1");
+  EXPECT_EQ(index.skipped_no_class, 1u);   // c
+  EXPECT_EQ(index.skipped_no_image, 2u);   // d, g
+  EXPECT_EQ(index.skipped_bad_class, 3u);  // e, h, i
+  EXPECT_THAT(index.skipped_example, HasSubstr("key 'c'"));
+  EXPECT_THAT(index.skipped_example, HasSubstr("no cls member"));
+}
+
+TEST(ShardIndexTest, KeysRepeatingLaterAreNewSamples) {
+  TarBuilder tar;
+  tar.AddFile("a.jpg", "1");
+  tar.AddFile("a.cls", "1");
+  tar.AddFile("b.jpg", "2");
+  tar.AddFile("b.cls", "2");
+  tar.AddFile("a.jpg", "3");
+  tar.AddFile("a.cls", "3");
+  tar.Finish();
+  const ShardIndex index = Index(tar.bytes());
+  ASSERT_EQ(index.samples.size(), 3u);
+  EXPECT_EQ(index.samples[2].label, 3);
+}
+
+TEST(ShardIndexTest, DamagedShardKeepsTheSamplesBeforeTheDamage) {
+  TarBuilder tar;
+  tar.AddFile("a.jpg", "A");
+  tar.AddFile("a.cls", "1");
+  tar.AddFile("b.jpg", std::string(2000, 'B'));
+  tar.AddFile("b.cls", "2");
+  const std::string bytes = tar.bytes();
+  // Cut inside b.jpg's data: a is indexed, b's image is gone, and its cls
+  // after the cut too.
+  const ShardIndex index = Index(bytes.substr(0, 512 * 5 + 1000));
+  ASSERT_EQ(index.samples.size(), 1u);
+  EXPECT_EQ(index.samples[0].member, "a.jpg");
+  EXPECT_THAT(index.damage, HasSubstr("runs past the end"));
+  // Cut after b.jpg: b has no cls any more.
+  const ShardIndex cut_cls = Index(bytes.substr(0, 512 * 9 + 100));
+  EXPECT_EQ(cut_cls.samples.size(), 1u);
+  EXPECT_EQ(cut_cls.skipped_no_class, 1u);
+  EXPECT_THAT(cut_cls.damage, HasSubstr("ends inside a header"));
+}
+
+}  // namespace
+}  // namespace batchd::server

@@ -1,0 +1,358 @@
+// Dataset::LoadTarShards: resolves a TAR_SHARDS dataset's shard list, builds
+// (or reuses from the sidecar cache) each shard's index, and assembles the
+// dataset's samples in shard order, then member order.
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "server/dataset/dataset.h"
+#include "server/dataset/errno_status.h"
+#include "server/dataset/index_cache.h"
+#include "server/dataset/shard_files.h"
+#include "server/dataset/shard_index.h"
+
+namespace batchd::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+// More shards than this is a configuration mistake (a glob over a whole
+// filesystem), not a dataset: shard numbers are 32-bit, and every shard is
+// stat'ed at start.
+constexpr size_t kMaxShards = 1 << 20;
+// Damaged shards named one by one in the log; the rest are counted.
+constexpr int kMaxDamageLines = 10;
+
+bool IsGlob(const std::string& path) {
+  return path.find_first_of("*?[") != std::string::npos;
+}
+
+bool EndsWithTar(absl::string_view path) {
+  return path.size() > 4 &&
+         absl::AsciiStrToLower(path.substr(path.size() - 4)) == ".tar";
+}
+
+absl::StatusOr<std::vector<std::string>> GlobShards(const std::string& pattern) {
+  glob_t matches;
+  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
+  struct Freer {
+    glob_t* g;
+    ~Freer() { globfree(g); }
+  } freer{&matches};
+  if (rc == GLOB_NOMATCH) {
+    return absl::NotFoundError(
+        absl::StrCat("no shards match '", pattern, "'"));
+  }
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("glob '", pattern, "' failed (", rc, ")"));
+  }
+  // glob sorts its matches (no GLOB_NOSORT).
+  std::vector<std::string> shards;
+  for (size_t i = 0; i < matches.gl_pathc; ++i) {
+    shards.emplace_back(matches.gl_pathv[i]);
+  }
+  return shards;
+}
+
+absl::StatusOr<std::vector<std::string>> DirectoryShards(
+    const std::string& dir) {
+  std::vector<std::string> shards;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code type_ec;
+    if (!name.empty() && name[0] != '.' && EndsWithTar(name) &&
+        it->is_regular_file(type_ec)) {
+      shards.push_back(it->path().string());
+    }
+  }
+  if (ec) {
+    return ErrnoStatus(ec.value(), absl::StrCat("listing '", dir, "'"));
+  }
+  std::sort(shards.begin(), shards.end());
+  if (shards.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", dir, "' holds no .tar shards"));
+  }
+  return shards;
+}
+
+// A text file listing shards, one per line, relative to its directory.
+absl::StatusOr<std::vector<std::string>> ListedShards(
+    const std::string& list) {
+  ASSIGN_OR_RETURN(const FileBytes file, ReadFileBytes(list));
+  const fs::path dir = fs::path(list).parent_path();
+  std::vector<std::string> shards;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(file.text(), '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (line.find_first_of(" \t") != absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          list, ":", line_number,
+          ": expected one shard path per line (paths may not contain "
+          "spaces)"));
+    }
+    const fs::path shard(std::string{line});
+    shards.push_back(shard.is_absolute() ? shard.string()
+                                         : (dir / shard).string());
+  }
+  if (shards.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard list '", list, "' names no shards"));
+  }
+  return shards;
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveShards(
+    const batchd::v1::DatasetConfig& config) {
+  if (config.shards_size() > 0) {
+    return std::vector<std::string>(config.shards().begin(),
+                                    config.shards().end());
+  }
+  const std::string& path = config.path();
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    if (error == ENOENT && IsGlob(path)) return GlobShards(path);
+    if (error == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("'", path, "' does not exist"));
+    }
+    return ErrnoStatus(error, absl::StrCat("'", path, "'"));
+  }
+  if (S_ISDIR(st.st_mode)) return DirectoryShards(path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path, "' is neither a directory, a .tar file nor a shard list"));
+  }
+  if (EndsWithTar(path)) return std::vector<std::string>{path};
+  return ListedShards(path);
+}
+
+uint64_t Fnv1a64(absl::string_view bytes, uint64_t hash = 0xcbf29ce484222325ull) {
+  for (unsigned char c : bytes) hash = (hash ^ c) * 0x100000001b3ull;
+  return hash;
+}
+
+std::string DefaultCachePath(const std::vector<std::string>& shards) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (const std::string& shard : shards) {
+    hash = Fnv1a64(shard, hash);
+    hash = Fnv1a64(absl::string_view("\n", 1), hash);
+  }
+  const fs::path dir = fs::path(shards[0]).parent_path();
+  return (dir / absl::StrFormat(".batchd-index-%016x", hash)).string();
+}
+
+// classes.txt beside the first shard: one class name per line, label =
+// line number - 1. An empty vector when there is none.
+absl::StatusOr<std::vector<std::string>> ReadClassNames(
+    const std::string& first_shard) {
+  const std::string path =
+      (fs::path(first_shard).parent_path() / "classes.txt").string();
+  absl::StatusOr<FileBytes> file = ReadFileBytes(path);
+  if (absl::IsNotFound(file.status())) return std::vector<std::string>();
+  if (!file.ok()) return file.status();
+  std::vector<std::string> names =
+      absl::StrSplit(file->text(), '\n');
+  if (!names.empty() && names.back().empty()) names.pop_back();
+  for (size_t i = 0; i < names.size(); ++i) {
+    absl::StripAsciiWhitespace(&names[i]);
+    if (names[i].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", i + 1, ": empty class name"));
+    }
+  }
+  if (names.size() > static_cast<size_t>(kMaxShardLabel) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " has more than ", kMaxShardLabel + 1, " classes"));
+  }
+  return names;
+}
+
+// Indexes one shard from scratch; fills size and mtime.
+absl::StatusOr<CachedShard> IndexShard(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open shard '", path, "'"));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("fstat shard '", path, "'"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard '", path, "' is not a regular file"));
+  }
+  CachedShard shard;
+  shard.path = path;
+  shard.size = static_cast<uint64_t>(st.st_size);
+  shard.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+                   st.st_mtim.tv_nsec;
+  ASSIGN_OR_RETURN(shard.index, IndexShardFile(fd, shard.size, path));
+  return shard;
+}
+
+void Log(const std::string& dataset, const std::string& message) {
+  std::fprintf(stderr, "batchd: dataset '%s': %s\n", dataset.c_str(),
+               message.c_str());
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
+    const batchd::v1::DatasetConfig& config) {
+  const std::string& name = config.name();
+  ASSIGN_OR_RETURN(std::vector<std::string> paths, ResolveShards(config));
+  if (paths.empty()) return absl::InvalidArgumentError("no shards");
+  if (paths.size() > kMaxShards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        paths.size(), " shards, more than the limit of ", kMaxShards));
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> class_names_file,
+                   ReadClassNames(paths[0]));
+
+  // The cache, by shard path; entries are used when size and mtime match.
+  const std::string cache_path = config.index_cache() == "-" ? ""
+                                 : config.index_cache().empty()
+                                     ? DefaultCachePath(paths)
+                                     : config.index_cache();
+  absl::flat_hash_map<std::string, CachedShard> cached;
+  if (!cache_path.empty()) {
+    absl::StatusOr<std::vector<CachedShard>> read = ReadIndexCache(cache_path);
+    if (read.ok()) {
+      for (CachedShard& shard : *read) {
+        std::string key = shard.path;
+        cached.emplace(std::move(key), std::move(shard));
+      }
+    } else if (!absl::IsNotFound(read.status())) {
+      Log(name, absl::StrCat(read.status().message(), "; re-indexing"));
+    }
+  }
+
+  IndexStats stats;
+  stats.shards = paths.size();
+  std::vector<CachedShard> shards;
+  shards.reserve(paths.size());
+  bool changed = cached.size() != paths.size();
+  for (const std::string& path : paths) {
+    auto it = cached.find(path);
+    if (it != cached.end()) {
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0) {
+        return ErrnoStatus(errno, absl::StrCat("stat shard '", path, "'"));
+      }
+      const int64_t mtime_ns =
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+          st.st_mtim.tv_nsec;
+      if (static_cast<uint64_t>(st.st_size) == it->second.size &&
+          mtime_ns == it->second.mtime_ns) {
+        shards.push_back(std::move(it->second));
+        cached.erase(it);  // a shard listed twice is indexed twice
+        ++stats.shards_from_cache;
+        continue;
+      }
+    }
+    ASSIGN_OR_RETURN(CachedShard shard, IndexShard(path));
+    shards.push_back(std::move(shard));
+    changed = true;
+  }
+  if (!cache_path.empty() && changed) {
+    const absl::Status written = WriteIndexCache(cache_path, shards);
+    if (written.ok()) {
+      stats.cache_written = true;
+    } else {
+      Log(name, absl::StrCat("cannot write the index cache: ",
+                             written.message(),
+                             "; the shards are re-indexed at every start"));
+    }
+  }
+
+  // Samples in shard order, then member order.
+  std::vector<Sample> samples;
+  int32_t max_label = -1;
+  std::string skipped_example;
+  int damage_lines = 0;
+  for (uint32_t number = 0; number < shards.size(); ++number) {
+    const ShardIndex& index = shards[number].index;
+    if (!index.damage.empty()) {
+      ++stats.damaged_shards;
+      if (damage_lines++ < kMaxDamageLines) {
+        Log(name, absl::StrCat(index.damage, "; indexed ",
+                               index.samples.size(),
+                               " samples before the damage"));
+      }
+    }
+    stats.skipped_samples += index.skipped();
+    if (skipped_example.empty()) skipped_example = index.skipped_example;
+    for (const ShardSample& s : index.samples) {
+      if (!class_names_file.empty() &&
+          static_cast<size_t>(s.label) >= class_names_file.size()) {
+        ++stats.skipped_samples;
+        if (skipped_example.empty()) {
+          skipped_example = absl::StrCat(
+              "member '", absl::CHexEscape(s.member), "' in '",
+              shards[number].path, "': class ", s.label, " but classes.txt has ",
+              class_names_file.size(), " classes");
+        }
+        continue;
+      }
+      max_label = std::max(max_label, s.label);
+      samples.push_back({s.member, s.label, number, s.offset, s.size});
+    }
+  }
+  if (stats.damaged_shards > kMaxDamageLines) {
+    Log(name, absl::StrCat(stats.damaged_shards - kMaxDamageLines,
+                           " more damaged shards"));
+  }
+  if (stats.skipped_samples > 0) {
+    Log(name, absl::StrCat("skipped ", stats.skipped_samples,
+                           " keys without an image or a valid class, e.g. ",
+                           skipped_example));
+  }
+  if (samples.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", paths.size(), " shards (", paths[0],
+        paths.size() > 1 ? ", ..." : "",
+        ") hold no samples (an image member: jpg, jpeg or png, and a cls "
+        "member per key)"));
+  }
+  std::vector<std::string> class_names = class_names_file;
+  if (class_names.empty()) {
+    for (int32_t label = 0; label <= max_label; ++label) {
+      class_names.push_back(absl::StrCat(label));
+    }
+  }
+  Log(name, absl::StrCat(stats.shards, " shards (", stats.shards_from_cache,
+                         " from the sidecar index), ", samples.size(),
+                         " samples"));
+  const size_t max_open = config.max_open_shards() == 0
+                              ? ShardFiles::kDefaultMaxOpen
+                              : config.max_open_shards();
+  auto files = std::make_shared<const ShardFiles>(std::move(paths), max_open);
+  return std::make_shared<const Dataset>(name, std::move(samples),
+                                         std::move(class_names),
+                                         std::move(files), stats);
+}
+
+}  // namespace batchd::server
