@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/random.h"
 #include "server/dataset/dataset.h"
+#include "server/decode/image_decoder.h"
 
 namespace batchd::server {
 namespace {
@@ -21,8 +22,8 @@ uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
 }
 
 // One decoder per worker thread: decoders keep libjpeg state between images.
-JpegDecoder& ThreadDecoder(const DecodeLimits& limits) {
-  thread_local JpegDecoder decoder(limits);
+ImageDecoder& ThreadDecoder(const DecodeLimits& limits) {
+  thread_local ImageDecoder decoder(limits);
   return decoder;
 }
 
@@ -132,7 +133,7 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   const uint64_t index = job->batch->sample_indices[position];
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<FileBytes> bytes =
-      ReadFileBytes(job->plan->dataset->sample(index).path);
+      job->plan->dataset->ReadSample(index);
   const uint64_t read_nanos = NanosSince(start);
   read_nanos_ += read_nanos;
   if (options_.metrics != nullptr) {
@@ -163,7 +164,7 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
   if (bytes == nullptr) {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<FileBytes> file =
-        ReadFileBytes(plan.dataset->sample(sample_index).path);
+        plan.dataset->ReadSample(sample_index);
     const uint64_t read_nanos = NanosSince(start);
     read_nanos_ += read_nanos;
     if (options_.metrics != nullptr) {

@@ -128,11 +128,11 @@ class BadFilesTest : public ::testing::Test {
     WriteBytes(d + "/class_002/img_000002.jpg",
                "This is a text file, not a JPEG.\n");
     {
-      // Same name with .png (sorts to the same index), PNG signature.
+      // Same name with .gif (sorts to the same index), GIF signature: a
+      // format the daemon does not decode.
       fs::remove(d + "/class_003/img_000003.jpg");
-      WriteBytes(d + "/class_003/img_000003.png",
-                 std::string("\x89PNG\r\n\x1a\n", 8) +
-                     std::string("\0\0\0\x0dIHDR", 8) + std::string(64, 'x'));
+      WriteBytes(d + "/class_003/img_000003.gif",
+                 std::string("GIF89a", 6) + std::string(64, 'x'));
     }
     {
       const std::string path = d + "/class_000/img_000008.jpg";
@@ -153,7 +153,7 @@ class BadFilesTest : public ::testing::Test {
         {"class_002/img_000006.jpg", v1::TRUNCATED},
         {"class_003/img_000007.jpg", v1::CORRUPT},
         {"class_002/img_000002.jpg", v1::NOT_JPEG},
-        {"class_003/img_000003.png", v1::UNSUPPORTED_FORMAT},
+        {"class_003/img_000003.gif", v1::UNSUPPORTED_FORMAT},
         {"class_000/img_000008.jpg", v1::TOO_MANY_PIXELS},
         {"class_001/img_000005.jpg", v1::READ_ERROR},  // deleted later
     };

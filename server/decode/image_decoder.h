@@ -1,0 +1,43 @@
+// ImageDecoder: the daemon's decoder for any sample. Routes by content (the
+// file's magic bytes, never its name): PNG to PngDecoder, everything else to
+// JpegDecoder, which decodes JPEGs and reports other formats (GIF, WebP,
+// BMP, TIFF) as kUnsupportedFormat and anything else as kNotJpeg.
+//
+// Thread-compatible: use one decoder per thread (each holds scratch buffers
+// and libjpeg state).
+#ifndef BATCHD_SERVER_DECODE_IMAGE_DECODER_H_
+#define BATCHD_SERVER_DECODE_IMAGE_DECODER_H_
+
+#include <cstdint>
+
+#include "absl/functional/function_ref.h"
+#include "absl/types/span.h"
+#include "server/decode/crop_spec.h"
+#include "server/decode/jpeg_decoder.h"
+#include "server/decode/png_decoder.h"
+
+namespace batchd::server {
+
+class ImageDecoder {
+ public:
+  explicit ImageDecoder(DecodeLimits limits = {})
+      : jpeg_(limits), png_(limits) {}
+
+  // As JpegDecoder::Decode, for JPEG and PNG data.
+  DecodeResult Decode(absl::Span<const uint8_t> data,
+                      absl::FunctionRef<CropSpec(int width, int height)>
+                          choose_crop,
+                      PixelLayout layout, uint8_t* out,
+                      DecodeTimings* timings = nullptr) {
+    if (IsPng(data)) return png_.Decode(data, choose_crop, layout, out, timings);
+    return jpeg_.Decode(data, choose_crop, layout, out, timings);
+  }
+
+ private:
+  JpegDecoder jpeg_;
+  PngDecoder png_;
+};
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_DECODE_IMAGE_DECODER_H_
