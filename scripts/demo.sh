@@ -3,11 +3,15 @@
 # endpoint), stream two epochs with the command-line client, show one frame
 # of `batchd top`, stop the daemon cleanly, and end with the diagnosis.
 #   scripts/demo.sh [build-dir]
+# BATCHD_DEMO_FORMAT=shards serves the same images from WebDataset tar
+# shards written by batchd-prep instead of the ImageFolder
+# (make demo BATCHD_DEMO_FORMAT=shards).
 set -euo pipefail
 BUILD=${1:-build}
 DATA=${BATCHD_DEMO_DATA:-data/demo}
 IMAGES=${BATCHD_DEMO_IMAGES:-1024}
 WORKERS=${BATCHD_DEMO_WORKERS:-$(nproc)}
+FORMAT=${BATCHD_DEMO_FORMAT:-folder}
 
 if [ ! -f "$DATA/.complete" ]; then
   echo "== generating $IMAGES ImageNet-like JPEGs in $DATA"
@@ -15,11 +19,25 @@ if [ ! -f "$DATA/.complete" ]; then
   "$BUILD/tools/make_dataset" --out "$DATA" --images "$IMAGES" --classes 10 --seed 1
   touch "$DATA/.complete"
 fi
+SERVE=$DATA
+case "$FORMAT" in
+  folder) ;;
+  shards)
+    SERVE="$DATA-shards"
+    if [ ! -f "$SERVE/.complete" ]; then
+      echo "== writing $DATA as tar shards in $SERVE (batchd-prep)"
+      rm -rf "$SERVE"
+      "$BUILD/tools/batchd-prep" --input "$DATA" --out "$SERVE" --shard-size 256
+      touch "$SERVE/.complete"
+    fi
+    ;;
+  *) echo "BATCHD_DEMO_FORMAT must be folder or shards, not '$FORMAT'" >&2; exit 2 ;;
+esac
 
 RUN=$(mktemp -d)
 trap 'kill -TERM "$DAEMON" 2>/dev/null || true; rm -rf "$RUN"' EXIT
-echo "== starting batchd with $WORKERS workers"
-"$BUILD/server/batchd" --dataset "demo=$DATA" --port 0 --port-file "$RUN/port" \
+echo "== starting batchd with $WORKERS workers, serving $SERVE"
+"$BUILD/server/batchd" --dataset "demo=$SERVE" --port 0 --port-file "$RUN/port" \
   --metrics-port 0 --metrics-port-file "$RUN/metrics-port" \
   --workers "$WORKERS" &
 DAEMON=$!
