@@ -37,12 +37,14 @@ MATCHER_P2(StatusIs, code, message_matcher,
 
 #define EXPECT_OK(expr)                                                \
   do {                                                                 \
-    const auto& batchd_s_ = ::batchd::testing::GetStatus((expr));      \
+    /* A copy: `expr` may be a temporary StatusOr that dies here. */   \
+    const absl::Status batchd_s_ = ::batchd::testing::GetStatus((expr)); \
     EXPECT_TRUE(batchd_s_.ok()) << batchd_s_.ToString();               \
   } while (false)
 #define ASSERT_OK(expr)                                                \
   do {                                                                 \
-    const auto& batchd_s_ = ::batchd::testing::GetStatus((expr));      \
+    /* A copy: `expr` may be a temporary StatusOr that dies here. */   \
+    const absl::Status batchd_s_ = ::batchd::testing::GetStatus((expr)); \
     ASSERT_TRUE(batchd_s_.ok()) << batchd_s_.ToString();               \
   } while (false)
 
