@@ -8,7 +8,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
   python3-torchvision python3-pil python3-prometheus-client util-linux
 
-.PHONY: all setup build test demo clean
+.PHONY: all setup build test demo deploy-test clean
 
 all: build
 
@@ -27,6 +27,11 @@ test: build
 
 demo: build
 	./scripts/demo.sh $(BUILD_DIR)
+
+# The container path, really run: images on a debootstrapped Debian 12 base,
+# the docker-compose stack, its checks (scripts/deploy_test.sh).
+deploy-test:
+	./scripts/deploy_test.sh
 
 clean:
 	rm -rf $(BUILD_DIR)
