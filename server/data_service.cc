@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunk_codec.h"
-#include "server/plan/sampler.h"
+#include "common/sampler.h"
 
 namespace batchd::server {
 
