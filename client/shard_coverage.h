@@ -2,7 +2,7 @@
 // (see Plan in proto/batchd/v1/data.proto), for checking a daemon's output.
 //
 // The epoch order (0..N-1, or the plan's seeded permutation of it, from
-// server/plan/sampler.h's EpochOrder) is padded by repeating its head to a
+// common/sampler.h's EpochOrder) is padded by repeating its head to a
 // multiple of world_size; rank r takes positions r, r + W, r + 2W, ...;
 // batches of batch_size follow, and drop_last keeps whole batches only. The
 // expected multiset of sample indices is therefore known exactly for every
