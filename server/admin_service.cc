@@ -60,6 +60,8 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
   status.set_worker_alive_seconds(absl::ToDoubleSeconds(now.alive));
   status.set_samples_decoded(counters.samples_decoded);
   status.set_samples_substituted(counters.samples_substituted);
+  *status.mutable_daemon() = data_->daemon_info();
+  status.set_draining(data_->draining());
   stats_->Fill(&status);
   return status;
 }

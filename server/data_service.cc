@@ -36,8 +36,12 @@ uint64_t BufferBudget::reserved() const {
 }
 
 // One StreamBatches call. Lifetime: reference-counted; gRPC holds one
-// reference until OnDone, and each batch being built holds one, so a
-// pipeline callback never touches a deleted stream.
+// reference until OnDone, each batch being built holds one, and the service
+// holds one while it wakes or cancels its streams (drain), so neither a
+// pipeline callback nor the service touches a deleted stream.
+//
+// Lock order: a stream's mu_ may be held while taking the service's mu_,
+// never the other way round.
 //
 // The stream is raw bytes both ways: requests are parsed here, and a batch's
 // chunks are written as slices of the batch buffer itself
@@ -49,14 +53,44 @@ class DataServiceImpl::BatchStream final
   explicit BatchStream(DataServiceImpl* service)
       : service_(service),
         cancelled_(std::make_shared<std::atomic<bool>>(false)) {
+    // Read first: once registered, a drain may finish the stream from another
+    // thread, and a read must not be started after Finish.
     StartRead(&request_bytes_);
+    grpc::Status refused = service_->AddStream(this);
+    if (!refused.ok()) {
+      FailStream(std::move(refused));
+      Pump();
+    }
+  }
+
+  void AddRef() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // Re-examines the stream after the service began draining: one with
+  // nothing outstanding ends now.
+  void Wake() { Pump(); }
+
+  // Stops building this stream's batches and ends it with `status` once no
+  // write is in flight.
+  void Cancel(const grpc::Status& status) {
+    cancelled_->store(true);
+    {
+      absl::MutexLock lock(&mu_);
+      if (!finish_status_) finish_status_ = status;
+    }
+    Pump();
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {
+    bool failed = false;
+    {
       absl::MutexLock lock(&mu_);
-      reads_done_ = true;
-    } else {
+      failed = finish_status_.has_value() || finished_;
+      if (!ok) reads_done_ = true;
+    }
+    if (ok && !failed) {
       bool keep_reading = true;
       grpc::Slice bytes;
       request_.Clear();
@@ -140,6 +174,7 @@ class DataServiceImpl::BatchStream final
       ReleaseBudgetLocked();
       if (plan_ != nullptr) service_->stats_->StreamClosed(plan_->job);
     }
+    service_->RemoveStream(this);
     Unref();
   }
 
@@ -169,10 +204,6 @@ class DataServiceImpl::BatchStream final
 
   ~BatchStream() override = default;
 
-  void Unref() {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-  }
-
   // Records a stream error; the stream finishes with it once no write is in
   // flight. Returns false (stop reading).
   bool FailStream(grpc::Status status) {
@@ -184,6 +215,9 @@ class DataServiceImpl::BatchStream final
   }
 
   bool HandleOpen(const batchd::v1::OpenPlan& open) {
+    if (service_->draining()) {
+      return FailStream(service_->DrainingRefusal());
+    }
     if (plan_ != nullptr) {
       return FailStream(grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
@@ -225,6 +259,7 @@ class DataServiceImpl::BatchStream final
     opened->set_max_batch_bytes(max_batch_bytes);
     opened->set_dtype(batchd::v1::DTYPE_UINT8);
     opened->set_layout(p.layout);
+    *opened->mutable_daemon() = service_->options_.daemon_info;
     service_->stats_->StreamOpened(p.job);
 
     absl::MutexLock lock(&mu_);
@@ -262,6 +297,14 @@ class DataServiceImpl::BatchStream final
           "the stream's first message"));
     }
     const uint64_t epoch = request.epoch();
+    // Decided once per request: a request either came before the drain (all
+    // of it is served) or after (none of it is).
+    const bool draining = service_->draining();
+    const std::string drain_message =
+        draining ? absl::StrCat(service_->DrainMessage(),
+                                " and starts no new batches; request this "
+                                "one from another daemon")
+                 : std::string();
     std::vector<uint64_t> accepted;
     {
       absl::MutexLock lock(&mu_);
@@ -278,6 +321,9 @@ class DataServiceImpl::BatchStream final
                            " is beyond the epoch: this plan has ",
                            batches_per_epoch_, " batches per epoch (0..",
                            batches_per_epoch_ - 1, ")"))});
+        } else if (draining) {
+          queue_.push_back(Outgoing{Rejected(
+              epoch, index, grpc::StatusCode::UNAVAILABLE, drain_message)});
         } else if (outstanding_ >= window_) {
           queue_.push_back(Outgoing{Rejected(
               epoch, index, grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -396,6 +442,17 @@ class DataServiceImpl::BatchStream final
         // now: give it back before the client sees the status, so that a
         // client that closes and reopens at once finds its budget.
         if (outstanding_ == 0 && queue_.empty()) ReleaseBudgetLocked();
+      } else if (outstanding_ == 0 && queue_.empty() && service_->draining()) {
+        // Everything accepted before the drain has been sent; anything more
+        // must come from another daemon.
+        finished_ = true;
+        ReleaseBudgetLocked();
+        CountRejected(grpc::StatusCode::UNAVAILABLE);
+        finish = grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrCat(service_->DrainMessage(),
+                         ": every batch requested before the drain was sent; "
+                         "request further batches from another daemon"));
       }
     }
     if (write) {
@@ -465,6 +522,84 @@ grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 DataServiceImpl::StreamBatches(grpc::CallbackServerContext* /*context*/) {
   return new BatchStream(this);
+}
+
+grpc::Status DataServiceImpl::AddStream(BatchStream* stream) {
+  absl::MutexLock lock(&mu_);
+  if (draining_.load()) return DrainingRefusalLocked();
+  if (streams_.size() >= options_.max_open_streams) {
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("batchd already has ", streams_.size(),
+                     " StreamBatches calls open, its --max-open-streams "
+                     "limit; close a stream, retry later or on another "
+                     "daemon, or raise --max-open-streams"));
+  }
+  streams_.insert(stream);
+  return grpc::Status::OK;
+}
+
+void DataServiceImpl::RemoveStream(BatchStream* stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.erase(stream);
+}
+
+std::vector<DataServiceImpl::BatchStream*> DataServiceImpl::RefStreams() {
+  absl::MutexLock lock(&mu_);
+  std::vector<BatchStream*> streams;
+  streams.reserve(streams_.size());
+  for (BatchStream* stream : streams_) {
+    // Registered streams are alive: OnDone unregisters before it drops
+    // gRPC's reference.
+    stream->AddRef();
+    streams.push_back(stream);
+  }
+  return streams;
+}
+
+std::string DataServiceImpl::DrainMessage() const {
+  absl::MutexLock lock(&mu_);
+  return absl::StrCat("batchd is draining (", drain_reason_, ")");
+}
+
+grpc::Status DataServiceImpl::DrainingRefusal() const {
+  absl::MutexLock lock(&mu_);
+  return DrainingRefusalLocked();
+}
+
+grpc::Status DataServiceImpl::DrainingRefusalLocked() const {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      absl::StrCat("batchd is draining (", drain_reason_,
+                                   "); connect to another daemon"));
+}
+
+void DataServiceImpl::BeginDrain(absl::string_view reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_.load()) return;
+    drain_reason_ = std::string(reason);
+    draining_.store(true);
+  }
+  for (BatchStream* stream : RefStreams()) {
+    stream->Wake();
+    stream->Unref();
+  }
+}
+
+size_t DataServiceImpl::AwaitStreamsDone(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return streams_.empty();
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  return streams_.size();
+}
+
+void DataServiceImpl::CancelStreams(const grpc::Status& status) {
+  for (BatchStream* stream : RefStreams()) {
+    stream->Cancel(status);
+    stream->Unref();
+  }
 }
 
 }  // namespace batchd::server

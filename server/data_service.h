@@ -6,14 +6,26 @@
 // One BatchStream reactor per StreamBatches call (callback API): reactions
 // never block, and exactly one write is in flight per stream.
 //
+// Drain (BeginDrain, then AwaitStreamsDone, then CancelStreams): new streams
+// are refused with UNAVAILABLE, batches already accepted are still sent,
+// later requests are rejected in-band with UNAVAILABLE, and each stream ends
+// with UNAVAILABLE once it has nothing outstanding. The exact contract is
+// in proto/batchd/v1/data.proto (StreamBatches).
+//
 // Thread-safe. Must outlive the grpc::Server it is registered with.
 #ifndef BATCHD_SERVER_DATA_SERVICE_H_
 #define BATCHD_SERVER_DATA_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "batchd/v1/data.grpc.pb.h"
 #include "server/job_stats.h"
 #include "server/pipeline.h"
@@ -34,6 +46,12 @@ struct DataServiceOptions {
   // Bound on batch buffer memory over all streams: a stream reserves
   // window * max_batch_bytes when it opens.
   uint64_t max_buffer_bytes = uint64_t{2} << 30;
+  // Most StreamBatches calls open at once over all clients; more are refused
+  // with RESOURCE_EXHAUSTED. The buffer budget already bounds pixel memory;
+  // this bounds the per-stream state a client that leaks streams can pin.
+  uint32_t max_open_streams = 1024;
+  // The version and limits sent in every PlanOpened.daemon.
+  batchd::v1::DaemonInfo daemon_info;
   // Where send times, outstanding batches and rejections are recorded;
   // nullptr records nothing. Not owned; must outlive the service.
   ServerMetrics* metrics = nullptr;
@@ -75,6 +93,24 @@ class DataServiceImpl final
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamBatches(
       grpc::CallbackServerContext* context) override;
 
+  // Starts the drain: from now on new streams are refused with UNAVAILABLE
+  // and new batch requests rejected in-band with UNAVAILABLE; streams with
+  // nothing outstanding end at once. `reason` says why, e.g. "SIGTERM", and
+  // appears in every message. Returns at once; later calls do nothing.
+  void BeginDrain(absl::string_view reason) ABSL_LOCKS_EXCLUDED(mu_);
+  bool draining() const { return draining_.load(); }
+  // "batchd is draining (SIGTERM)". REQUIRES: draining().
+  std::string DrainMessage() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until no StreamBatches call is open, or until `deadline`.
+  // Returns the number of calls still open.
+  size_t AwaitStreamsDone(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends every open stream with `status` (as soon as its write in flight, if
+  // any, completes) and stops building its batches.
+  void CancelStreams(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const batchd::v1::DaemonInfo& daemon_info() const {
+    return options_.daemon_info;
+  }
   const BufferBudget& budget() const { return budget_; }
   // Send stage time summed over batches: from a batch finished to its last
   // chunk written, seconds.
@@ -82,6 +118,16 @@ class DataServiceImpl final
 
  private:
   class BatchStream;
+
+  // Registers a new stream, or returns why it is refused (draining, or
+  // --max-open-streams reached).
+  grpc::Status AddStream(BatchStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoveStream(BatchStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // The open streams, each with a reference the caller must drop (Unref).
+  std::vector<BatchStream*> RefStreams() ABSL_LOCKS_EXCLUDED(mu_);
+  // The status a stream gets that is refused because of the drain.
+  grpc::Status DrainingRefusal() const ABSL_LOCKS_EXCLUDED(mu_);
+  grpc::Status DrainingRefusalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const DatasetMap datasets_;
@@ -91,6 +137,13 @@ class DataServiceImpl final
 
   BufferBudget budget_;
   std::atomic<uint64_t> send_nanos_{0};
+
+  mutable absl::Mutex mu_;
+  // Every StreamBatches call between its reactor's construction and OnDone.
+  absl::flat_hash_set<BatchStream*> streams_ ABSL_GUARDED_BY(mu_);
+  std::string drain_reason_ ABSL_GUARDED_BY(mu_);
+  // Set once, under mu_, by BeginDrain; read without it on the hot path.
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace batchd::server

@@ -1,12 +1,14 @@
 // batchd: the daemon. Serves the datasets named in --config and --dataset
-// flags until SIGINT or SIGTERM, then drains and exits 0.
+// flags until SIGINT or SIGTERM, then drains (see BatchdServer::Drain) for at
+// most --drain-deadline and exits 0.
 //
 //   batchd --dataset imagenet=/data/imagenet/train --workers 8 --port 7070
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -16,12 +18,43 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/malloc_tuning.h"
 #include "server/dataset/dataset.h"
 #include "server/server_lib.h"
+
+namespace {
+
+// A duration flag that also takes plain seconds: "10" and "2.5" are seconds,
+// "10s", "1500ms", "1m30s" are absl durations.
+struct FlagDuration {
+  absl::Duration value;
+};
+
+bool AbslParseFlag(absl::string_view text, FlagDuration* out,
+                   std::string* error) {
+  double seconds = 0;
+  if (absl::SimpleAtod(text, &seconds) && std::isfinite(seconds)) {
+    out->value = absl::Seconds(seconds);
+    return true;
+  }
+  if (absl::ParseDuration(text, &out->value)) return true;
+  *error = "give seconds (10, 2.5) or a duration with a unit (10s, 1500ms, "
+           "1m)";
+  return false;
+}
+
+std::string AbslUnparseFlag(FlagDuration d) {
+  return absl::FormatDuration(d.value);
+}
+
+}  // namespace
 
 ABSL_FLAG(std::string, config, "",
           "Daemon config file (batchd.v1.DaemonConfig, protobuf text format); "
@@ -54,14 +87,52 @@ ABSL_FLAG(uint64_t, max_image_pixels, uint64_t{64} << 20,
           "Images with more pixels are substituted (TOO_MANY_PIXELS).");
 ABSL_FLAG(int, max_scans, 500,
           "Progressive JPEGs with more scans are substituted.");
+ABSL_FLAG(FlagDuration, drain_deadline, FlagDuration{absl::Seconds(10)},
+          "After SIGTERM or SIGINT, how long batches already requested are "
+          "still built and sent before open streams are cancelled and the "
+          "daemon exits; seconds (10, 2.5) or a duration (10s, 1500ms).");
+ABSL_FLAG(bool, reflection, true,
+          "Serve gRPC server reflection (grpcurl can then list and call the "
+          "API without .proto files); --reflection=false turns it off.");
+ABSL_FLAG(uint32_t, max_open_streams, 1024,
+          "Most StreamBatches calls open at once, over all clients; more are "
+          "refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_concurrent_streams, 100,
+          "Most calls open at once on one client connection "
+          "(GRPC_ARG_MAX_CONCURRENT_STREAMS); more wait on the client. 0: "
+          "no limit.");
+ABSL_FLAG(FlagDuration, keepalive_time, FlagDuration{absl::Seconds(30)},
+          "The daemon pings a connection silent this long "
+          "(GRPC_ARG_KEEPALIVE_TIME_MS), to notice clients that vanished.");
+ABSL_FLAG(FlagDuration, keepalive_timeout, FlagDuration{absl::Seconds(10)},
+          "A connection whose ping is not answered within this is closed "
+          "and its streams cancelled (GRPC_ARG_KEEPALIVE_TIMEOUT_MS).");
+ABSL_FLAG(FlagDuration, keepalive_min_ping_interval,
+          FlagDuration{absl::Seconds(5)},
+          "Shortest interval between client pings accepted without data in "
+          "flight (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS); "
+          "pings without calls are allowed.");
+ABSL_FLAG(int, keepalive_max_ping_strikes, 2,
+          "Too-frequent client pings tolerated before the connection is "
+          "closed with GOAWAY too_many_pings (GRPC_ARG_HTTP2_MAX_PING_STRIKES); "
+          "0: any number.");
 
 namespace {
 
+// After the drain and the server's own shutdown grace, how long the
+// daemon still waits for gRPC to let go before it exits anyway. gRPC 1.51's
+// Server::Shutdown can wait several seconds past its deadline when a client
+// stopped reading a stream that was then cancelled (its connection is still
+// being torn down; tests/lifecycle_e2e_test.cc reproduces it), and the
+// process must still end on time: a Kubernetes pod is killed at the end of
+// its termination grace.
+constexpr absl::Duration kExitGrace = absl::Seconds(2);
+
 constexpr char kUsage[] =
-    "batchd: serves decoded, augmented image batches over gRPC.\n"
+    "serves decoded, augmented image batches over gRPC.\n"
     "Usage: batchd --dataset name=path [--dataset ...] [--config file]\n"
     "              [--port 7070] [--workers N] [--max-buffer-bytes B]\n"
-    "              [--metrics-port 7071]\n"
+    "              [--metrics-port 7071] [--drain-deadline 10s]\n"
     "       batchd top [--endpoint host:port,...] [--once]  (= batchd-top)\n"
     "Flags may be spelled with '-' or '_'.";
 
@@ -141,6 +212,17 @@ int main(int argc, char** argv) {
   using batchd::server::BatchdServer;
   if (argc > 1 && std::strcmp(argv[1], "top") == 0) return ExecTop(argc, argv);
   absl::SetProgramUsageMessage(kUsage);
+  absl::FlagsUsageConfig usage_config;
+  // --help lists the flags defined here (absl's default looks for a file
+  // named after the binary, batchd.cc).
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  usage_config.version_string = [] {
+    return absl::StrCat("batchd ", batchd::server::DaemonVersion(), "\n");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
   batchd::common::TuneMallocForLargeBuffers();
   std::vector<std::string> storage, dataset_flags;
   std::vector<char*> args = NormaliseArgs(argc, argv, &storage, &dataset_flags);
@@ -193,6 +275,15 @@ int main(int argc, char** argv) {
   options.max_workers = absl::GetFlag(FLAGS_max_workers);
   options.metrics_host = absl::GetFlag(FLAGS_host);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.reflection = absl::GetFlag(FLAGS_reflection);
+  options.drain_deadline = absl::GetFlag(FLAGS_drain_deadline).value;
+  options.service.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
+  options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time).value;
+  options.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout).value;
+  options.min_ping_interval =
+      absl::GetFlag(FLAGS_keepalive_min_ping_interval).value;
+  options.max_ping_strikes = absl::GetFlag(FLAGS_keepalive_max_ping_strikes);
   if (options.metrics_port < -1 || options.metrics_port > 65535) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "--metrics-port is ", options.metrics_port,
@@ -220,9 +311,30 @@ int main(int argc, char** argv) {
 
   int signal = 0;
   sigwait(&stop_signals, &signal);
-  std::fprintf(stderr, "batchd: %s received, draining\n", strsignal(signal));
+  const char* signal_name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
+  std::fprintf(stderr, "batchd: %s received, draining (deadline %s)\n",
+               signal_name, absl::FormatDuration(options.drain_deadline).c_str());
+  const absl::Status drained =
+      (*server)->Drain(options.drain_deadline, signal_name);
+  if (!drained.ok()) {
+    std::fprintf(stderr, "batchd: %s\n",
+                 std::string(drained.message()).c_str());
+  }
+  absl::Notification stopped;
+  std::thread watchdog([&stopped] {
+    const absl::Duration limit = batchd::server::kShutdownGrace + kExitGrace;
+    if (stopped.WaitForNotificationWithTimeout(limit)) return;
+    std::fprintf(stderr,
+                 "batchd: client connections still open %s after the drain; "
+                 "exiting without waiting for them\n",
+                 absl::FormatDuration(limit).c_str());
+    std::fflush(stderr);
+    _exit(0);
+  });
   (*server)->Stop();
   server->reset();
+  stopped.Notify();
+  watchdog.join();
   std::fprintf(stderr, "batchd: stopped\n");
   return 0;
 }

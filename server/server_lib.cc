@@ -1,13 +1,57 @@
 #include "server/server_lib.h"
 
+#include <algorithm>
+#include <climits>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "grpc/grpc.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
-namespace batchd::server {
+#ifndef BATCHD_VERSION
+#error "BATCHD_VERSION must be defined (server/CMakeLists.txt sets it)"
+#endif
 
-absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
-    ServerOptions options) {
+namespace batchd::server {
+namespace {
+
+// Turns server reflection on or off for one ServerBuilder. Loading
+// libgrpc++_reflection registers its plugin for every server of the process
+// (a static initializer calls InitProtoReflectionServerBuilderPlugin), so
+// this removes any reflection plugin the builder got that way and adds one
+// back only when `enabled`.
+class ReflectionOption final : public grpc::ServerBuilderOption {
+ public:
+  explicit ReflectionOption(bool enabled) : enabled_(enabled) {}
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
+                         plugins) override {
+    auto reflection = std::make_unique<
+        grpc::reflection::ProtoServerReflectionPlugin>();
+    const std::string name = reflection->name();
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [&name](const auto& p) { return p->name() == name; }),
+        plugins->end());
+    if (enabled_) plugins->push_back(std::move(reflection));
+  }
+
+ private:
+  const bool enabled_;
+};
+
+// A duration as gRPC's int milliseconds, at most INT_MAX.
+int Millis(absl::Duration d) {
+  return static_cast<int>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(d), INT_MAX));
+}
+
+absl::Status CheckOptions(const ServerOptions& options) {
   if (options.pipeline.workers < 1 ||
       options.pipeline.workers > options.max_workers) {
     return absl::InvalidArgumentError(
@@ -19,6 +63,55 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
     return absl::InvalidArgumentError(
         "no datasets: register one with --dataset name=path or --config");
   }
+  if (options.service.max_open_streams < 1) {
+    return absl::InvalidArgumentError("--max-open-streams must be at least 1");
+  }
+  if (options.drain_deadline < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--drain-deadline is ",
+                     absl::FormatDuration(options.drain_deadline),
+                     "; it must not be negative"));
+  }
+  // gRPC enforces a floor of 10 s on keepalive_time for clients, none for
+  // servers; below 1 s, pings would cost more than the dead peers they find.
+  if (options.keepalive_time < absl::Seconds(1) ||
+      options.keepalive_timeout < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--keepalive-time is ", absl::FormatDuration(options.keepalive_time),
+        " and --keepalive-timeout ",
+        absl::FormatDuration(options.keepalive_timeout),
+        "; both must be at least 1s"));
+  }
+  if (options.min_ping_interval < absl::ZeroDuration() ||
+      options.max_ping_strikes < 0 || options.max_concurrent_streams < 0) {
+    return absl::InvalidArgumentError(
+        "--keepalive-min-ping-interval, --keepalive-max-ping-strikes and "
+        "--max-concurrent-streams must not be negative");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* DaemonVersion() { return BATCHD_VERSION; }
+
+absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
+    ServerOptions options) {
+  if (absl::Status checked = CheckOptions(options); !checked.ok()) {
+    return checked;
+  }
+  batchd::v1::DaemonInfo& info = options.service.daemon_info;
+  info.set_version(DaemonVersion());
+  info.set_max_window(options.service.max_window);
+  info.set_default_window(
+      std::min(options.service.default_window, options.service.max_window));
+  info.set_max_batch_size(options.service.limits.max_batch_size);
+  info.set_max_inbound_message_bytes(kMaxInboundMessageBytes);
+  info.set_max_chunk_bytes(kMaxChunkBytes);
+  info.set_min_ping_interval_ms(
+      absl::ToInt64Milliseconds(options.min_ping_interval));
+  info.set_drain_deadline_ms(absl::ToInt64Milliseconds(options.drain_deadline));
+
   std::unique_ptr<BatchdServer> server(new BatchdServer());
   server->metrics_ = std::make_unique<ServerMetrics>();
   options.pipeline.metrics = server->metrics_.get();
@@ -31,18 +124,46 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
       server->pipeline_.get(), server->data_.get(), &server->stats_,
       options.max_workers);
 
+  // Process-wide, and read when a builder builds: every server of this
+  // process gets grpc.health.v1.Health (Check and Watch).
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address,
                            grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->data_.get());
   builder.RegisterService(server->admin_.get());
-  // Requests are small; batches go out in chunks of at most 4 MiB.
-  builder.SetMaxReceiveMessageSize(1 << 20);
+  builder.SetOption(std::make_unique<ReflectionOption>(options.reflection));
+  builder.SetMaxReceiveMessageSize(kMaxInboundMessageBytes);
+  // Keepalive, both ways (the reasons are on the ServerOptions fields).
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             Millis(options.keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             Millis(options.keepalive_timeout));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             Millis(options.min_ping_interval));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES,
+                             options.max_ping_strikes);
+  // The daemon's own keepalive pings must not stop on a connection whose
+  // stream is open but idle (a paused trainer): that is the peer most
+  // likely to have died unnoticed. gRPC's default stops after 2.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  if (options.max_concurrent_streams > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                               options.max_concurrent_streams);
+  }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen_address,
                      ": the address is invalid or in use"));
+  }
+  // The datasets were loaded before Start; the daemon serves from here on.
+  if (grpc::HealthCheckServiceInterface* health =
+          server->server_->GetHealthCheckService()) {
+    health->SetServingStatus("", true);
+    health->SetServingStatus(batchd::v1::DataService::service_full_name(),
+                             true);
   }
   // Figures other objects keep are read when Prometheus scrapes.
   server->metrics_->registry().AddCollector(
@@ -63,14 +184,51 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
 
 BatchdServer::~BatchdServer() { Stop(); }
 
-void BatchdServer::Stop(absl::Duration grace) {
-  {
-    absl::MutexLock lock(&stop_mu_);
-    if (stopped_) return;
-    stopped_ = true;
+absl::Status BatchdServer::Drain(absl::Duration deadline,
+                                 absl::string_view reason) {
+  // Held throughout: a second caller waits for the first drain to finish.
+  absl::MutexLock lock(&stop_mu_);
+  return DrainLocked(deadline, reason);
+}
+
+absl::Status BatchdServer::DrainLocked(absl::Duration deadline,
+                                       absl::string_view reason) {
+  if (drained_ || server_ == nullptr) return absl::OkStatus();
+  drained_ = true;
+  const absl::Time until = absl::Now() + deadline;
+  // The server keeps accepting calls while draining, so that a new stream
+  // gets a clear UNAVAILABLE and open streams can still be told, in-band,
+  // which requests to take elsewhere. The data service first, so that a
+  // client that sees NOT_SERVING finds the service already draining.
+  data_->BeginDrain(reason);
+  // NOT_SERVING for every service name, including those watched, and it
+  // stays so: load balancers and Kubernetes stop sending traffic here.
+  if (grpc::HealthCheckServiceInterface* health =
+          server_->GetHealthCheckService()) {
+    health->Shutdown();
   }
+  const size_t open = data_->AwaitStreamsDone(until);
+  if (open == 0) return absl::OkStatus();
+  const std::string why =
+      absl::StrCat("the drain deadline (", absl::FormatDuration(deadline),
+                   ", --drain-deadline) passed");
+  data_->CancelStreams(grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat(data_->DrainMessage(), ": ", why,
+                   " before this stream's batches were sent; request them "
+                   "from another daemon")));
+  return absl::DeadlineExceededError(
+      absl::StrCat(why, " with ", open, " stream", open == 1 ? "" : "s",
+                   " still open; they were ended with UNAVAILABLE"));
+}
+
+void BatchdServer::Stop() {
+  absl::MutexLock lock(&stop_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  DrainLocked(absl::ZeroDuration(), "the daemon is stopping").IgnoreError();
   if (server_ != nullptr) {
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   }
   if (http_ != nullptr) http_->Stop();
 }

@@ -1,22 +1,32 @@
 // BatchdServer: owns a running daemon: its datasets, pipeline, services and
-// the grpc::Server. Used by main.cc and by in-process tests.
+// the grpc::Server, with the standard health service (grpc.health.v1) and,
+// unless turned off, server reflection. Used by main.cc and by in-process
+// tests.
 //
 //   ServerOptions options;
 //   options.listen_address = "localhost:0";
 //   options.datasets = {{"train", dataset}};
 //   ASSIGN_OR_RETURN(auto server, BatchdServer::Start(options));
 //   int port = server->port();
-//   ...
+//   ...                                  // SIGTERM arrives
+//   server->Drain(options.drain_deadline, "SIGTERM");
 //   server->Stop();
 //
-// Thread-safe: Stop may be called from any thread, more than once.
+// Health: "" (the whole daemon) and "batchd.v1.DataService" are SERVING from
+// Start, which returns once the datasets are loaded, until Drain.
+//
+// Thread-safe: Drain and Stop may be called from any thread, more than once;
+// only the first call drains.
 #ifndef BATCHD_SERVER_SERVER_LIB_H_
 #define BATCHD_SERVER_SERVER_LIB_H_
 
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/admin_service.h"
@@ -40,7 +50,46 @@ struct ServerOptions {
   // pipeline and service record metrics either way (see metrics()).
   std::string metrics_host = "0.0.0.0";
   int metrics_port = -1;
+  // Serve grpc.reflection.v1alpha.ServerReflection, so that tools such as
+  // grpcurl can list and call the API without the .proto files.
+  bool reflection = true;
+  // How long Drain (SIGTERM) waits for batches already requested; reported
+  // to clients in PlanOpened.daemon.drain_deadline_ms.
+  absl::Duration drain_deadline = absl::Seconds(10);
+
+  // Transport limits. The values are the daemon's flags' defaults; why each
+  // was chosen is in docs/protocol.md ("Deadlines and keepalive").
+  //
+  // The daemon pings a connection after `keepalive_time` without traffic and
+  // closes it when no answer comes within `keepalive_timeout`: a trainer
+  // host that vanished (power loss, partition) without closing its socket
+  // would otherwise hold its streams' buffer budget until TCP gives up
+  // (about 15 minutes on Linux).
+  absl::Duration keepalive_time = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+  // Client pings closer together than this, with no data in flight, are
+  // strikes; after `max_ping_strikes` of them the daemon closes the
+  // connection (GOAWAY too_many_pings). Client pings are allowed without
+  // calls, since a multi-daemon client keeps idle connections warm.
+  absl::Duration min_ping_interval = absl::Seconds(5);
+  int max_ping_strikes = 2;
+  // HTTP/2 streams (calls) open at once on one connection; further calls
+  // wait on the client side. 0 leaves gRPC's default (unlimited).
+  int max_concurrent_streams = 100;
 };
+
+// How long, once Stop begins, calls other than StreamBatches (a
+// health Watch, a reflection stream, a unary call in progress) and writes to
+// stalled clients get to end before gRPC cancels them.
+inline constexpr absl::Duration kShutdownGrace = absl::Seconds(1);
+
+// The largest message the daemon accepts, bytes. Requests are small (a plan,
+// or an epoch and a few batch indices); batches go out in chunks of at most
+// 4 MiB.
+inline constexpr int kMaxInboundMessageBytes = 1 << 20;
+
+// The daemon's release, "MAJOR.MINOR.PATCH" (the CMake project version).
+const char* DaemonVersion();
 
 class BatchdServer {
  public:
@@ -50,11 +99,32 @@ class BatchdServer {
 
   // The bound port.
   int port() const { return port_; }
-  // Stops accepting calls, cancels open streams after `grace`, and waits for
-  // them to end.
-  void Stop(absl::Duration grace = absl::Seconds(2));
+
+  // Drains the data service:
+  // 1. new StreamBatches calls are refused with UNAVAILABLE, new batch
+  //    requests on open streams are rejected in-band with UNAVAILABLE, and
+  //    each stream ends with UNAVAILABLE once the batches it had in flight
+  //    are sent (see DataServiceImpl);
+  // 2. health goes NOT_SERVING for every service, at once;
+  // 3. at `deadline` after the call, streams still open are ended with
+  //    UNAVAILABLE and their remaining batches abandoned.
+  // The server keeps answering other calls; Stop() ends it. `reason` (e.g.
+  // "SIGTERM") appears in the messages clients get. Blocks until no stream
+  // is open or until `deadline`. Returns OK when every stream ended in time,
+  // DEADLINE_EXCEEDED naming how many did not. Later calls return OK at
+  // once (after waiting for the first to finish).
+  absl::Status Drain(absl::Duration deadline, absl::string_view reason)
+      ABSL_LOCKS_EXCLUDED(stop_mu_);
+  // Drains with no deadline unless Drain ran, then shuts the gRPC server
+  // down: calls still running get kShutdownGrace, then gRPC cancels them.
+  // gRPC may then wait a while longer for connections to be torn down
+  // (usually it does not; main.cc bounds it for the daemon). Idempotent.
+  void Stop() ABSL_LOCKS_EXCLUDED(stop_mu_);
   // Blocks until the server is stopped.
   void Wait();
+
+  // Whether Drain has begun.
+  bool draining() const { return data_->draining(); }
 
   AdminServiceImpl& admin() { return *admin_; }
   // The bound metrics port, or -1 when no metrics endpoint was asked for.
@@ -74,7 +144,10 @@ class BatchdServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> http_;
   int port_ = 0;
+  absl::Status DrainLocked(absl::Duration deadline, absl::string_view reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stop_mu_);
   absl::Mutex stop_mu_;
+  bool drained_ ABSL_GUARDED_BY(stop_mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
 };
 

@@ -152,6 +152,27 @@ void DaemonProcess::Kill() {
   pid_ = -1;
 }
 
+void DaemonProcess::Terminate() {
+  if (pid_ > 0) kill(pid_, SIGTERM);
+}
+
+absl::StatusOr<int> DaemonProcess::WaitForExit(absl::Duration timeout) {
+  if (pid_ <= 0) {
+    return absl::FailedPreconditionError(
+        "the daemon was already stopped, killed or waited for");
+  }
+  const int code = WaitFor(
+      pid_, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+  if (code == -2) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("batchd (pid ", pid_, ") still runs after ",
+                     absl::FormatDuration(timeout)));
+  }
+  pid_ = -1;
+  if (code == -1) return absl::InternalError("waitpid failed");
+  return code;
+}
+
 std::string DaemonProcess::Log() const {
   return ReadWholeFile(dir_ + "/log.txt");
 }

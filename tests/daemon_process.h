@@ -5,6 +5,8 @@
 //   auto daemon = DaemonProcess::Start({"--dataset", "d=" + dir});
 //   ASSERT_TRUE(daemon.ok());
 //   std::string endpoint = (*daemon)->endpoint();
+//   (*daemon)->Terminate();                      // SIGTERM: drain
+//   absl::StatusOr<int> code = (*daemon)->WaitForExit(absl::Seconds(15));
 //
 // Thread-compatible.
 #ifndef BATCHD_TESTS_DAEMON_PROCESS_H_
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace batchd::testing {
 
@@ -50,6 +53,14 @@ class DaemonProcess {
   int Stop();
   // SIGKILL: simulates a crash.
   void Kill();
+  // SIGTERM without waiting: the daemon starts its drain. Does nothing if it
+  // has already exited (WaitForExit).
+  void Terminate();
+  // Waits up to `timeout` for the daemon to exit and returns its exit code
+  // (128 + N when signal N ended it). DEADLINE_EXCEEDED if it is still
+  // running then (it is left running), FAILED_PRECONDITION if it was
+  // already reaped (Stop, Kill or an earlier WaitForExit).
+  absl::StatusOr<int> WaitForExit(absl::Duration timeout);
   // The daemon's log so far.
   std::string Log() const;
 
