@@ -111,6 +111,8 @@ class CliLifecycleTest : public ::testing::Test {
     options.plan = TrainPlan("d", 4, 32, 6);
     options.prefetch = prefetch;
     options.connect_timeout = absl::Seconds(5);
+    // A killed daemon is reported well within the test's hang guard.
+    options.unavailable_timeout = absl::Seconds(2);
     return Loader::Create(std::move(options));
   }
 

@@ -18,6 +18,7 @@ FRACTIONS = ("waited_fraction", "steady_waited_fraction", "compute_fraction",
              "copy_fraction")
 RATES = ("batches_per_second", "images_per_second", "bytes_per_second",
          "received_bytes_per_second")
+DAEMONS = ("rerequested", "hedged", "daemons")
 
 
 def make(daemon, batch_size=4, **kwargs):
@@ -29,7 +30,11 @@ def make(daemon, batch_size=4, **kwargs):
 def test_stats_count_what_was_iterated(daemon):
     with make(daemon) as loader:
         stats = loader.stats()
-        assert set(stats) == set(TOTALS + LAST_STEP + FRACTIONS + RATES)
+        assert set(stats) == set(TOTALS + LAST_STEP + FRACTIONS + RATES +
+                                 DAEMONS)
+        assert stats["rerequested"] == 0 and stats["hedged"] == 0
+        assert [d["endpoint"] for d in stats["daemons"]] == [daemon.endpoint]
+        assert stats["daemons"][0]["state"] == "up"
         assert stats["batches"] == stats["images"] == stats["bytes"] == 0
         batches = images = nbytes = 0
         for epoch in range(2):
