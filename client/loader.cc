@@ -53,11 +53,11 @@ std::shared_ptr<grpc::Channel> NewBatchdChannel(const std::string& endpoint) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  args.SetInt("grpc.client_idle_timeout_ms", std::numeric_limits<int>::max());
+  // A standby daemon's channel stays connected however long it is idle
+  // (gRPC's default drops it after 30 min), so failing over costs no
+  // handshake.
+  args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);  // the Loader re-requests itself
-  args.SetInt("grpc.min_reconnect_backoff_ms", 100);
-  args.SetInt("grpc.initial_reconnect_backoff_ms", 100);
-  args.SetInt("grpc.max_reconnect_backoff_ms", 2000);
   return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(),
                                    args);
 }
@@ -192,7 +192,6 @@ class LoaderCore : public StreamSink {
     Key key{0, 0};
     bool orphaned = false;  // kReceiving only
     BatchHeader header;     // kReceiving/kReady
-    uint64_t received_bytes = 0;
     absl::Duration copy;    // copying this batch's chunks so far
     absl::Status error;     // kFailed: the rejection
   };
@@ -738,13 +737,12 @@ absl::Status LoaderCore::HandleHeader(int daemon, BatchHeader& header) {
   receipt.key = key;
   receipt.total = header.total_bytes();
   const int index = FindLocked(key);
-  if (scheduler_.OnHeader(daemon, key, absl::Now()) ==
+  if (scheduler_.OnHeader(daemon, key) ==
           RequestScheduler::Claim::kAccept &&
       index >= 0 && slots_[index].state == SlotState::kRequested) {
     Slot& slot = slots_[index];
     slot.state = SlotState::kReceiving;
     slot.header = std::move(header);
-    slot.received_bytes = 0;
     slot.copy = absl::ZeroDuration();
     receipt.slot = index;
   }
@@ -798,7 +796,6 @@ absl::Status LoaderCore::OnChunk(int daemon, const common::ChunkInfo& chunk,
     stats_.received_bytes += chunk.length;
     if (receipt.slot >= 0) {
       Slot& slot = slots_[receipt.slot];
-      slot.received_bytes += chunk.length;
       slot.copy += copy;
       stats_.copy += copy;
     }
@@ -866,7 +863,6 @@ void LoaderCore::OnStreamEnd(int daemon, const grpc::Status& status,
       FreeLocked(index);
     } else {
       slots_[index].state = SlotState::kRequested;
-      slots_[index].received_bytes = 0;
       slots_[index].header.Clear();
     }
   }
@@ -939,7 +935,6 @@ void LoaderCore::FreeLocked(int index) {
   slot.state = SlotState::kFree;
   slot.orphaned = false;
   slot.header.Clear();
-  slot.received_bytes = 0;
   slot.copy = absl::ZeroDuration();
   slot.error = absl::OkStatus();
 }
@@ -1034,12 +1029,13 @@ std::optional<batchd::v1::ServerStatus> LoaderCore::FetchStatus() {
     uint64_t best = 0;
     for (size_t i = 0; i < daemons_.size(); ++i) {
       const uint64_t served = scheduler_.counters(static_cast<int>(i)).served;
-      if (channel == nullptr || served > best) {
-        if (daemons_[i].state != DaemonState::kUp && channel != nullptr) continue;
+      if (daemons_[i].state == DaemonState::kUp &&
+          (channel == nullptr || served > best)) {
         channel = daemons_[i].channel;
         best = served;
       }
     }
+    if (channel == nullptr && !daemons_.empty()) channel = daemons_[0].channel;
   }
   if (channel == nullptr) return std::nullopt;
   absl::StatusOr<batchd::v1::ServerStatus> status =

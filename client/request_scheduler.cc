@@ -195,8 +195,8 @@ std::vector<RequestScheduler::Request> RequestScheduler::Schedule(
   return requests;
 }
 
-RequestScheduler::Claim RequestScheduler::OnHeader(int daemon, const Key& key,
-                                                   absl::Time now) {
+RequestScheduler::Claim RequestScheduler::OnHeader(int daemon,
+                                                   const Key& key) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return Claim::kDiscard;
   Entry& entry = it->second;
@@ -208,7 +208,6 @@ RequestScheduler::Claim RequestScheduler::OnHeader(int daemon, const Key& key,
     return Claim::kDiscard;
   }
   entry.claimed_by = daemon;
-  (void)now;
   return Claim::kAccept;
 }
 

@@ -104,7 +104,7 @@ class RequestScheduler {
   std::vector<Request> Schedule(absl::Time now);
 
   // `daemon` sent the header of `key`.
-  Claim OnHeader(int daemon, const Key& key, absl::Time now);
+  Claim OnHeader(int daemon, const Key& key);
   // `daemon`'s copy of `key` is complete (last chunk). If it was the
   // accepted copy the batch is done: no longer wanted, and other copies are
   // discarded.

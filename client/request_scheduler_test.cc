@@ -33,7 +33,7 @@ std::map<int, std::vector<uint64_t>> ByDaemon(
 
 // Delivers `key` from `daemon` (header then last chunk) at `ms`.
 Claim Deliver(RequestScheduler& s, int daemon, Key key, int ms) {
-  const Claim claim = s.OnHeader(daemon, key, At(ms));
+  const Claim claim = s.OnHeader(daemon, key);
   s.OnComplete(daemon, key, At(ms));
   return claim;
 }
@@ -86,7 +86,7 @@ TEST(RequestSchedulerTest, LostDaemonsBatchesAreRequestedElsewhere) {
   auto sent = ByDaemon(s.Schedule(At(0)));
   ASSERT_EQ(sent[a].size() + sent[b].size(), 4u);
   // a was writing its first batch when it died.
-  ASSERT_EQ(s.OnHeader(a, {0, sent[a][0]}, At(5)), Claim::kAccept);
+  ASSERT_EQ(s.OnHeader(a, {0, sent[a][0]}), Claim::kAccept);
   EXPECT_THAT(s.DaemonDown(a), ElementsAre(Key{0, sent[a][0]}));
   EXPECT_EQ(s.rerequested(), sent[a].size());
   EXPECT_EQ(s.counters(a).lost, sent[a].size());
@@ -139,8 +139,8 @@ TEST(RequestSchedulerTest, DuplicateAnswersFirstHeaderWins) {
   EXPECT_THAT(s.Schedule(At(500)), IsEmpty());
   // The hedge answers first; the original is read past and still frees its
   // window place when it ends.
-  EXPECT_EQ(s.OnHeader(other, {0, 0}, At(60)), Claim::kAccept);
-  EXPECT_EQ(s.OnHeader(holder, {0, 0}, At(61)), Claim::kDiscard);
+  EXPECT_EQ(s.OnHeader(other, {0, 0}), Claim::kAccept);
+  EXPECT_EQ(s.OnHeader(holder, {0, 0}), Claim::kDiscard);
   s.OnComplete(other, {0, 0}, At(70));
   s.OnComplete(holder, {0, 0}, At(71));
   EXPECT_EQ(s.outstanding(a), 0u);
