@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -110,12 +111,15 @@ class DataServiceImpl::BatchStream final
         case StreamRequest::kRequest:
           keep_reading = HandleRequest(request_.request());
           break;
+        case StreamRequest::kCancel:
+          keep_reading = HandleCancel(request_.cancel());
+          break;
         default:
           if (!keep_reading) break;
           keep_reading = FailStream(grpc::Status(
               grpc::StatusCode::INVALID_ARGUMENT,
-              "empty StreamRequest: set `open` (first message) or "
-              "`request`"));
+              "empty StreamRequest: set `open` (first message), `request` or "
+              "`cancel`"));
           break;
       }
       if (keep_reading) StartRead(&request_bytes_);
@@ -168,9 +172,10 @@ class DataServiceImpl::BatchStream final
       queue_.clear();
       if (ServerMetrics* metrics = service_->options_.metrics) {
         // Batches accepted but never fully sent (the stream ended first).
-        metrics->batches_outstanding().Add(-static_cast<double>(outstanding_));
+        metrics->batches_outstanding().Add(
+            -static_cast<double>(outstanding_.size()));
       }
-      outstanding_ = 0;
+      outstanding_.clear();
       ReleaseBudgetLocked();
       if (plan_ != nullptr) service_->stats_->StreamClosed(plan_->job);
     }
@@ -186,6 +191,8 @@ class DataServiceImpl::BatchStream final
     uint64_t substitutions = 0;
     absl::Time finished;
   };
+  using Key = std::pair<uint64_t, uint64_t>;  // (epoch, batch index)
+
   // A message to send, or a finished batch to send as header + chunks.
   struct Outgoing {
     std::optional<StreamResponse> message;
@@ -233,7 +240,10 @@ class DataServiceImpl::BatchStream final
     }
     const ResolvedPlan& p = **plan;
     const DataServiceOptions& options = service_->options_;
-    const uint64_t max_batch_bytes = p.batch_bytes(p.shard.batch_size);
+    // A shard smaller than one batch makes one smaller batch: reserve and
+    // announce what is real.
+    const uint64_t max_batch_bytes = p.batch_bytes(
+        std::min<uint64_t>(p.shard.batch_size, ShardSize(p.shard)));
     const uint32_t wanted = std::min(
         open.window() == 0 ? options.default_window : open.window(),
         options.max_window);
@@ -305,7 +315,17 @@ class DataServiceImpl::BatchStream final
                                 " and starts no new batches; request this "
                                 "one from another daemon")
                  : std::string();
-    std::vector<uint64_t> accepted;
+    const uint32_t window = Window();
+    if (static_cast<uint64_t>(request.batch_indices_size()) > window) {
+      // Never acceptable whole: refused once, not index by index (which
+      // would answer a small message with a flood of rejections).
+      return FailStream(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("a BatchRequest names ", request.batch_indices_size(),
+                       " batches but the window is ", window,
+                       "; ask for at most window batches at a time")));
+    }
+    std::vector<std::pair<uint64_t, BatchCancellation>> accepted;
     {
       absl::MutexLock lock(&mu_);
       for (uint64_t index : request.batch_indices()) {
@@ -324,27 +344,36 @@ class DataServiceImpl::BatchStream final
         } else if (draining) {
           queue_.push_back(Outgoing{Rejected(
               epoch, index, grpc::StatusCode::UNAVAILABLE, drain_message)});
-        } else if (outstanding_ >= window_) {
+        } else if (outstanding_.count({epoch, index}) > 0) {
+          queue_.push_back(Outgoing{Rejected(
+              epoch, index, grpc::StatusCode::INVALID_ARGUMENT,
+              absl::StrCat("batch ", index, " of epoch ", epoch,
+                           " is already outstanding on this stream; it is "
+                           "answered once, so do not request it again "
+                           "before it arrives"))});
+        } else if (outstanding_.size() >= window_) {
           queue_.push_back(Outgoing{Rejected(
               epoch, index, grpc::StatusCode::RESOURCE_EXHAUSTED,
               absl::StrCat("more than window=", window_,
                            " batches outstanding; request another batch only "
                            "after one has fully arrived"))});
         } else {
-          ++outstanding_;
-          accepted.push_back(index);
+          auto cancelled = std::make_shared<std::atomic<bool>>(false);
+          outstanding_.emplace(Key{epoch, index}, cancelled);
+          accepted.emplace_back(index,
+                                BatchCancellation{cancelled_, cancelled});
           if (ServerMetrics* metrics = service_->options_.metrics) {
             metrics->batches_outstanding().Add(1);
           }
         }
       }
     }
-    for (uint64_t index : accepted) {
+    for (auto& [index, cancellation] : accepted) {
       auto ref = std::make_shared<Ref>(this);
       const absl::Status started = service_->pipeline_->BuildBatch(
-          plan_, epoch, index, cancelled_,
-          [ref](std::unique_ptr<BuiltBatch> batch) {
-            ref->stream->OnBatchBuilt(std::move(batch));
+          plan_, epoch, index, std::move(cancellation),
+          [ref, key = Key{epoch, index}](std::unique_ptr<BuiltBatch> batch) {
+            ref->stream->OnBatchBuilt(key, std::move(batch));
           });
       if (!started.ok()) {
         return FailStream(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -354,14 +383,75 @@ class DataServiceImpl::BatchStream final
     return true;
   }
 
-  // Runs on a pipeline thread.
-  void OnBatchBuilt(std::unique_ptr<BuiltBatch> batch) {
+  // Withdraws requested batches whose header is not sent yet: queued ones
+  // at once, ones being built when the pipeline gives them back.
+  bool HandleCancel(const batchd::v1::CancelBatches& cancel) {
+    if (plan_ == nullptr) {
+      return FailStream(grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          "a cancel came before the plan: send `open` with a Plan as the "
+          "stream's first message"));
+    }
+    const uint32_t window = Window();
+    if (static_cast<uint64_t>(cancel.batch_indices_size()) > window) {
+      return FailStream(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("a CancelBatches names ", cancel.batch_indices_size(),
+                       " batches but at most window=", window,
+                       " can be outstanding")));
+    }
+    absl::MutexLock lock(&mu_);
+    for (uint64_t index : cancel.batch_indices()) {
+      const Key key{cancel.epoch(), index};
+      auto it = outstanding_.find(key);
+      if (it == outstanding_.end()) continue;  // answered already
+      it->second->store(true);
+      auto queued = std::find_if(
+          queue_.begin(), queue_.end(), [&key](const Outgoing& out) {
+            return out.batch != nullptr && !out.header_sent &&
+                   Key{out.batch->epoch, out.batch->batch_index} == key;
+          });
+      if (queued != queue_.end()) {
+        queue_.erase(queued);
+        WithdrawLocked(key);
+      }
+      // Otherwise it is being built (OnBatchBuilt withdraws it) or its
+      // header is out (it is sent whole).
+    }
+    return true;
+  }
+
+  uint32_t Window() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return window_;
+  }
+
+  // Answers a cancelled batch and frees its window place.
+  // REQUIRES: mu_ held; `key` outstanding and not in queue_.
+  void WithdrawLocked(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    outstanding_.erase(key);
+    if (ServerMetrics* metrics = service_->options_.metrics) {
+      metrics->batches_outstanding().Add(-1);
+    }
+    queue_.push_back(Outgoing{Rejected(key.first, key.second,
+                                       grpc::StatusCode::CANCELLED,
+                                       "cancelled at the client's request")});
+  }
+
+  // Runs on a pipeline thread. `batch` is null when its work was cancelled.
+  void OnBatchBuilt(const Key& key, std::unique_ptr<BuiltBatch> batch) {
     {
       absl::MutexLock lock(&mu_);
       if (finished_ || finish_status_) return;
-      Outgoing out;
-      out.batch = std::move(batch);
-      queue_.push_back(std::move(out));
+      auto it = outstanding_.find(key);
+      if (it == outstanding_.end()) return;
+      if (batch == nullptr || it->second->load()) {
+        WithdrawLocked(key);
+      } else {
+        Outgoing out;
+        out.batch = std::move(batch);
+        queue_.push_back(std::move(out));
+      }
     }
     Pump();
   }
@@ -409,8 +499,8 @@ class DataServiceImpl::BatchStream final
                                       batch.pixels.size(),
                                       batch.substitutions.size(),
                                       batch.finished};
+      outstanding_.erase(Key{batch.epoch, batch.batch_index});
       queue_.pop_front();
-      --outstanding_;
       if (ServerMetrics* metrics = service_->options_.metrics) {
         metrics->batches_outstanding().Add(-1);
       }
@@ -435,14 +525,14 @@ class DataServiceImpl::BatchStream final
         write_in_flight_ = true;
         write = true;
       } else if (finish_status_ ||
-                 (reads_done_ && outstanding_ == 0 && queue_.empty())) {
+                 (reads_done_ && outstanding_.empty() && queue_.empty())) {
         finished_ = true;
         finish = finish_status_.value_or(grpc::Status::OK);
         // With nothing left to build or send, the stream's memory is free
         // now: give it back before the client sees the status, so that a
         // client that closes and reopens at once finds its budget.
-        if (outstanding_ == 0 && queue_.empty()) ReleaseBudgetLocked();
-      } else if (outstanding_ == 0 && queue_.empty() && service_->draining()) {
+        if (outstanding_.empty() && queue_.empty()) ReleaseBudgetLocked();
+      } else if (outstanding_.empty() && queue_.empty() && service_->draining()) {
         // Everything accepted before the drain has been sent; anything more
         // must come from another daemon.
         finished_ = true;
@@ -477,8 +567,10 @@ class DataServiceImpl::BatchStream final
   uint32_t window_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Accepted batches whose last chunk is not yet handed to a write.
-  uint32_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  // Accepted batches whose last chunk is not yet handed to a write, with
+  // the flag that cancels each one's work.
+  std::map<Key, std::shared_ptr<std::atomic<bool>>> outstanding_
+      ABSL_GUARDED_BY(mu_);
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
   // The serialized message being written; owned by the write in flight.
   grpc::ByteBuffer current_;

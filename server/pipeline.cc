@@ -57,7 +57,7 @@ batchd::v1::SubstitutionReason ToReason(SampleError error) {
 // written by exactly one task; `remaining` counts tasks not yet finished.
 struct Pipeline::BatchJob {
   std::shared_ptr<const ResolvedPlan> plan;
-  std::shared_ptr<const std::atomic<bool>> cancelled;
+  BatchCancellation cancelled;
   std::function<void(std::unique_ptr<BuiltBatch>)> done;
   std::unique_ptr<BuiltBatch> batch;
   // One slot per position; set by that position's task only.
@@ -87,7 +87,7 @@ PipelineCounters Pipeline::counters() const {
 
 absl::Status Pipeline::BuildBatch(
     std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
-    uint64_t batch_index, std::shared_ptr<const std::atomic<bool>> cancelled,
+    uint64_t batch_index, BatchCancellation cancelled,
     std::function<void(std::unique_ptr<BuiltBatch>)> done) {
   const common::ShardSpec& shard = plan->shard;
   std::shared_ptr<const std::vector<uint64_t>> order =
@@ -126,7 +126,7 @@ absl::Status Pipeline::BuildBatch(
 }
 
 void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
-  if (job->cancelled->load(std::memory_order_relaxed)) {
+  if (job->cancelled.cancelled()) {
     FinishSample(job);
     return;
   }
@@ -197,7 +197,7 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
 void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
                             FileBytes bytes, SampleError read_error,
                             std::string read_detail) {
-  if (job->cancelled->load(std::memory_order_relaxed)) {
+  if (job->cancelled.cancelled()) {
     FinishSample(job);
     return;
   }
@@ -247,7 +247,10 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
 void Pipeline::FinishSample(const std::shared_ptr<BatchJob>& job) {
   // acq_rel: the last finisher sees every other task's writes to the batch.
   if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  if (job->cancelled->load(std::memory_order_relaxed)) return;
+  if (job->cancelled.cancelled()) {
+    job->done(nullptr);
+    return;
+  }
   for (auto& sub : job->substitutions) {
     if (sub.has_value()) job->batch->substitutions.push_back(std::move(*sub));
   }

@@ -67,21 +67,34 @@ struct PipelineOptions {
   ServerMetrics* metrics = nullptr;
 };
 
+// Whether a batch's remaining work is unwanted: its stream ended, or the
+// client withdrew this one batch. Both flags are shared with the stream,
+// which sets them; neither may be null.
+struct BatchCancellation {
+  std::shared_ptr<const std::atomic<bool>> stream;
+  std::shared_ptr<const std::atomic<bool>> batch;
+
+  bool cancelled() const {
+    return stream->load(std::memory_order_relaxed) ||
+           batch->load(std::memory_order_relaxed);
+  }
+};
+
 class Pipeline {
  public:
   explicit Pipeline(const PipelineOptions& options);
   ~Pipeline();
 
   // Starts building batch `batch_index` of `epoch` for `plan`, and calls
-  // `done` once with the result, on a pool thread, unless `cancelled` is set
-  // first (then the remaining work is skipped and `done` is not called; its
-  // captures are released). RESOURCE_EXHAUSTED, with nothing started and
-  // `done` never called, when there is no memory for the batch.
+  // `done` once, on a pool thread: with the batch, or with nullptr when
+  // `cancelled` was seen first (the remaining work was skipped).
+  // RESOURCE_EXHAUSTED, with nothing started and `done` never called, when
+  // there is no memory for the batch.
   // REQUIRES: batch_index < the plan's BatchesPerEpoch, epoch < 2^32.
-  absl::Status BuildBatch(std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
-                  uint64_t batch_index,
-                  std::shared_ptr<const std::atomic<bool>> cancelled,
-                  std::function<void(std::unique_ptr<BuiltBatch>)> done);
+  absl::Status BuildBatch(std::shared_ptr<const ResolvedPlan> plan,
+                          uint64_t epoch, uint64_t batch_index,
+                          BatchCancellation cancelled,
+                          std::function<void(std::unique_ptr<BuiltBatch>)> done);
 
   WorkerPool& workers() { return workers_; }
   // Samples waiting for a reader thread.

@@ -1,6 +1,7 @@
 // End-to-end: invalid requests against a real daemon get the right status
 // codes and messages, while other streams keep going and the daemon stays
 // up.
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -205,7 +206,10 @@ TEST_F(StreamErrorsTest, BadBatchRequestsAreRejectedInBandAndTheStreamGoesOn) {
   // over it.
   StreamRequest request;
   request.mutable_request()->set_epoch(0);
-  for (uint64_t b : {3, 0, 1, 2}) request.mutable_request()->add_batch_indices(b);
+  for (uint64_t b : {3, 0}) request.mutable_request()->add_batch_indices(b);
+  ASSERT_TRUE(stream->Write(request));
+  request.mutable_request()->clear_batch_indices();
+  for (uint64_t b : {1, 2}) request.mutable_request()->add_batch_indices(b);
   ASSERT_TRUE(stream->Write(request));
 
   std::map<uint64_t, int> rejected_codes;
@@ -244,6 +248,148 @@ TEST_F(StreamErrorsTest, BadBatchRequestsAreRejectedInBandAndTheStreamGoesOn) {
     }
   }
   stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+// Opens `plan` with `window` on a new stream of `context`.
+std::unique_ptr<Stream> OpenStream(v1::DataService::Stub& stub,
+                                   grpc::ClientContext* context,
+                                   const v1::Plan& plan, uint32_t window,
+                                   v1::PlanOpened* opened) {
+  std::unique_ptr<Stream> stream = stub.StreamBatches(context);
+  StreamRequest open;
+  *open.mutable_open()->mutable_plan() = plan;
+  open.mutable_open()->set_window(window);
+  EXPECT_TRUE(stream->Write(open));
+  StreamResponse response;
+  EXPECT_TRUE(stream->Read(&response));
+  EXPECT_TRUE(response.has_opened()) << response.ShortDebugString();
+  *opened = response.opened();
+  return stream;
+}
+
+StreamRequest Request(bool cancel, std::initializer_list<uint64_t> indices) {
+  StreamRequest r;
+  v1::BatchRequest* request = cancel ? nullptr : r.mutable_request();
+  v1::CancelBatches* withdraw = cancel ? r.mutable_cancel() : nullptr;
+  for (uint64_t i : indices) {
+    if (cancel) {
+      withdraw->add_batch_indices(i);
+    } else {
+      request->add_batch_indices(i);
+    }
+  }
+  return r;
+}
+
+TEST_F(StreamErrorsTest, OverlongRequestEndsTheStreamWithOneStatus) {
+  grpc::ClientContext context;
+  v1::PlanOpened opened;
+  std::unique_ptr<Stream> stream =
+      OpenStream(*stub_, &context, GoodPlan(), 2, &opened);
+  // 100,000 indices (~0.3 MB) against a window of 2: refused as a whole,
+  // not answered index by index.
+  StreamRequest request;
+  for (uint64_t i = 0; i < 100000; ++i) {
+    request.mutable_request()->add_batch_indices(i % 3);
+  }
+  ASSERT_TRUE(stream->Write(request));
+  StreamResponse response;
+  int answers = 0;
+  while (stream->Read(&response)) ++answers;
+  EXPECT_EQ(answers, 0);
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("names 100000 batches but the window is 2"));
+}
+
+TEST_F(StreamErrorsTest, DuplicateIndexIsRejectedAndEmptyRequestIsANoOp) {
+  grpc::ClientContext context;
+  v1::PlanOpened opened;
+  std::unique_ptr<Stream> stream =
+      OpenStream(*stub_, &context, GoodPlan(), 4, &opened);
+  ASSERT_TRUE(stream->Write(Request(false, {})));  // asks for nothing
+  ASSERT_TRUE(stream->Write(Request(false, {1, 1})));
+  StreamResponse response;
+  int headers = 0, rejections = 0;
+  uint64_t bytes = 0;
+  while (bytes < 8 * 64 * 64 * 3) {
+    ASSERT_TRUE(stream->Read(&response));
+    if (response.has_rejected()) {
+      ++rejections;
+      EXPECT_EQ(response.rejected().batch_index(), 1u);
+      EXPECT_EQ(response.rejected().code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_THAT(response.rejected().message(),
+                  HasSubstr("already outstanding"));
+    } else if (response.has_header()) {
+      ++headers;
+      EXPECT_EQ(response.header().batch_index(), 1u);
+    } else if (response.has_chunk()) {
+      bytes += response.chunk().data().size();
+    }
+  }
+  EXPECT_EQ(headers, 1);
+  EXPECT_EQ(rejections, 1);
+  stream->WritesDone();
+  while (stream->Read(&response)) ADD_FAILURE() << response.ShortDebugString();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(StreamErrorsTest, CancelAnswersEachBatchOnceAndFreesTheWindow) {
+  grpc::ClientContext context;
+  v1::PlanOpened opened;
+  std::unique_ptr<Stream> stream =
+      OpenStream(*stub_, &context, GoodPlan(), 4, &opened);
+  const uint64_t batch_bytes = 8 * 64 * 64 * 3;
+  // Withdrawn at once: each batch is answered exactly once, by CANCELLED
+  // (not started or not yet sent) or whole (its header was already out).
+  // Then the same batches are asked again on the same stream and arrive.
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(stream->Write(Request(false, {0, 1, 2})));
+    if (round == 0) ASSERT_TRUE(stream->Write(Request(true, {0, 1, 2, 7})));
+    std::map<uint64_t, int> answers;
+    std::map<uint64_t, uint64_t> bytes;
+    int answered = 0;
+    while (answered < 3) {
+      StreamResponse response;
+      ASSERT_TRUE(stream->Read(&response));
+      if (response.has_rejected()) {
+        EXPECT_EQ(response.rejected().code(), grpc::StatusCode::CANCELLED)
+            << response.ShortDebugString();
+        ++answers[response.rejected().batch_index()];
+        ++answered;
+      } else if (response.has_header()) {
+        ++answers[response.header().batch_index()];
+      } else if (response.has_chunk()) {
+        const uint64_t b = response.chunk().batch_index();
+        bytes[b] += response.chunk().data().size();
+        if (bytes[b] == batch_bytes) ++answered;
+      }
+    }
+    EXPECT_EQ(answers, (std::map<uint64_t, int>{{0, 1}, {1, 1}, {2, 1}}));
+    if (round == 1) {
+      EXPECT_EQ(bytes.size(), 3u) << "nothing was cancelled in round 2";
+    }
+  }
+  stream->WritesDone();
+  StreamResponse response;
+  while (stream->Read(&response)) ADD_FAILURE() << response.ShortDebugString();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(StreamErrorsTest, MaxBatchBytesIsWhatTheShardHolds) {
+  // 24 samples, batch_size 64: the one batch holds 24.
+  v1::Plan plan = GoodPlan();
+  plan.set_batch_size(64);
+  grpc::ClientContext context;
+  v1::PlanOpened opened;
+  std::unique_ptr<Stream> stream = OpenStream(*stub_, &context, plan, 1, &opened);
+  EXPECT_EQ(opened.max_batch_bytes(), 24u * 64 * 64 * 3);
+  EXPECT_EQ(opened.batches_per_epoch(), 1u);
+  stream->WritesDone();
+  StreamResponse response;
+  while (stream->Read(&response)) ADD_FAILURE() << response.ShortDebugString();
   EXPECT_TRUE(stream->Finish().ok());
 }
 
