@@ -384,9 +384,10 @@ int Run() {
                  final_stats.rerequested, final_stats.hedged);
     for (const DaemonStats& d : final_stats.daemons) {
       absl::PrintF(
-          "  %s: %s, served %d, lost %d, hedges %d, discarded %d, latency "
-          "%.1f ms%s\n",
-          d.endpoint, d.state, d.served, d.lost, d.hedges, d.discarded,
+          "  %s: %s, served %d, lost %d, hedges %d, cancelled %d, discarded "
+          "%d, latency %.1f ms%s\n",
+          d.endpoint, d.state, d.served, d.lost, d.hedges, d.cancelled,
+          d.discarded,
           absl::ToDoubleMilliseconds(d.latency),
           d.last_error.ok() ? "" : absl::StrCat(" (", d.last_error.message(), ")"));
     }

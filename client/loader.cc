@@ -598,6 +598,17 @@ void LoaderCore::Resolve() {
 std::vector<LoaderCore::Outgoing> LoaderCore::ScheduleLocked() {
   std::vector<Outgoing> outgoing;
   if (!ring_ready_ || shutdown_ || !error_.ok()) return outgoing;
+  // Cancels first: on one stream, a cancel never overtakes a later request
+  // for the same batch.
+  for (RequestScheduler::Request& r : scheduler_.TakeCancels()) {
+    Outgoing out;
+    out.stream = daemons_[r.daemon].stream;
+    if (out.stream == nullptr) continue;
+    batchd::v1::CancelBatches* cancel = out.request.mutable_cancel();
+    cancel->set_epoch(r.epoch);
+    for (uint64_t index : r.indices) cancel->add_batch_indices(index);
+    outgoing.push_back(std::move(out));
+  }
   for (RequestScheduler::Request& r : scheduler_.Schedule(absl::Now())) {
     Outgoing out;
     out.stream = daemons_[r.daemon].stream;
@@ -737,9 +748,11 @@ absl::Status LoaderCore::HandleHeader(int daemon, BatchHeader& header) {
   receipt.key = key;
   receipt.total = header.total_bytes();
   const int index = FindLocked(key);
-  if (scheduler_.OnHeader(daemon, key) ==
-          RequestScheduler::Claim::kAccept &&
-      index >= 0 && slots_[index].state == SlotState::kRequested) {
+  const RequestScheduler::Claim claim = scheduler_.OnHeader(daemon, key);
+  // The losing copies elsewhere are withdrawn at once.
+  if (scheduler_.has_cancels()) kick_ = true;
+  if (claim == RequestScheduler::Claim::kAccept && index >= 0 &&
+      slots_[index].state == SlotState::kRequested) {
     Slot& slot = slots_[index];
     slot.state = SlotState::kReceiving;
     slot.header = std::move(header);
@@ -1263,6 +1276,7 @@ Loader::Stats LoaderCore::stats() const {
     out.lost = c.lost;
     out.hedges = c.hedges;
     out.discarded = c.discarded;
+    out.cancelled = c.cancelled;
     out.latency = c.latency_ewma;
     out.last_error = d.last_error;
     stats.daemons.push_back(std::move(out));

@@ -137,7 +137,8 @@ struct DaemonStats {
   uint64_t served = 0;     // batches whose bytes it delivered
   uint64_t lost = 0;       // requests lost when it went down
   uint64_t hedges = 0;     // hedge requests it received
-  uint64_t discarded = 0;  // copies it sent after another daemon's won
+  uint64_t discarded = 0;  // losing copies it sent whole anyway
+  uint64_t cancelled = 0;  // losing copies withdrawn before their bytes
   // Smoothed time from request to last chunk; zero until known.
   absl::Duration latency;
   // Why it last went down; OK if it never did.

@@ -8,6 +8,8 @@ namespace batchd::client {
 namespace {
 // gRPC's UNAVAILABLE: a daemon that drains rejects new requests with it.
 constexpr int kUnavailableCode = 14;
+// gRPC's CANCELLED: the answer to a CancelBatches that withdrew the copy.
+constexpr int kCancelledCode = 1;
 }  // namespace
 
 RequestScheduler::RequestScheduler(Options options)
@@ -31,6 +33,10 @@ std::vector<RequestScheduler::Key> RequestScheduler::DaemonDown(int daemon) {
   d.up = false;
   d.draining = false;
   d.outstanding = 0;
+  // Its stream is gone, and with it the copies those cancels were for.
+  for (auto it = cancels_.begin(); it != cancels_.end();) {
+    it = it->first.first == daemon ? cancels_.erase(it) : std::next(it);
+  }
   std::vector<Key> reset;
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& entry = it->second;
@@ -88,12 +94,31 @@ void RequestScheduler::Unwant(const Key& key) {
   it->second.wanted = false;
   // The slot is gone: a copy being received is read past from now on.
   it->second.claimed_by = -1;
+  CancelCopies(key, it->second, /*keep=*/-1);
   EraseIfIdle(it);
 }
 
 bool RequestScheduler::HasClaimableCopy(const Entry& entry) {
   return std::any_of(entry.copies.begin(), entry.copies.end(),
-                     [](const Copy& c) { return !c.headered; });
+                     [](const Copy& c) { return !c.headered && !c.cancelling; });
+}
+
+void RequestScheduler::CancelCopies(const Key& key, Entry& entry, int keep) {
+  for (Copy& c : entry.copies) {
+    if (c.daemon == keep || c.headered || c.cancelling) continue;
+    c.cancelling = true;
+    cancels_[{c.daemon, key.first}].push_back(key.second);
+  }
+}
+
+std::vector<RequestScheduler::Request> RequestScheduler::TakeCancels() {
+  std::vector<Request> requests;
+  for (auto& [where, indices] : cancels_) {
+    std::sort(indices.begin(), indices.end());
+    requests.push_back(Request{where.first, where.second, std::move(indices)});
+  }
+  cancels_.clear();
+  return requests;
 }
 
 void RequestScheduler::DropCopy(int daemon, const Key& key) {
@@ -208,6 +233,7 @@ RequestScheduler::Claim RequestScheduler::OnHeader(int daemon,
     return Claim::kDiscard;
   }
   entry.claimed_by = daemon;
+  CancelCopies(key, entry, /*keep=*/daemon);
   return Claim::kAccept;
 }
 
@@ -238,6 +264,13 @@ RequestScheduler::RejectionOutcome RequestScheduler::OnRejected(
     int daemon, const Key& key, int code) {
   auto it = entries_.find(key);
   const bool wanted = it != entries_.end() && it->second.wanted;
+  if (code == kCancelledCode) {
+    // The withdrawn copy: if the claiming copy was lost meanwhile, the
+    // batch has no claimable copy left and Schedule() asks again.
+    ++daemons_[daemon].counters.cancelled;
+    DropCopy(daemon, key);
+    return RejectionOutcome::kIgnore;
+  }
   if (code == kUnavailableCode) {
     // A draining daemon: it takes nothing new, and the batch goes elsewhere.
     DaemonDraining(daemon);

@@ -9,8 +9,9 @@
 //   is smallest: the least loaded, relative to its speed.
 // - Several daemons may hold a request for the same batch (a hedge, or a
 //   late answer after a re-request). The first header to arrive claims the
-//   batch; every other copy is discarded as it arrives. A copy counts
-//   against its daemon's window until its last chunk (or rejection).
+//   batch; every other copy is cancelled (TakeCancels), and discarded if it
+//   arrives anyway. A copy counts against its daemon's window until its last
+//   chunk or its rejection (a cancelled copy is answered CANCELLED).
 // - A daemon that goes down loses its requests; the wanted ones that no
 //   other daemon can still answer are sent again elsewhere ("re-requested").
 // - Hedging: a wanted batch with no header after `hedge_factor` x the recent
@@ -71,7 +72,8 @@ class RequestScheduler {
     uint64_t served = 0;         // batches whose bytes this daemon delivered
     uint64_t lost = 0;           // requests lost when it went down
     uint64_t hedges = 0;         // hedge requests sent to it
-    uint64_t discarded = 0;      // copies that lost to another daemon's
+    uint64_t discarded = 0;      // copies that lost, yet arrived whole
+    uint64_t cancelled = 0;      // copies that lost and were withdrawn
     absl::Duration latency_ewma; // request to last chunk; zero until known
   };
 
@@ -111,6 +113,13 @@ class RequestScheduler {
   void OnComplete(int daemon, const Key& key, absl::Time now);
   // `daemon` rejected its request for `key` with gRPC code `code`.
   RejectionOutcome OnRejected(int daemon, const Key& key, int code);
+
+  // Copies nobody needs any more (another daemon's header claimed the
+  // batch, or the consumer moved on) whose header has not arrived: the
+  // CancelBatches to send now, grouped per daemon and epoch. Each copy is
+  // returned once; it stays outstanding until its daemon answers.
+  std::vector<Request> TakeCancels();
+  bool has_cancels() const { return !cancels_.empty(); }
   // Whether `daemon` holds a request for `key` (a header for anything else
   // is a protocol error).
   bool HasRequest(int daemon, const Key& key) const;
@@ -129,6 +138,7 @@ class RequestScheduler {
     int daemon = -1;
     absl::Time sent;
     bool headered = false;  // its header arrived (accepted or discarded)
+    bool cancelling = false;  // a cancel is queued or sent for it
   };
   struct Entry {
     bool wanted = false;
@@ -144,8 +154,12 @@ class RequestScheduler {
     DaemonCounters counters;
   };
 
-  // A copy that can still claim the batch: not yet headered, on a daemon.
+  // A copy that can still claim the batch: not yet headered, on a daemon,
+  // and not being cancelled.
   static bool HasClaimableCopy(const Entry& entry);
+  // Queues a cancel for every copy of `key` whose header has not arrived,
+  // except `keep`'s.
+  void CancelCopies(const Key& key, Entry& entry, int keep);
   // Removes `daemon`'s copy of `key`; erases the entry once it is neither
   // wanted nor held anywhere.
   void DropCopy(int daemon, const Key& key);
@@ -158,6 +172,8 @@ class RequestScheduler {
   std::vector<Daemon> daemons_;
   std::map<Key, Entry> entries_;
   std::deque<absl::Duration> latencies_;  // recent, oldest first
+  // (daemon, epoch) -> indices to cancel; ascending per key.
+  std::map<std::pair<int, uint64_t>, std::vector<uint64_t>> cancels_;
   uint64_t rerequested_ = 0;
   uint64_t hedged_ = 0;
 };

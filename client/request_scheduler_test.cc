@@ -15,6 +15,7 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
+constexpr int kCancelled = 1;
 constexpr int kUnavailable = 14;
 constexpr int kInvalidArgument = 3;
 
@@ -268,6 +269,116 @@ TEST(RequestSchedulerTest, WantedAgainAdoptsTheCopyInFlight) {
   s.Want({0, 3});
   EXPECT_THAT(s.Schedule(At(1)), IsEmpty());  // no second request
   EXPECT_EQ(Deliver(s, a, {0, 3}, 2), Claim::kAccept);
+}
+
+// Two daemons, a 100 ms median learnt, and batch (0, 9) hedged: first asked
+// of `*first`, then of `*second`.
+RequestScheduler HedgedScheduler(int* first, int* second) {
+  RequestScheduler::Options options;
+  options.min_latency_samples = 4;
+  options.min_hedge_delay = absl::Milliseconds(1);
+  RequestScheduler s(options);
+  const int a = s.AddDaemon(), b = s.AddDaemon();
+  s.DaemonUp(a, 2);
+  s.DaemonUp(b, 2);
+  for (uint64_t i = 0; i < 4; ++i) {
+    s.Want({0, i});
+    auto sent = s.Schedule(At(1000 * i));
+    Deliver(s, sent.at(0).daemon, {0, i}, 1000 * i + 100);
+  }
+  s.Want({0, 9});
+  *first = s.Schedule(At(10000)).at(0).daemon;
+  *second = s.Schedule(At(10400)).at(0).daemon;
+  return s;
+}
+
+TEST(RequestSchedulerTest, HedgeLoserIsCancelledOnce) {
+  int first = -1, second = -1;
+  RequestScheduler s = HedgedScheduler(&first, &second);
+  ASSERT_NE(first, second);
+  EXPECT_THAT(s.TakeCancels(), IsEmpty());
+  // The hedge answers first: the original copy is withdrawn.
+  EXPECT_EQ(s.OnHeader(second, {0, 9}), Claim::kAccept);
+  EXPECT_TRUE(s.has_cancels());
+  auto cancels = s.TakeCancels();
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].daemon, first);
+  EXPECT_EQ(cancels[0].epoch, 0u);
+  EXPECT_THAT(cancels[0].indices, ElementsAre(9u));
+  EXPECT_THAT(s.TakeCancels(), IsEmpty());  // once
+  s.OnComplete(second, {0, 9}, At(10450));
+  // Until its daemon answers, the withdrawn copy holds its window place.
+  EXPECT_EQ(s.outstanding(first), 1u);
+  EXPECT_EQ(s.OnRejected(first, {0, 9}, kCancelled),
+            RequestScheduler::RejectionOutcome::kIgnore);
+  EXPECT_EQ(s.outstanding(first), 0u);
+  EXPECT_EQ(s.counters(first).cancelled, 1u);
+  EXPECT_EQ(s.counters(first).discarded, 0u);
+  EXPECT_THAT(s.Schedule(At(10500)), IsEmpty());  // nothing asked again
+}
+
+TEST(RequestSchedulerTest, CancelledCopyThatArrivesAnywayIsDiscarded) {
+  int first = -1, second = -1;
+  RequestScheduler s = HedgedScheduler(&first, &second);
+  EXPECT_EQ(Deliver(s, second, {0, 9}, 10450), Claim::kAccept);
+  ASSERT_EQ(s.TakeCancels().size(), 1u);
+  // Its header was already on the way when the cancel reached the daemon.
+  EXPECT_EQ(Deliver(s, first, {0, 9}, 10460), Claim::kDiscard);
+  EXPECT_EQ(s.outstanding(first), 0u);
+  EXPECT_EQ(s.counters(first).discarded, 1u);
+}
+
+TEST(RequestSchedulerTest, WinnerLostWhileLoserIsBeingCancelled) {
+  int first = -1, second = -1;
+  RequestScheduler s = HedgedScheduler(&first, &second);
+  EXPECT_EQ(s.OnHeader(second, {0, 9}), Claim::kAccept);
+  ASSERT_EQ(s.TakeCancels().size(), 1u);
+  // The winner dies mid-batch: its bytes start over.
+  EXPECT_THAT(s.DaemonDown(second), ElementsAre(Key{0, 9}));
+  EXPECT_EQ(s.rerequested(), 1u);
+  // The only copy left is being withdrawn; the batch waits for its answer.
+  EXPECT_THAT(s.Schedule(At(10500)), IsEmpty());
+  EXPECT_EQ(s.unassigned(), 1u);
+  EXPECT_EQ(s.OnRejected(first, {0, 9}, kCancelled),
+            RequestScheduler::RejectionOutcome::kIgnore);
+  EXPECT_THAT(ByDaemon(s.Schedule(At(10510)))[first], ElementsAre(9u));
+  EXPECT_EQ(Deliver(s, first, {0, 9}, 10600), Claim::kAccept);
+}
+
+TEST(RequestSchedulerTest, LateHeaderOfCancelledCopyServesALostWinner) {
+  int first = -1, second = -1;
+  RequestScheduler s = HedgedScheduler(&first, &second);
+  EXPECT_EQ(s.OnHeader(second, {0, 9}), Claim::kAccept);
+  ASSERT_EQ(s.TakeCancels().size(), 1u);
+  s.DaemonDown(second);
+  const uint64_t served = s.counters(first).served;
+  // The cancel came too late on `first`: its copy is taken gladly.
+  EXPECT_EQ(Deliver(s, first, {0, 9}, 10600), Claim::kAccept);
+  EXPECT_EQ(s.counters(first).served, served + 1);
+}
+
+TEST(RequestSchedulerTest, CancelsForADaemonThatWentDownAreDropped) {
+  int first = -1, second = -1;
+  RequestScheduler s = HedgedScheduler(&first, &second);
+  EXPECT_EQ(s.OnHeader(second, {0, 9}), Claim::kAccept);
+  s.DaemonDown(first);  // forgets its copy: nothing to withdraw
+  EXPECT_THAT(s.TakeCancels(), IsEmpty());
+}
+
+TEST(RequestSchedulerTest, UnwantedCopiesAreCancelled) {
+  RequestScheduler s({});
+  const int a = s.AddDaemon();
+  s.DaemonUp(a, 4);
+  s.Want({0, 0});
+  s.Want({0, 1});
+  ASSERT_EQ(s.Schedule(At(0)).size(), 1u);
+  EXPECT_EQ(s.OnHeader(a, {0, 0}), Claim::kAccept);  // being received
+  s.Unwant({0, 0});
+  s.Unwant({0, 1});
+  auto cancels = s.TakeCancels();
+  ASSERT_EQ(cancels.size(), 1u);
+  // The copy whose bytes are arriving is read past, not cancelled.
+  EXPECT_THAT(cancels[0].indices, ElementsAre(1u));
 }
 
 }  // namespace

@@ -524,8 +524,9 @@ class Loader:
         lost), ``hedged`` (hedge requests), and ``daemons``, one dict per
         daemon: ``endpoint``, ``state`` (connecting, up, draining, down,
         failed, removed), ``requested``, ``served``, ``lost``, ``hedges``,
-        ``discarded``, ``latency_s`` and ``last_error``. Two snapshots'
-        differences give an interval's figures.
+        ``cancelled`` (losing copies withdrawn), ``discarded`` (losing copies
+        that arrived whole), ``latency_s`` and ``last_error``. Two
+        snapshots' differences give an interval's figures.
         """
         return self._require_open().stats()
 

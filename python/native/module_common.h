@@ -165,6 +165,7 @@ void BindLoaderCommon(py::class_<L>& cls) {
               daemon["served"] = d.served;
               daemon["lost"] = d.lost;
               daemon["hedges"] = d.hedges;
+              daemon["cancelled"] = d.cancelled;
               daemon["discarded"] = d.discarded;
               daemon["latency_s"] = seconds(d.latency);
               daemon["last_error"] = std::string(d.last_error.message());
