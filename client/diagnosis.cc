@@ -57,9 +57,12 @@ std::string FormatBytesPerSecond(double rate) {
   return absl::StrFormat("%.0f B/s", rate);
 }
 
-Diagnosis Diagnose(const Loader::Stats& interval,
-                   const batchd::v1::ServerStatus* daemon_before,
-                   const batchd::v1::ServerStatus* daemon_after) {
+namespace {
+
+// Rules 1-6 of the header, over the input as a whole.
+Diagnosis DiagnoseInput(const Loader::Stats& interval,
+                        const batchd::v1::ServerStatus* daemon_before,
+                        const batchd::v1::ServerStatus* daemon_after) {
   Diagnosis d;
   d.waited_fraction = interval.steady_waited_fraction();
   d.copy_fraction = interval.copy_fraction();
@@ -114,6 +117,52 @@ Diagnosis Diagnose(const Loader::Stats& interval,
       "network-bound: %s; %s, stream at %s → check the link between "
       "trainer and daemon",
       waited, workers, FormatBytesPerSecond(d.stream_bytes_per_second));
+  return d;
+}
+
+// Appends the per-daemon view to `d` when the loader uses several daemons.
+void AppendDaemons(const Loader::Stats& stats, Diagnosis& d) {
+  if (stats.daemons.size() < 2) return;
+  int up = 0;
+  const DaemonStats* fastest = nullptr;
+  const DaemonStats* slowest = nullptr;
+  for (const DaemonStats& daemon : stats.daemons) {
+    if (daemon.state == "up") ++up;
+    if (daemon.state != "up" || daemon.latency <= absl::ZeroDuration()) {
+      continue;
+    }
+    if (fastest == nullptr || daemon.latency < fastest->latency) {
+      fastest = &daemon;
+    }
+    if (slowest == nullptr || daemon.latency > slowest->latency) {
+      slowest = &daemon;
+    }
+  }
+  absl::StrAppend(&d.line, "; daemons: ", up, " of ", stats.daemons.size(),
+                  " up");
+  if (fastest != nullptr && slowest != fastest) {
+    const double ratio = absl::FDivDuration(slowest->latency, fastest->latency);
+    if (ratio >= kSlowDaemonFactor) {
+      d.slow_daemon = slowest->endpoint;
+      d.slow_daemon_latency_ratio = ratio;
+      absl::StrAppend(&d.line,
+                      absl::StrFormat(", %s slow (batch latency %.1fx the "
+                                      "fastest's, served %d)",
+                                      slowest->endpoint, ratio,
+                                      slowest->served));
+    }
+  }
+  absl::StrAppend(&d.line, ", ", stats.rerequested, " batches re-requested, ",
+                  stats.hedged, " hedged since start");
+}
+
+}  // namespace
+
+Diagnosis Diagnose(const Loader::Stats& interval,
+                   const batchd::v1::ServerStatus* daemon_before,
+                   const batchd::v1::ServerStatus* daemon_after) {
+  Diagnosis d = DiagnoseInput(interval, daemon_before, daemon_after);
+  if (d.verdict != Verdict::kUnknown) AppendDaemons(interval, d);
   return d;
 }
 

@@ -20,6 +20,10 @@
 //   5. daemon workers >= kSaturatedBusyFraction → input-bound (workers)
 //   6. otherwise: the daemon has spare workers and the bytes still arrive
 //      too slowly                               → network-bound
+// Over several daemons the line ends with the per-daemon view: how many are
+// up, the slowest one when its smoothed latency is kSlowDaemonFactor x the
+// fastest's or more, and the batches re-requested and hedged since the
+// loader started.
 //
 // Pure functions of their inputs; thread-safe.
 #ifndef BATCHD_CLIENT_DIAGNOSIS_H_
@@ -41,6 +45,9 @@ inline constexpr double kSaturatedBusyFraction = 0.75;
 // The receive thread spent at least this share of wall time copying bytes
 // into buffers: the client side is the limit.
 inline constexpr double kCopyBoundFraction = 0.50;
+// A daemon whose smoothed batch latency is this multiple of the fastest
+// daemon's is named as slow (a loaded or remote host, a slow disk).
+inline constexpr double kSlowDaemonFactor = 1.5;
 
 enum class Verdict {
   kUnknown,
@@ -67,6 +74,10 @@ struct Diagnosis {
   uint32_t daemon_workers = 0;
   // Pixel bytes per second received by the client over the interval.
   double stream_bytes_per_second = 0;
+  // With several daemons: the endpoint of the slow one (see
+  // kSlowDaemonFactor), empty if none, and its latency over the fastest's.
+  std::string slow_daemon;
+  double slow_daemon_latency_ratio = 0;
 };
 
 // "compute-bound", "input-bound", "network-bound", "client-bound", "unknown".

@@ -140,5 +140,42 @@ TEST(DiagnosisTest, FormatsRates) {
   EXPECT_EQ(FormatBytesPerSecond(800), "800 B/s");
 }
 
+DaemonStats Up(const std::string& endpoint, int latency_ms, uint64_t served) {
+  DaemonStats d;
+  d.endpoint = endpoint;
+  d.state = "up";
+  d.latency = absl::Milliseconds(latency_ms);
+  d.served = served;
+  return d;
+}
+
+TEST(DiagnosisTest, SeveralDaemonsNameTheSlowOne) {
+  Loader::Stats s = Interval(10, 0.1);
+  s.daemons = {Up("a:1", 100, 40), Up("b:2", 320, 9), Up("c:3", 120, 35)};
+  s.daemons.push_back(Up("d:4", 0, 0));
+  s.daemons.back().state = "down";
+  s.rerequested = 3;
+  s.hedged = 2;
+  const Diagnosis d = Diagnose(s, nullptr, nullptr);
+  EXPECT_EQ(d.verdict, Verdict::kComputeBound);
+  EXPECT_EQ(d.slow_daemon, "b:2");
+  EXPECT_DOUBLE_EQ(d.slow_daemon_latency_ratio, 3.2);
+  EXPECT_THAT(d.line, HasSubstr("daemons: 3 of 4 up, b:2 slow (batch latency "
+                                "3.2x the fastest's, served 9), 3 batches "
+                                "re-requested, 2 hedged since start"));
+}
+
+TEST(DiagnosisTest, EvenDaemonsNameNone) {
+  Loader::Stats s = Interval(10, 5);
+  s.daemons = {Up("a:1", 100, 40), Up("b:2", 140, 30)};
+  const Diagnosis d = Diagnose(s, nullptr, nullptr);
+  EXPECT_TRUE(d.slow_daemon.empty());
+  EXPECT_THAT(d.line, HasSubstr("daemons: 2 of 2 up, 0 batches re-requested"));
+  // One daemon: no per-daemon view.
+  s.daemons.resize(1);
+  EXPECT_THAT(Diagnose(s, nullptr, nullptr).line,
+              ::testing::Not(HasSubstr("daemons:")));
+}
+
 }  // namespace
 }  // namespace batchd::client
