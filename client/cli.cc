@@ -36,6 +36,7 @@
 #include "client/diagnosis.h"
 #include "client/endpoints.h"
 #include "client/loader.h"
+#include "client/security_flags.h"
 #include "client/shard_coverage.h"
 
 ABSL_FLAG(std::string, endpoint, "localhost:7070",
@@ -104,14 +105,20 @@ absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
 }
 
 absl::StatusOr<batchd::v1::ListDatasetsResponse> ListDatasets(
-    const std::shared_ptr<grpc::Channel>& channel) {
+    const std::shared_ptr<grpc::Channel>& channel,
+    const ChannelSecurity& security) {
   auto stub = batchd::v1::DataService::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
   batchd::v1::ListDatasetsResponse response;
   grpc::Status status =
       stub->ListDatasets(&context, batchd::v1::ListDatasetsRequest(), &response);
-  if (!status.ok()) return FromGrpc(status, "ListDatasets");
+  if (!status.ok()) {
+    return FromGrpc(grpc::Status(status.error_code(),
+                                 WithConnectionHint(status.error_message(),
+                                                    security)),
+                    "ListDatasets");
+  }
   return response;
 }
 
@@ -189,15 +196,22 @@ int Run() {
   // name is one gRPC target (its first address answers).
   const std::vector<std::string> targets =
       spec->uses_dns() ? std::vector<std::string>{endpoint} : spec->addresses;
+  const SecurityOptions security_options = SecurityOptionsFromFlags();
+  absl::StatusOr<ChannelSecurity> security =
+      ChannelSecurity::Load(security_options);
+  if (!security.ok()) {
+    absl::FPrintF(stderr, "error: %s\n", security.status().message());
+    return kExitError;
+  }
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (const std::string& target : targets) {
-    channels.push_back(NewBatchdChannel(target));
+    channels.push_back(NewBatchdChannel(target, *security));
   }
   const std::shared_ptr<grpc::Channel>& channel = channels.front();
 
   if (absl::GetFlag(FLAGS_list)) {
     absl::StatusOr<batchd::v1::ListDatasetsResponse> datasets =
-        ListDatasets(channel);
+        ListDatasets(channel, *security);
     if (!datasets.ok()) {
       absl::FPrintF(stderr, "error: %s\n", datasets.status().ToString());
       return kExitError;
@@ -218,7 +232,7 @@ int Run() {
   std::optional<ShardCoverage> expectation;
   if (absl::GetFlag(FLAGS_verify)) {
     absl::StatusOr<batchd::v1::ListDatasetsResponse> datasets =
-        ListDatasets(channel);
+        ListDatasets(channel, *security);
     if (!datasets.ok()) {
       absl::FPrintF(stderr, "error: %s\n", datasets.status().ToString());
       return kExitError;
@@ -254,6 +268,7 @@ int Run() {
   LoaderOptions options;
   options.endpoint = endpoint;
   options.plan = *plan;
+  options.security = security_options;
   options.prefetch = absl::GetFlag(FLAGS_prefetch);
   options.hedge_factor = absl::GetFlag(FLAGS_hedge_factor);
   options.max_receive_bytes_per_second =

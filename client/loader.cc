@@ -20,9 +20,6 @@
 #include "client/request_scheduler.h"
 #include "common/chunk_codec.h"
 #include "common/malloc_tuning.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/support/channel_arguments.h"
 
 namespace batchd::client {
 
@@ -31,36 +28,6 @@ using ::batchd::v1::PlanOpened;
 using ::batchd::v1::RequestRejected;
 using ::batchd::v1::StreamRequest;
 using ::batchd::v1::StreamResponse;
-
-std::shared_ptr<grpc::Channel> NewBatchdChannel(const std::string& endpoint) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
-  // Keepalive: a ping every 10 s, with 5 s to answer, notices a daemon host
-  // that vanished without closing its sockets (a crash closes them, and the
-  // stream fails at once). It is allowed without calls so that an idle
-  // channel to a standby daemon is checked too; the daemon accepts pings
-  // this often (its --keepalive-min-ping-interval, 5 s).
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // No cap on pings between data frames: a long idle stream keeps pinging.
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  // Reconnects: the Loader's own backoff (LoaderOptions) decides when a
-  // stream is tried again; the channel's must not add seconds to it, so it
-  // starts at 100 ms and stays under 2 s. Connection attempts time out
-  // after 5 s, shorter than the default 20 s, so an unroutable host is
-  // given up quickly and its batches go elsewhere.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  // A standby daemon's channel stays connected however long it is idle
-  // (gRPC's default drops it after 30 min), so failing over costs no
-  // handshake.
-  args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
-  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);  // the Loader re-requests itself
-  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(),
-                                   args);
-}
 
 absl::StatusOr<batchd::v1::ServerStatus> FetchServerStatus(
     const std::shared_ptr<grpc::Channel>& channel, absl::Duration timeout) {
@@ -271,6 +238,7 @@ class LoaderCore : public StreamSink {
   const LoaderOptions options_;
   const absl::Time created_;
   EndpointSpec spec_;  // constant after Open() starts
+  ChannelSecurity security_;  // constant after Open() starts
   // Constant after Open() returns OK.
   std::unique_ptr<BufferAllocator> owned_allocator_;
   PlanOpened opened_;  // written once, before opened_received_ is set
@@ -319,6 +287,13 @@ absl::Status LoaderCore::Open() {
         absl::StrCat("LoaderOptions.endpoint: ", spec.status().message()));
   }
   spec_ = *std::move(spec);
+  absl::StatusOr<ChannelSecurity> security =
+      ChannelSecurity::Load(options_.security);
+  if (!security.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoaderOptions.security: ", security.status().message()));
+  }
+  security_ = *std::move(security);
   BufferAllocator* allocator = options_.allocator;
   if (allocator == nullptr) {
     owned_allocator_ = NewHeapAllocator();
@@ -427,7 +402,7 @@ int LoaderCore::AddDaemonLocked(const std::string& endpoint) {
   const int id = scheduler_.AddDaemon();
   Daemon d;
   d.endpoint = endpoint;
-  d.channel = NewBatchdChannel(endpoint);
+  d.channel = NewBatchdChannel(endpoint, security_);
   daemons_.push_back(std::move(d));
   return id;
 }
@@ -908,7 +883,8 @@ void LoaderCore::OnStreamEnd(int daemon, const grpc::Status& status,
     }
   } else if (IsRetryable(status.error_code())) {
     d.last_error = absl::UnavailableError(absl::StrCat(
-        "lost the stream to ", where, ": ", status.error_message()));
+        "lost the stream to ", where, ": ",
+        WithConnectionHint(status.error_message(), security_)));
   } else {
     // The daemon's own verdict; its message says what to fix.
     d.last_error = FromGrpc(status);

@@ -49,6 +49,7 @@
 #include "batchd/v1/admin.pb.h"
 #include "batchd/v1/data.pb.h"
 #include "client/buffer.h"
+#include "client/channel_security.h"
 #include "client/endpoints.h"
 #include "grpcpp/channel.h"
 
@@ -59,16 +60,6 @@ class LoaderCore;
 }  // namespace internal
 
 struct Diagnosis;  // client/diagnosis.h
-
-// Largest gRPC message the client accepts: the protocol's 4 MiB chunks plus
-// headroom for headers with many samples.
-inline constexpr int kMaxReceiveMessageBytes = 8 << 20;
-
-// A gRPC channel to one batchd daemon at `endpoint` ("host:port" or
-// "unix:/path"), plaintext, with the receive limit above and the keepalive
-// and reconnect settings of client/loader.cc (each value's reason is
-// there). Connects lazily.
-std::shared_ptr<grpc::Channel> NewBatchdChannel(const std::string& endpoint);
 
 // The daemon's AdminService.GetStatus over `channel`, waiting at most
 // `timeout`. Errors carry gRPC's code and message, prefixed with "GetStatus: ".
@@ -82,6 +73,9 @@ struct LoaderOptions {
   std::string endpoint;
   // What to stream; validated by the daemon.
   batchd::v1::Plan plan;
+  // TLS and the bearer token, for every daemon (client/channel_security.h).
+  // The default is plaintext with $BATCHD_TOKEN, if set.
+  SecurityOptions security;
   // Requested window: how many batches may be outstanding, and so the number
   // of ring slots. With one daemon it is capped at the daemon's grant; 0
   // takes the daemon's default (times the number of daemons at start).

@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "batchd/v1/admin.grpc.pb.h"
 #include "client/loader.h"
+#include "client/security_flags.h"
 #include "client/top_view.h"
 
 ABSL_FLAG(std::vector<std::string>, endpoint, {"localhost:7070"},
@@ -81,9 +82,16 @@ int Run(const std::vector<std::string>& positional) {
     std::fprintf(stderr, "batchd-top: --interval must be 0.1..3600 s\n");
     return 1;
   }
+  absl::StatusOr<ChannelSecurity> security =
+      ChannelSecurity::Load(SecurityOptionsFromFlags());
+  if (!security.ok()) {
+    std::fprintf(stderr, "batchd-top: %s\n",
+                 std::string(security.status().message()).c_str());
+    return 1;
+  }
   std::vector<Watched> watched;
   for (const std::string& endpoint : endpoints) {
-    watched.push_back({endpoint, NewBatchdChannel(endpoint)});
+    watched.push_back({endpoint, NewBatchdChannel(endpoint, *security)});
   }
 
   const bool once = absl::GetFlag(FLAGS_once);

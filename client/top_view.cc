@@ -97,6 +97,11 @@ std::vector<std::string> RenderTop(const std::vector<DaemonSample>& samples,
         bytes_per_second / 1e6, s.samples_substituted()));
     lines.push_back(
         StageLine(s, FindPrevious(previous, sample.endpoint)));
+    if (s.daemon().security().insecure()) {
+      lines.push_back(
+          "  WARNING: --insecure: plaintext off the loopback; anyone on the "
+          "network can read these batches");
+    }
     if (s.jobs_size() > 0) {
       lines.push_back(absl::StrFormat("  %-20s %7s %8s %8s %9s %6s", "JOB",
                                       "STREAMS", "IMG/S", "MB/S", "BATCHES",

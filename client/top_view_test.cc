@@ -52,6 +52,23 @@ TEST(TopViewTest, RendersDaemonsJobsAndStages) {
   EXPECT_EQ(lines[6], "otherhost:7070         unreachable: connection refused");
 }
 
+TEST(TopViewTest, WarnsOfAnInsecureDaemon) {
+  batchd::v1::ServerStatus insecure = Status(1000, 1.0, 10);
+  insecure.mutable_daemon()->mutable_security()->set_insecure(true);
+  std::vector<DaemonSample> samples = {
+      {"batchd-a:7070", insecure, absl::Now()},
+      {"batchd-b:7070", Status(1000, 1.0, 10), absl::Now()}};
+  const std::vector<std::string> lines = RenderTop(samples, nullptr, 200, 24);
+  int warnings = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find("WARNING: --insecure") == std::string::npos) continue;
+    ++warnings;
+    // Under the daemon it is about, before the other daemon's line.
+    EXPECT_THAT(lines[i - 2], StartsWith("batchd-a:7070"));
+  }
+  EXPECT_EQ(warnings, 1);
+}
+
 TEST(TopViewTest, StageTimesUseThePreviousPoll) {
   std::vector<DaemonSample> before = {
       {"d", Status(1000, 1.0, 10), absl::Now()}};

@@ -66,12 +66,23 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
   return status;
 }
 
+absl::StatusOr<Caller> AdminServiceImpl::Authenticate(
+    const grpc::CallbackServerContext& context) const {
+  const Authorizer* authorizer = data_->authorizer();
+  if (authorizer == nullptr) return Caller{};
+  return authorizer->Authenticate(context);
+}
+
 grpc::ServerUnaryReactor* AdminServiceImpl::GetStatus(
     grpc::CallbackServerContext* context,
     const batchd::v1::GetStatusRequest* /*request*/,
     batchd::v1::ServerStatus* response) {
-  *response = Status();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::StatusOr<Caller> caller = Authenticate(*context); !caller.ok()) {
+    reactor->Finish(ToGrpc(caller.status()));
+    return reactor;
+  }
+  *response = Status();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -81,6 +92,13 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetWorkers(
     const batchd::v1::SetWorkersRequest* request,
     batchd::v1::SetWorkersResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<Caller> caller = Authenticate(*context);
+  absl::Status allowed =
+      caller.ok() ? CheckAdmin(*caller, "SetWorkers") : caller.status();
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpc(allowed));
+    return reactor;
+  }
   const uint32_t wanted = request->workers();
   if (wanted < 1 || wanted > static_cast<uint32_t>(max_workers_)) {
     reactor->Finish(grpc::Status(

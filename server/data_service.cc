@@ -16,24 +16,44 @@ namespace batchd::server {
 using batchd::v1::StreamRequest;
 using batchd::v1::StreamResponse;
 
-uint32_t BufferBudget::ReserveUpTo(uint32_t wanted, uint64_t unit) {
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+uint32_t BufferBudget::ReserveUpTo(const std::string& job, uint32_t wanted,
+                                   uint64_t unit) {
   absl::MutexLock lock(&mu_);
-  const uint64_t free = limit_ - reserved_;
+  auto it = by_job_.find(job);
+  const uint64_t job_reserved = it == by_job_.end() ? 0 : it->second;
+  const uint64_t free =
+      std::min(limit_ - reserved_, job_limit_ - job_reserved);
   const uint64_t fits = unit == 0 ? wanted : free / unit;
   const uint32_t granted =
       static_cast<uint32_t>(std::min<uint64_t>(wanted, fits));
+  if (granted == 0) return 0;
   reserved_ += granted * unit;
+  by_job_[job] += granted * unit;
   return granted;
 }
 
-void BufferBudget::Release(uint64_t bytes) {
+void BufferBudget::Release(const std::string& job, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   reserved_ -= bytes;
+  auto it = by_job_.find(job);
+  it->second -= bytes;
+  if (it->second == 0) by_job_.erase(it);
 }
 
 uint64_t BufferBudget::reserved() const {
   absl::MutexLock lock(&mu_);
   return reserved_;
+}
+
+uint64_t BufferBudget::reserved(const std::string& job) const {
+  absl::MutexLock lock(&mu_);
+  auto it = by_job_.find(job);
+  return it == by_job_.end() ? 0 : it->second;
 }
 
 // One StreamBatches call. Lifetime: reference-counted; gRPC holds one
@@ -51,13 +71,16 @@ uint64_t BufferBudget::reserved() const {
 class DataServiceImpl::BatchStream final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit BatchStream(DataServiceImpl* service)
+  // `caller` is who the call's token says; its error refuses the stream.
+  BatchStream(DataServiceImpl* service, absl::StatusOr<Caller> caller)
       : service_(service),
+        caller_(caller.ok() ? *caller : Caller{}),
         cancelled_(std::make_shared<std::atomic<bool>>(false)) {
     // Read first: once registered, a drain may finish the stream from another
     // thread, and a read must not be started after Finish.
     StartRead(&request_bytes_);
-    grpc::Status refused = service_->AddStream(this);
+    grpc::Status refused =
+        caller.ok() ? service_->AddStream(this) : ToGrpc(caller.status());
     if (!refused.ok()) {
       FailStream(std::move(refused));
       Pump();
@@ -179,6 +202,7 @@ class DataServiceImpl::BatchStream final
       ReleaseBudgetLocked();
       if (plan_ != nullptr) service_->stats_->StreamClosed(plan_->job);
     }
+    if (plan_ != nullptr) service_->RemoveJobStream(plan_->job);
     service_->RemoveStream(this);
     Unref();
   }
@@ -234,11 +258,13 @@ class DataServiceImpl::BatchStream final
     absl::StatusOr<std::shared_ptr<const ResolvedPlan>> plan = ResolvePlan(
         open.plan(), service_->datasets_, service_->options_.limits);
     if (!plan.ok()) {
-      return FailStream(grpc::Status(
-          static_cast<grpc::StatusCode>(plan.status().code()),
-          std::string(plan.status().message())));
+      return FailStream(ToGrpc(plan.status()));
     }
     const ResolvedPlan& p = **plan;
+    if (absl::Status allowed = CheckJob(caller_, p.job); !allowed.ok()) {
+      return FailStream(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                     std::string(allowed.message())));
+    }
     const DataServiceOptions& options = service_->options_;
     // A shard smaller than one batch makes one smaller batch: reserve and
     // announce what is real.
@@ -247,19 +273,17 @@ class DataServiceImpl::BatchStream final
     const uint32_t wanted = std::min(
         open.window() == 0 ? options.default_window : open.window(),
         options.max_window);
-    const uint32_t window =
-        service_->budget_.ReserveUpTo(wanted, max_batch_bytes);
-    if (window == 0) {
-      return FailStream(grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("the daemon's batch buffers are full: a batch of this "
-                       "plan needs ",
-                       max_batch_bytes, " bytes, ",
-                       service_->budget_.limit() - service_->budget_.reserved(),
-                       " of --max-buffer-bytes=", service_->budget_.limit(),
-                       " are free; retry later, lower batch_size or size, or "
-                       "raise --max-buffer-bytes")));
+    if (grpc::Status counted = service_->AddJobStream(p.job); !counted.ok()) {
+      return FailStream(std::move(counted));
     }
+    // From here the stream counts against its job until OnDone.
+    {
+      absl::MutexLock lock(&mu_);
+      plan_ = *plan;
+    }
+    BufferBudget& budget = service_->budget_;
+    const uint32_t window = budget.ReserveUpTo(p.job, wanted, max_batch_bytes);
+    if (window == 0) return FailStream(BudgetRefusal(p.job, max_batch_bytes));
     StreamResponse response;
     batchd::v1::PlanOpened* opened = response.mutable_opened();
     opened->set_window(window);
@@ -273,12 +297,38 @@ class DataServiceImpl::BatchStream final
     service_->stats_->StreamOpened(p.job);
 
     absl::MutexLock lock(&mu_);
-    plan_ = *std::move(plan);
     window_ = window;
     batches_per_epoch_ = opened->batches_per_epoch();
     reserved_bytes_ = uint64_t{window} * max_batch_bytes;
     queue_.push_back(Outgoing{std::move(response)});
     return true;
+  }
+
+  // Why a stream of `job` whose batches need `batch_bytes` each got no
+  // window: the job's share or the whole budget is reserved.
+  grpc::Status BudgetRefusal(const std::string& job, uint64_t batch_bytes) {
+    const BufferBudget& budget = service_->budget_;
+    const uint64_t job_free = budget.job_limit() - budget.reserved(job);
+    if (job_free < batch_bytes) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("job \"", job, "\" holds ", budget.reserved(job),
+                       " bytes of batch buffers, and a batch of this plan "
+                       "needs ",
+                       batch_bytes, " more than its share of ",
+                       budget.job_limit(),
+                       " bytes (--max-job-buffer-share of --max-buffer-bytes) "
+                       "allows; close a stream of this job, lower batch_size, "
+                       "size or prefetch, or raise --max-job-buffer-share"));
+    }
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("the daemon's batch buffers are full: a batch of this "
+                     "plan needs ",
+                     batch_bytes, " bytes, ", budget.limit() - budget.reserved(),
+                     " of --max-buffer-bytes=", budget.limit(),
+                     " are free; retry later, lower batch_size or size, or "
+                     "raise --max-buffer-bytes"));
   }
 
   void CountRejected(grpc::StatusCode code) {
@@ -509,7 +559,9 @@ class DataServiceImpl::BatchStream final
   }
 
   void ReleaseBudgetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (reserved_bytes_ > 0) service_->budget_.Release(reserved_bytes_);
+    if (reserved_bytes_ > 0) {
+      service_->budget_.Release(plan_->job, reserved_bytes_);
+    }
     reserved_bytes_ = 0;
   }
 
@@ -553,6 +605,8 @@ class DataServiceImpl::BatchStream final
   }
 
   DataServiceImpl* const service_;
+  // Who opened the stream (from its token), checked against the plan's job.
+  const Caller caller_;
   const std::shared_ptr<std::atomic<bool>> cancelled_;
   std::atomic<int> refs_{1};  // gRPC's, until OnDone
 
@@ -588,7 +642,7 @@ DataServiceImpl::DataServiceImpl(DatasetMap datasets,
       options_(options),
       pipeline_(pipeline),
       stats_(stats),
-      budget_(options.max_buffer_bytes) {}
+      budget_(options.max_buffer_bytes, options.max_job_buffer_bytes) {}
 
 double DataServiceImpl::send_seconds() const {
   return send_nanos_.load() * 1e-9;
@@ -598,6 +652,11 @@ grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
     grpc::CallbackServerContext* context,
     const batchd::v1::ListDatasetsRequest* /*request*/,
     batchd::v1::ListDatasetsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status allowed = Authenticate(*context); !allowed.ok()) {
+    reactor->Finish(allowed);
+    return reactor;
+  }
   for (const auto& [name, dataset] : datasets_) {
     batchd::v1::DatasetInfo* info = response->add_datasets();
     info->set_name(name);
@@ -606,14 +665,41 @@ grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
       info->add_class_names(c);
     }
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-DataServiceImpl::StreamBatches(grpc::CallbackServerContext* /*context*/) {
-  return new BatchStream(this);
+DataServiceImpl::StreamBatches(grpc::CallbackServerContext* context) {
+  return new BatchStream(this, options_.authorizer == nullptr
+                                   ? Caller{}
+                                   : options_.authorizer->Authenticate(*context));
+}
+
+grpc::Status DataServiceImpl::Authenticate(
+    const grpc::CallbackServerContext& context) const {
+  if (options_.authorizer == nullptr) return grpc::Status::OK;
+  return ToGrpc(options_.authorizer->Authenticate(context).status());
+}
+
+grpc::Status DataServiceImpl::AddJobStream(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  uint32_t& open = job_streams_[job];
+  if (open >= options_.max_streams_per_job) {
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("job \"", job, "\" already has ", open,
+                     " streams open, the most --max-streams-per-job allows; "
+                     "close one or raise --max-streams-per-job"));
+  }
+  ++open;
+  return grpc::Status::OK;
+}
+
+void DataServiceImpl::RemoveJobStream(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = job_streams_.find(job);
+  if (it != job_streams_.end() && --it->second == 0) job_streams_.erase(it);
 }
 
 grpc::Status DataServiceImpl::AddStream(BatchStream* stream) {

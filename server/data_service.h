@@ -16,23 +16,30 @@
 #ifndef BATCHD_SERVER_DATA_SERVICE_H_
 #define BATCHD_SERVER_DATA_SERVICE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "batchd/v1/data.grpc.pb.h"
+#include "server/auth.h"
 #include "server/job_stats.h"
 #include "server/pipeline.h"
 #include "server/resolved_plan.h"
 #include "server/server_metrics.h"
 
 namespace batchd::server {
+
+// `status` as a gRPC status, with the same code and message.
+grpc::Status ToGrpc(const absl::Status& status);
 
 // Largest `data` of one BatchChunk, bytes: keeps every message within 4 MiB,
 // which gRPC moves an order of magnitude faster than larger ones.
@@ -46,31 +53,47 @@ struct DataServiceOptions {
   // Bound on batch buffer memory over all streams: a stream reserves
   // window * max_batch_bytes when it opens.
   uint64_t max_buffer_bytes = uint64_t{2} << 30;
+  // Bound on what the streams of one job may reserve together, bytes, so
+  // that one job cannot take the whole budget (--max-job-buffer-share).
+  uint64_t max_job_buffer_bytes = uint64_t{1} << 30;
+  // Most StreamBatches calls one job may have open at once.
+  uint32_t max_streams_per_job = 256;
   // Most StreamBatches calls open at once over all clients; more are refused
   // with RESOURCE_EXHAUSTED. The buffer budget already bounds pixel memory;
   // this bounds the per-stream state a client that leaks streams can pin.
   uint32_t max_open_streams = 1024;
   // The version and limits sent in every PlanOpened.daemon.
   batchd::v1::DaemonInfo daemon_info;
+  // Who may call; nullptr: anyone. Not owned; must outlive the service.
+  const Authorizer* authorizer = nullptr;
   // Where send times, outstanding batches and rejections are recorded;
   // nullptr records nothing. Not owned; must outlive the service.
   ServerMetrics* metrics = nullptr;
 };
 
-// Counts reserved batch-buffer bytes against a limit. Thread-safe.
+// Counts reserved batch-buffer bytes against a limit over all jobs and a
+// smaller one for each job. Thread-safe.
 class BufferBudget {
  public:
-  explicit BufferBudget(uint64_t limit) : limit_(limit) {}
-  // The largest n <= `wanted` such that n * `unit` bytes fit; reserves them.
-  uint32_t ReserveUpTo(uint32_t wanted, uint64_t unit);
-  void Release(uint64_t bytes);
-  uint64_t reserved() const;
+  BufferBudget(uint64_t limit, uint64_t job_limit)
+      : limit_(limit), job_limit_(std::min(job_limit, limit)) {}
+  // The largest n <= `wanted` such that n * `unit` more bytes fit both in
+  // the total and in `job`'s limit; reserves them for `job`.
+  uint32_t ReserveUpTo(const std::string& job, uint32_t wanted, uint64_t unit)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Release(const std::string& job, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t reserved() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t reserved(const std::string& job) const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t limit() const { return limit_; }
+  uint64_t job_limit() const { return job_limit_; }
 
  private:
   const uint64_t limit_;
+  const uint64_t job_limit_;
   mutable absl::Mutex mu_;
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  // Jobs with bytes reserved; the sum of the values is reserved_.
+  absl::flat_hash_map<std::string, uint64_t> by_job_ ABSL_GUARDED_BY(mu_);
 };
 
 // StreamBatches is served raw (ByteBuffer in and out) so that batch chunks
@@ -112,6 +135,8 @@ class DataServiceImpl final
     return options_.daemon_info;
   }
   const BufferBudget& budget() const { return budget_; }
+  // Who may call (nullptr: anyone); the AdminService checks with it too.
+  const Authorizer* authorizer() const { return options_.authorizer; }
   // Send stage time summed over batches: from a batch finished to its last
   // chunk written, seconds.
   double send_seconds() const;
@@ -123,8 +148,14 @@ class DataServiceImpl final
   // --max-open-streams reached).
   grpc::Status AddStream(BatchStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveStream(BatchStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts a stream of `job` that opened its plan, or returns why it is
+  // refused (--max-streams-per-job reached); RemoveJobStream uncounts it.
+  grpc::Status AddJobStream(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoveJobStream(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
   // The open streams, each with a reference the caller must drop (Unref).
   std::vector<BatchStream*> RefStreams() ABSL_LOCKS_EXCLUDED(mu_);
+  // OK, or UNAUTHENTICATED when the call's token is missing or wrong.
+  grpc::Status Authenticate(const grpc::CallbackServerContext& context) const;
   // The status a stream gets that is refused because of the drain.
   grpc::Status DrainingRefusal() const ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status DrainingRefusalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -141,6 +172,8 @@ class DataServiceImpl final
   mutable absl::Mutex mu_;
   // Every StreamBatches call between its reactor's construction and OnDone.
   absl::flat_hash_set<BatchStream*> streams_ ABSL_GUARDED_BY(mu_);
+  // Streams with an open plan, by job; jobs with none are absent.
+  absl::flat_hash_map<std::string, uint32_t> job_streams_ ABSL_GUARDED_BY(mu_);
   std::string drain_reason_ ABSL_GUARDED_BY(mu_);
   // Set once, under mu_, by BeginDrain; read without it on the hot path.
   std::atomic<bool> draining_{false};

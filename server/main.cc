@@ -28,6 +28,7 @@
 #include "common/malloc_tuning.h"
 #include "server/dataset/dataset.h"
 #include "server/server_lib.h"
+#include "server/transport_security.h"
 
 namespace {
 
@@ -59,8 +60,40 @@ std::string AbslUnparseFlag(FlagDuration d) {
 ABSL_FLAG(std::string, config, "",
           "Daemon config file (batchd.v1.DaemonConfig, protobuf text format); "
           "see deploy/batchd.conf.textproto.");
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
-ABSL_FLAG(int, port, 7070, "Port to listen on; 0 picks a free one.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to listen on. Other than the loopback, it needs TLS "
+          "(--tls-cert, --tls-key) or --insecure.");
+ABSL_FLAG(int, port, 7070,
+          "TCP port to listen on; 0 picks a free one, -1 listens on no TCP "
+          "port (give --unix-socket).");
+ABSL_FLAG(std::string, unix_socket, "",
+          "Also listen on this Unix socket path (plaintext), for trainers on "
+          "this host: connect to unix:PATH.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "Serve TLS on the TCP port with this PEM certificate chain (with "
+          "--tls-key). The files are read again every "
+          "--tls-reload-interval: replace them to rotate certificates "
+          "without dropping streams.");
+ABSL_FLAG(std::string, tls_key, "", "The PEM private key of --tls-cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "Mutual TLS: require a client certificate signed by a CA in this "
+          "PEM bundle.");
+ABSL_FLAG(int, tls_reload_interval, 10,
+          "Seconds between reads of the --tls-* files.");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "Require `authorization: Bearer <token>` on every call but the "
+          "health service, with a token from this file: one per line, "
+          "`token [job]`, where a job name restricts the token to that "
+          "job's streams and read-only calls. SIGHUP reads it again. Turns "
+          "reflection off.");
+ABSL_FLAG(bool, insecure, false,
+          "Serve plaintext on an address other hosts can reach. Anyone on "
+          "that network can then read every dataset; use only on a network "
+          "you trust.");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address of the metrics HTTP server; empty (the default) is "
+          "--host, or 127.0.0.1 without a TCP port. /metrics carries no "
+          "secrets: counts, timings and job names.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file once serving.");
 ABSL_FLAG(int, metrics_port, -1,
@@ -94,6 +127,13 @@ ABSL_FLAG(FlagDuration, drain_deadline, FlagDuration{absl::Seconds(10)},
 ABSL_FLAG(bool, reflection, true,
           "Serve gRPC server reflection (grpcurl can then list and call the "
           "API without .proto files); --reflection=false turns it off.");
+ABSL_FLAG(uint32_t, max_streams_per_job, 256,
+          "Most StreamBatches calls one job (Plan.job) may have open at "
+          "once; more are refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(double, max_job_buffer_share, 0.5,
+          "Share of --max-buffer-bytes the streams of one job may reserve "
+          "together, 0..1: one job cannot take the whole budget. With share "
+          "s, 1/s jobs at their limit fill it; 1 turns the limit off.");
 ABSL_FLAG(uint32_t, max_open_streams, 1024,
           "Most StreamBatches calls open at once, over all clients; more are "
           "refused with RESOURCE_EXHAUSTED.");
@@ -133,6 +173,8 @@ constexpr char kUsage[] =
     "Usage: batchd --dataset name=path [--dataset ...] [--config file]\n"
     "              [--port 7070] [--workers N] [--max-buffer-bytes B]\n"
     "              [--metrics-port 7071] [--drain-deadline 10s]\n"
+    "              [--host 0.0.0.0 --tls-cert F --tls-key F] "
+    "[--auth-token-file F]\n"
     "       batchd top [--endpoint host:port,...] [--once]  (= batchd-top)\n"
     "Flags may be spelled with '-' or '_'.";
 
@@ -233,6 +275,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // reload the token file
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   batchd::v1::DaemonConfig config;
@@ -253,8 +296,42 @@ int main(int argc, char** argv) {
   if (!datasets.ok()) return Fail(datasets.status());
 
   batchd::server::ServerOptions options;
-  options.listen_address = absl::StrCat(absl::GetFlag(FLAGS_host), ":",
-                                        absl::GetFlag(FLAGS_port));
+  const std::string host = absl::GetFlag(FLAGS_host);
+  const int port_flag = absl::GetFlag(FLAGS_port);
+  if (port_flag < -1 || port_flag > 65535) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--port is ", port_flag,
+        "; it must be 0..65535, or -1 for no TCP listener")));
+  }
+  // "::1" and other IPv6 literals need brackets before the port.
+  const bool bare_ipv6 = absl::StrContains(host, ':') &&
+                         !absl::StartsWith(host, "[");
+  if (port_flag >= 0) {
+    options.listen_address = bare_ipv6
+                                 ? absl::StrCat("[", host, "]:", port_flag)
+                                 : absl::StrCat(host, ":", port_flag);
+  } else {
+    options.listen_address.clear();
+  }
+  options.unix_socket = absl::GetFlag(FLAGS_unix_socket);
+  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.tls.reload_interval =
+      absl::Seconds(absl::GetFlag(FLAGS_tls_reload_interval));
+  if (!options.tls.client_ca_file.empty() && !options.tls.enabled()) {
+    return Fail(absl::InvalidArgumentError(
+        "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS "
+        "with client certificates"));
+  }
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.insecure = absl::GetFlag(FLAGS_insecure);
+  const double job_share = absl::GetFlag(FLAGS_max_job_buffer_share);
+  if (!(job_share > 0 && job_share <= 1)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--max-job-buffer-share is ", job_share,
+        "; it must be in (0, 1], e.g. 0.5 for half of --max-buffer-bytes")));
+  }
   for (const auto& dataset : *datasets) {
     options.datasets[dataset->name()] = dataset;
     std::fprintf(stderr, "batchd: dataset %s: %llu samples, %zu classes\n",
@@ -271,9 +348,16 @@ int main(int argc, char** argv) {
   options.service.default_window = absl::GetFlag(FLAGS_default_window);
   options.service.max_window = absl::GetFlag(FLAGS_max_window);
   options.service.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
+  options.service.max_job_buffer_bytes = static_cast<uint64_t>(
+      job_share * static_cast<double>(options.service.max_buffer_bytes));
+  options.service.max_streams_per_job =
+      absl::GetFlag(FLAGS_max_streams_per_job);
   options.pipeline.idle_buffer_bytes = absl::GetFlag(FLAGS_idle_buffer_bytes);
   options.max_workers = absl::GetFlag(FLAGS_max_workers);
-  options.metrics_host = absl::GetFlag(FLAGS_host);
+  options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  if (options.metrics_host.empty()) {
+    options.metrics_host = port_flag >= 0 ? host : "127.0.0.1";
+  }
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.reflection = absl::GetFlag(FLAGS_reflection);
   options.drain_deadline = absl::GetFlag(FLAGS_drain_deadline).value;
@@ -294,13 +378,41 @@ int main(int argc, char** argv) {
       BatchdServer::Start(options);
   if (!server.ok()) return Fail(server.status());
   const int port = (*server)->port();
-  std::fprintf(stderr, "batchd: serving on %s:%d with %d workers\n",
-               absl::GetFlag(FLAGS_host).c_str(), port,
-               options.pipeline.workers);
+  if (!options.listen_address.empty()) {
+    std::fprintf(stderr, "batchd: serving on %s:%d (%s) with %d workers\n",
+                 host.c_str(), port,
+                 options.tls.enabled()
+                     ? (options.tls.client_ca_file.empty() ? "TLS"
+                                                           : "mutual TLS")
+                     : "plaintext",
+                 options.pipeline.workers);
+  }
+  if (!options.unix_socket.empty()) {
+    std::fprintf(stderr, "batchd: serving on unix:%s with %d workers\n",
+                 options.unix_socket.c_str(), options.pipeline.workers);
+  }
+  if (options.insecure && !options.tls.enabled() &&
+      !options.listen_address.empty() &&
+      !batchd::server::IsLocalAddress(options.listen_address)) {
+    std::fprintf(stderr,
+                 "batchd: WARNING: --insecure: serving plaintext on %s; "
+                 "anyone who can reach it can read every dataset and its "
+                 "batches. Use --tls-cert and --tls-key off a trusted "
+                 "network.\n",
+                 options.listen_address.c_str());
+  }
+  if ((*server)->tokens_required()) {
+    std::fprintf(stderr,
+                 "batchd: calls need a bearer token from %s%s\n",
+                 options.auth_token_file.c_str(),
+                 options.reflection ? "; reflection is off (it cannot check "
+                                      "tokens)"
+                                    : "");
+  }
   const int metrics_port = (*server)->metrics_port();
   if (metrics_port > 0) {
     std::fprintf(stderr, "batchd: metrics at http://%s:%d/metrics\n",
-                 absl::GetFlag(FLAGS_host).c_str(), metrics_port);
+                 options.metrics_host.c_str(), metrics_port);
   }
   // The metrics port first: a reader that sees the gRPC port file may
   // expect both.
@@ -310,7 +422,16 @@ int main(int argc, char** argv) {
   WritePortFile(absl::GetFlag(FLAGS_port_file), port);
 
   int signal = 0;
-  sigwait(&stop_signals, &signal);
+  while (sigwait(&stop_signals, &signal) == 0 && signal == SIGHUP) {
+    const absl::Status reloaded = (*server)->ReloadTokens();
+    if (reloaded.ok()) {
+      std::fprintf(stderr, "batchd: SIGHUP: tokens reloaded%s\n",
+                   (*server)->tokens_required() ? "" : " (none required)");
+    } else {
+      std::fprintf(stderr, "batchd: SIGHUP: %s; keeping the old tokens\n",
+                   std::string(reloaded.message()).c_str());
+    }
+  }
   const char* signal_name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
   std::fprintf(stderr, "batchd: %s received, draining (deadline %s)\n",
                signal_name, absl::FormatDuration(options.drain_deadline).c_str());

@@ -1,11 +1,14 @@
 #include "server/server_lib.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -59,6 +62,14 @@ absl::Status CheckOptions(const ServerOptions& options) {
                      "; it must be 1..", options.max_workers,
                      " (--max-workers)"));
   }
+  if (options.listen_address.empty() && options.unix_socket.empty()) {
+    return absl::InvalidArgumentError(
+        "nothing to listen on: give a --port, or --unix-socket PATH");
+  }
+  if (options.service.max_streams_per_job < 1) {
+    return absl::InvalidArgumentError(
+        "--max-streams-per-job must be at least 1");
+  }
   if (options.datasets.empty()) {
     return absl::InvalidArgumentError(
         "no datasets: register one with --dataset name=path or --config");
@@ -111,8 +122,45 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   info.set_min_ping_interval_ms(
       absl::ToInt64Milliseconds(options.min_ping_interval));
   info.set_drain_deadline_ms(absl::ToInt64Milliseconds(options.drain_deadline));
+  info.set_max_streams_per_job(options.service.max_streams_per_job);
+  info.set_max_job_buffer_bytes(std::min(options.service.max_job_buffer_bytes,
+                                         options.service.max_buffer_bytes));
+
+  // Transport security: TLS on TCP when asked; plaintext only where no
+  // other host can listen in, unless --insecure.
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials =
+      grpc::InsecureServerCredentials();
+  std::vector<std::string> plaintext;
+  if (options.tls.enabled()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
+        MakeServerCredentials(options.tls);
+    if (!tls.ok()) return tls.status();
+    tcp_credentials = *std::move(tls);
+  } else if (!options.listen_address.empty()) {
+    plaintext.push_back(options.listen_address);
+  }
+  if (!options.unix_socket.empty()) {
+    plaintext.push_back(absl::StrCat("unix:", options.unix_socket));
+  }
+  if (absl::Status allowed = CheckPlaintextAllowed(plaintext, options.insecure);
+      !allowed.ok()) {
+    return allowed;
+  }
+  absl::StatusOr<std::unique_ptr<Authorizer>> authorizer =
+      Authorizer::Create(options.auth_token_file);
+  if (!authorizer.ok()) return authorizer.status();
+  batchd::v1::DaemonSecurity& security = *info.mutable_security();
+  security.set_tls(options.tls.enabled());
+  security.set_mutual_tls(options.tls.enabled() &&
+                          !options.tls.client_ca_file.empty());
+  security.set_tokens_required((*authorizer)->required());
+  security.set_insecure(
+      !CheckPlaintextAllowed(plaintext, /*insecure=*/false).ok());
 
   std::unique_ptr<BatchdServer> server(new BatchdServer());
+  server->authorizer_ = *std::move(authorizer);
+  options.service.authorizer = server->authorizer_.get();
+  server->reflection_ = options.reflection && !server->authorizer_->required();
   server->metrics_ = std::make_unique<ServerMetrics>();
   options.pipeline.metrics = server->metrics_.get();
   options.service.metrics = server->metrics_.get();
@@ -128,11 +176,17 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   // process gets grpc.health.v1.Health (Check and Watch).
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &server->port_);
+  if (!options.listen_address.empty()) {
+    builder.AddListeningPort(options.listen_address, tcp_credentials,
+                             &server->port_);
+  }
+  if (!options.unix_socket.empty()) {
+    builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket),
+                             grpc::InsecureServerCredentials());
+  }
   builder.RegisterService(server->data_.get());
   builder.RegisterService(server->admin_.get());
-  builder.SetOption(std::make_unique<ReflectionOption>(options.reflection));
+  builder.SetOption(std::make_unique<ReflectionOption>(server->reflection_));
   builder.SetMaxReceiveMessageSize(kMaxInboundMessageBytes);
   // Keepalive, both ways (the reasons are on the ServerOptions fields).
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
@@ -153,11 +207,21 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
                                options.max_concurrent_streams);
   }
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.listen_address,
-                     ": the address is invalid or in use"));
+  if (server->server_ == nullptr ||
+      (!options.listen_address.empty() && server->port_ == 0)) {
+    std::vector<std::string> addresses;
+    if (!options.listen_address.empty()) {
+      addresses.push_back(options.listen_address);
+    }
+    if (!options.unix_socket.empty()) {
+      addresses.push_back(absl::StrCat("unix:", options.unix_socket));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", absl::StrJoin(addresses, " and "),
+        ": an address is invalid or in use, or the socket's directory is "
+        "missing or not writable"));
   }
+  server->unix_socket_ = options.unix_socket;
   // The datasets were loaded before Start; the daemon serves from here on.
   if (grpc::HealthCheckServiceInterface* health =
           server->server_->GetHealthCheckService()) {
@@ -231,6 +295,9 @@ void BatchdServer::Stop() {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   }
   if (http_ != nullptr) http_->Stop();
+  // gRPC leaves the socket file behind; a later daemon would replace it,
+  // but a client must not find a path that no longer answers.
+  if (!unix_socket_.empty()) unlink(unix_socket_.c_str());
 }
 
 void BatchdServer::Wait() {

@@ -30,17 +30,33 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/admin_service.h"
+#include "server/auth.h"
 #include "server/data_service.h"
 #include "server/job_stats.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/pipeline.h"
 #include "server/server_metrics.h"
+#include "server/transport_security.h"
 
 namespace batchd::server {
 
 struct ServerOptions {
-  // "host:port"; port 0 picks a free port (see port()).
-  std::string listen_address = "0.0.0.0:7070";
+  // "host:port"; port 0 picks a free port (see port()). Empty: no TCP
+  // listener (then `unix_socket` must be set).
+  std::string listen_address = "127.0.0.1:7070";
+  // A Unix socket to listen on as well, for trainers on this host: a path,
+  // plaintext (the socket file's permissions decide who may connect).
+  // Empty: none.
+  std::string unix_socket;
+  // TLS on the TCP listener; none when tls.enabled() is false.
+  TlsFiles tls;
+  // Plaintext is served only on local addresses (loopback, Unix sockets)
+  // unless this is set (--insecure); see CheckPlaintextAllowed.
+  bool insecure = false;
+  // Accepted bearer tokens (server/auth.h); empty: no token is required.
+  // With tokens, reflection is not served: gRPC's reflection service cannot
+  // check them.
+  std::string auth_token_file;
   DatasetMap datasets;
   PipelineOptions pipeline;
   DataServiceOptions service;
@@ -48,7 +64,7 @@ struct ServerOptions {
   // Prometheus endpoint (GET /metrics) on `metrics_host`:`metrics_port`;
   // 0 picks a free port (see metrics_port()), -1 serves no HTTP. The
   // pipeline and service record metrics either way (see metrics()).
-  std::string metrics_host = "0.0.0.0";
+  std::string metrics_host = "127.0.0.1";
   int metrics_port = -1;
   // Serve grpc.reflection.v1alpha.ServerReflection, so that tools such as
   // grpcurl can list and call the API without the .proto files.
@@ -97,8 +113,16 @@ class BatchdServer {
       ServerOptions options);
   ~BatchdServer();
 
-  // The bound port.
+  // The bound TCP port; 0 with no TCP listener.
   int port() const { return port_; }
+
+  // Reads --auth-token-file again (SIGHUP): new calls are checked against
+  // the new tokens, streams already open continue. On error the old tokens
+  // stay and the status says why.
+  absl::Status ReloadTokens() { return authorizer_->Reload(); }
+  // Whether calls must carry a token, and whether reflection is served.
+  bool tokens_required() const { return authorizer_->required(); }
+  bool reflection() const { return reflection_; }
 
   // Drains the data service:
   // 1. new StreamBatches calls are refused with UNAVAILABLE, new batch
@@ -137,6 +161,7 @@ class BatchdServer {
   // Destroyed in reverse: the HTTP endpoint and the gRPC server first, then
   // services, then the pipeline, then the metrics they record into.
   std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<Authorizer> authorizer_;
   JobStats stats_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<DataServiceImpl> data_;
@@ -144,6 +169,8 @@ class BatchdServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> http_;
   int port_ = 0;
+  bool reflection_ = false;
+  std::string unix_socket_;  // removed by Stop
   absl::Status DrainLocked(absl::Duration deadline, absl::string_view reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stop_mu_);
   absl::Mutex stop_mu_;

@@ -36,7 +36,7 @@ import time
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import _native, errors  # noqa: E402
-from ._native import NativeLoader, list_datasets  # noqa: E402,F401
+from ._native import NativeLoader  # noqa: E402,F401
 from .errors import BatchdError  # noqa: E402,F401
 
 __all__ = ["Loader", "Diagnosis", "BatchdError", "errors", "list_datasets",
@@ -73,6 +73,29 @@ class Diagnosis(collections.namedtuple(
 
     def __str__(self):
         return self.line
+
+
+def _security(tls_ca, tls_cert, tls_key, tls_server_name, token_file):
+    """The native loader's `security` dict; paths may be str or PathLike."""
+    return {name: None if value is None else os.fspath(value)
+            for name, value in (("tls_ca", tls_ca), ("tls_cert", tls_cert),
+                                ("tls_key", tls_key),
+                                ("tls_server_name", tls_server_name),
+                                ("token_file", token_file))}
+
+
+def list_datasets(endpoint, timeout=10.0, *, tls_ca=None, tls_cert=None,
+                  tls_key=None, tls_server_name=None, token_file=None):
+    """``[(name, num_samples, class_names)]`` of the daemon's datasets.
+
+    The TLS and token arguments are :class:`Loader`'s.
+    """
+    if tls_server_name is not None:
+        tls_server_name = str(tls_server_name)
+    return _native.list_datasets(
+        endpoint, timeout,
+        security=_security(tls_ca, tls_cert, tls_key, tls_server_name,
+                           token_file))
 
 
 def _log_diagnosis(line):
@@ -127,7 +150,19 @@ class Loader:
         ``Normalize`` after ``ToTensor``; or None for raw pixels.
       dtype: float dtype of normalised output (default torch.float32). A float
         dtype without ``normalize`` gives pixels scaled to 0..1 (ToTensor).
-      job: job name for the daemon's fair sharing and metrics.
+      job: job name for the daemon's fair sharing and metrics. A daemon
+        with tokens bound to jobs checks it against the token.
+      tls_ca: path of the PEM bundle of the CA that signed the daemons'
+        certificates: connect with TLS. None (default): plaintext.
+        ``"unix:"`` endpoints are always plaintext, as the daemon serves them.
+      tls_cert, tls_key: this client's PEM certificate and key, for daemons
+        that require client certificates (mutual TLS).
+      tls_server_name: the name the daemons' certificates are checked
+        against, when it is not the endpoint's host.
+      token_file: a file whose first line is the bearer token the daemons
+        require. None (default): the ``BATCHD_TOKEN`` environment variable,
+        if set. There is no argument for the token itself, so that it never
+        appears on a command line.
       connect_timeout: seconds to wait for the first daemon and its answer.
       unavailable_timeout: seconds with no daemon up before iteration raises
         :class:`batchd.errors.UnavailableError` naming each daemon and its
@@ -161,7 +196,8 @@ class Loader:
                  device="cpu", normalize=None, dtype=None, job="",
                  connect_timeout=10.0, unavailable_timeout=30.0,
                  hedge_factor=3.0, backend="auto", depth=3,
-                 report=None):
+                 report=None, tls_ca=None, tls_cert=None, tls_key=None,
+                 tls_server_name=None, token_file=None):
         import torch
 
         self._native = None
@@ -202,7 +238,9 @@ class Loader:
             resize_shorter=resize_shorter or 0, layout=layout,
             prefetch=prefetch, connect_timeout=connect_timeout,
             unavailable_timeout=unavailable_timeout,
-            hedge_factor=hedge_factor)
+            hedge_factor=hedge_factor,
+            security=_security(tls_ca, tls_cert, tls_key, tls_server_name,
+                               token_file))
         if backend not in ("auto", "host", "device"):
             raise ValueError(f"backend must be auto, host or device, not "
                              f"{backend!r}")

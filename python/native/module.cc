@@ -66,6 +66,29 @@ batchd::v1::Layout ParseLayout(const std::string& layout) {
 
 }  // namespace
 
+client::SecurityOptions SecurityOptionsFromDict(const py::dict& security) {
+  client::SecurityOptions options;
+  const std::pair<const char*, std::string*> fields[] = {
+      {"tls_ca", &options.tls_ca},
+      {"tls_cert", &options.tls_cert},
+      {"tls_key", &options.tls_key},
+      {"tls_server_name", &options.tls_server_name},
+      {"token_file", &options.token_file}};
+  size_t known = 0;
+  for (const auto& [name, value] : fields) {
+    if (!security.contains(name)) continue;
+    ++known;
+    py::object field = security[name];
+    if (!field.is_none()) *value = py::cast<std::string>(py::str(field));
+  }
+  if (known != security.size()) {
+    throw py::value_error(
+        "security takes tls_ca, tls_cert, tls_key, tls_server_name and "
+        "token_file only");
+  }
+  return options;
+}
+
 client::LoaderOptions LoaderOptionsFromArgs(
     const std::string& endpoint, const std::string& dataset,
     uint32_t batch_size, uint64_t seed, bool shuffle, bool drop_last,
@@ -74,7 +97,8 @@ client::LoaderOptions LoaderOptionsFromArgs(
     std::optional<std::pair<float, float>> scale,
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
-    double connect_timeout, double unavailable_timeout, double hedge_factor) {
+    double connect_timeout, double unavailable_timeout, double hedge_factor,
+    const py::dict& security) {
   client::LoaderOptions options;
   options.endpoint = endpoint;
   options.prefetch = prefetch;
@@ -90,6 +114,7 @@ client::LoaderOptions LoaderOptionsFromArgs(
     throw py::value_error("hedge_factor must be >= 0 (0 turns hedging off)");
   }
   options.hedge_factor = hedge_factor;
+  options.security = SecurityOptionsFromDict(security);
   batchd::v1::Plan& plan = options.plan;
   plan.set_dataset(dataset);
   plan.set_batch_size(batch_size);
@@ -145,11 +170,12 @@ std::unique_ptr<NativeLoader> MakeLoader(
     std::optional<std::pair<float, float>> scale,
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
-    double connect_timeout, double unavailable_timeout, double hedge_factor) {
+    double connect_timeout, double unavailable_timeout, double hedge_factor,
+    const py::dict& security) {
   client::LoaderOptions options = LoaderOptionsFromArgs(
       endpoint, dataset, batch_size, seed, shuffle, drop_last, rank,
       world_size, job, mode, size, scale, ratio, flip, resize_shorter, layout,
-      prefetch, connect_timeout, unavailable_timeout, hedge_factor);
+      prefetch, connect_timeout, unavailable_timeout, hedge_factor, security);
   absl::StatusOr<std::unique_ptr<NativeLoader>> loader;
   {
     py::gil_scoped_release release;
@@ -204,7 +230,7 @@ PYBIND11_MODULE(_native, m) {
              py::arg("resize_shorter") = 0, py::arg("layout") = "nchw",
              py::arg("prefetch") = 4, py::arg("connect_timeout") = 10.0,
              py::arg("unavailable_timeout") = 30.0,
-             py::arg("hedge_factor") = 3.0);
+             py::arg("hedge_factor") = 3.0, py::arg("security") = py::dict());
   BindLoaderCommon(loader);
   loader.def(
       "next",
@@ -219,11 +245,14 @@ PYBIND11_MODULE(_native, m) {
 
   m.def(
       "list_datasets",
-      [](const std::string& endpoint, double timeout) {
+      [](const std::string& endpoint, double timeout,
+         const py::dict& security) {
+        const client::SecurityOptions options =
+            SecurityOptionsFromDict(security);
         absl::StatusOr<batchd::v1::ListDatasetsResponse> response;
         {
           py::gil_scoped_release release;
-          response = ListDatasets(endpoint, absl::Seconds(timeout));
+          response = ListDatasets(endpoint, options, absl::Seconds(timeout));
         }
         if (!response.ok()) ThrowStatus(response.status());
         py::list out;
@@ -235,6 +264,7 @@ PYBIND11_MODULE(_native, m) {
         return out;
       },
       py::arg("endpoint"), py::arg("timeout") = 10.0,
+      py::arg("security") = py::dict(),
       "[(name, num_samples, class_names)] of the daemon's datasets.");
 
 #if BATCHD_PY_DEVICE_LOADER

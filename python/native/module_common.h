@@ -38,6 +38,11 @@ void RunWithoutGil(const std::function<void()>& f);
 // pending and ThrowStatus() raises it.
 absl::Status CheckSignals();
 
+// client::SecurityOptions from the Python Loader's `security` dict (keys
+// tls_ca, tls_cert, tls_key, tls_server_name, token_file; None is unset).
+// Raises ValueError for another key.
+client::SecurityOptions SecurityOptionsFromDict(const py::dict& security);
+
 // client::LoaderOptions from the keyword arguments of a loader binding.
 // Raises ValueError for options that do not fit together.
 client::LoaderOptions LoaderOptionsFromArgs(
@@ -48,7 +53,8 @@ client::LoaderOptions LoaderOptionsFromArgs(
     std::optional<std::pair<float, float>> scale,
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
-    double connect_timeout, double unavailable_timeout, double hedge_factor);
+    double connect_timeout, double unavailable_timeout, double hedge_factor,
+    const py::dict& security);
 
 const char* LayoutName(batchd::v1::Layout layout);
 

@@ -17,9 +17,12 @@ absl::StatusOr<std::unique_ptr<NativeLoader>> CreateNativeLoader(
 }
 
 absl::StatusOr<batchd::v1::ListDatasetsResponse> ListDatasets(
-    const std::string& endpoint, absl::Duration timeout) {
-  auto stub =
-      batchd::v1::DataService::NewStub(client::NewBatchdChannel(endpoint));
+    const std::string& endpoint, const client::SecurityOptions& security,
+    absl::Duration timeout) {
+  ASSIGN_OR_RETURN(client::ChannelSecurity loaded,
+                   client::ChannelSecurity::Load(security));
+  auto stub = batchd::v1::DataService::NewStub(
+      client::NewBatchdChannel(endpoint, loaded));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   batchd::v1::ListDatasetsResponse response;
@@ -29,7 +32,8 @@ absl::StatusOr<batchd::v1::ListDatasetsResponse> ListDatasets(
     return absl::Status(
         static_cast<absl::StatusCode>(status.error_code()),
         absl::StrCat("ListDatasets at ", endpoint, ": ",
-                     status.error_message()));
+                     client::WithConnectionHint(status.error_message(),
+                                                loaded)));
   }
   return response;
 }

@@ -208,7 +208,8 @@ class FetchingLoader {
 
 // ListDatasets on the daemon at `endpoint`.
 absl::StatusOr<batchd::v1::ListDatasetsResponse> ListDatasets(
-    const std::string& endpoint, absl::Duration timeout);
+    const std::string& endpoint, const client::SecurityOptions& security,
+    absl::Duration timeout);
 
 // ---- Implementation ----
 

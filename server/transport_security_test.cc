@@ -1,0 +1,61 @@
+#include "server/transport_security.h"
+
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace batchd::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TransportSecurityTest, LocalAddressesAreLoopbackAndUnixSockets) {
+  for (const char* local :
+       {"127.0.0.1:7070", "127.1.2.3:0", "localhost:7070", "[::1]:7070",
+        "::1", "unix:/run/batchd.sock", "unix-abstract:batchd"}) {
+    EXPECT_TRUE(IsLocalAddress(local)) << local;
+  }
+  for (const char* remote :
+       {"0.0.0.0:7070", "[::]:7070", "10.0.0.1:7070", "batchd.example:7070",
+        "128.0.0.1:7070", "[::2]:7070", "localhost.example:7070"}) {
+    EXPECT_FALSE(IsLocalAddress(remote)) << remote;
+  }
+}
+
+TEST(TransportSecurityTest, PlaintextOffTheLoopbackNeedsInsecure) {
+  EXPECT_TRUE(CheckPlaintextAllowed({"127.0.0.1:7070", "unix:/s"},
+                                    /*insecure=*/false)
+                  .ok());
+  const absl::Status refused =
+      CheckPlaintextAllowed({"127.0.0.1:7070", "0.0.0.0:7070"}, false);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("plaintext on 0.0.0.0:7070"));
+  EXPECT_THAT(refused.message(), HasSubstr("--tls-cert"));
+  EXPECT_THAT(refused.message(), HasSubstr("--insecure"));
+  EXPECT_TRUE(CheckPlaintextAllowed({"0.0.0.0:7070"}, /*insecure=*/true).ok());
+}
+
+TEST(TransportSecurityTest, CredentialsNeedBothFilesAndPem) {
+  const std::string dir = ::testing::TempDir();
+  const std::string not_pem = dir + "/transport_security_test_not.pem";
+  std::ofstream(not_pem) << "not a certificate\n";
+  TlsFiles only_cert;
+  only_cert.cert_file = not_pem;
+  EXPECT_THAT(MakeServerCredentials(only_cert).status().message(),
+              HasSubstr("--tls-cert and --tls-key go together"));
+  TlsFiles missing;
+  missing.cert_file = dir + "/transport_security_test_missing.pem";
+  missing.key_file = not_pem;
+  EXPECT_THAT(MakeServerCredentials(missing).status().message(),
+              HasSubstr("cannot read --tls-cert"));
+  TlsFiles garbage;
+  garbage.cert_file = not_pem;
+  garbage.key_file = not_pem;
+  const absl::Status status = MakeServerCredentials(garbage).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("holds no PEM block"));
+}
+
+}  // namespace
+}  // namespace batchd::server
