@@ -6,7 +6,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libgtest-dev libgmock-dev \
   libbenchmark-dev libcpp-httplib-dev libyuv-dev \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
-  python3-torchvision python3-pil python3-prometheus-client util-linux
+  python3-torchvision python3-pil python3-prometheus-client util-linux openssl
 
 .PHONY: all setup build test demo deploy-test clean
 

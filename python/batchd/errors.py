@@ -50,6 +50,16 @@ class CancelledError(BatchdError):
     """The stream was shut down."""
 
 
+class UnauthenticatedError(BatchdError, PermissionError):
+    """The daemon requires a bearer token, and none or a wrong one was sent
+    (``token_file`` or ``BATCHD_TOKEN``)."""
+
+
+class PermissionDeniedError(BatchdError, PermissionError):
+    """The token may not do this: it is bound to another job, or the call
+    needs a token bound to no job."""
+
+
 _CLASSES = {
     "INVALID_ARGUMENT": InvalidArgumentError,
     "OUT_OF_RANGE": InvalidArgumentError,
@@ -58,6 +68,8 @@ _CLASSES = {
     "RESOURCE_EXHAUSTED": ResourceExhaustedError,
     "FAILED_PRECONDITION": FailedPreconditionError,
     "CANCELLED": CancelledError,
+    "UNAUTHENTICATED": UnauthenticatedError,
+    "PERMISSION_DENIED": PermissionDeniedError,
 }
 
 

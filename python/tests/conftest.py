@@ -45,7 +45,7 @@ def dataset_dir(binaries, tmp_path_factory):
 class Daemon:
     """A batchd process on a free port, stopped with SIGTERM."""
 
-    def __init__(self, binary, datasets, directory, workers=2):
+    def __init__(self, binary, datasets, directory, workers=2, extra_args=()):
         directory.mkdir(parents=True, exist_ok=True)
         port_file = directory / "port"
         self.log_path = directory / "batchd.log"
@@ -53,6 +53,7 @@ class Daemon:
                 "--host", "127.0.0.1", "--workers", str(workers)]
         for name, path in datasets.items():
             args += ["--dataset", f"{name}={path}"]
+        args += list(extra_args)
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(args, stdout=self._log,
                                         stderr=subprocess.STDOUT)

@@ -1,0 +1,661 @@
+// Security through real daemon processes on localhost: TLS and mutual TLS
+// with certificates from scripts/make_test_certs.sh, bearer tokens on every
+// RPC (the methods come from the service descriptors), job-bound tokens,
+// plaintext refused off the loopback, the Unix-socket listener, certificate
+// rotation under a running stream, and the per-job limits.
+#include <signal.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "batchd/v1/admin.grpc.pb.h"
+#include "batchd/v1/data.grpc.pb.h"
+#include "client/channel_security.h"
+#include "client/loader.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/descriptor.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "tests/daemon_process.h"
+#include "tests/e2e_helpers.h"
+
+#ifndef BATCHD_SOURCE_DIR
+#error "BATCHD_SOURCE_DIR must be defined (tests/CMakeLists.txt sets it)"
+#endif
+
+namespace batchd::testing {
+namespace {
+
+using ::batchd::client::ChannelSecurity;
+using ::batchd::client::Loader;
+using ::batchd::client::LoaderOptions;
+using ::batchd::client::NewBatchdChannel;
+using ::batchd::client::SecurityOptions;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr uint32_t kBatch = 8;
+constexpr uint32_t kSize = 32;
+constexpr char kAdminToken[] = "admin-token-5f0e9d8c7b6a";
+constexpr char kJobToken[] = "job-a-token-1a2b3c4d5e6f";
+constexpr char kWrongToken[] = "wrong-token-000000000000";
+
+// Where make_test_certs.sh wrote one CA and its certificates.
+struct Certs {
+  std::string dir;
+  std::string ca() const { return dir + "/ca.pem"; }
+  std::string server_cert() const { return dir + "/server.pem"; }
+  std::string server_key() const { return dir + "/server.key"; }
+  std::string client_cert() const { return dir + "/client.pem"; }
+  std::string client_key() const { return dir + "/client.key"; }
+};
+
+Certs MakeCerts(const std::string& name) {
+  Certs certs{MakeTempDir(name)};
+  CommandResult made = RunCommand(
+      {std::string(BATCHD_SOURCE_DIR) + "/scripts/make_test_certs.sh",
+       certs.dir});
+  EXPECT_EQ(made.exit_code, 0) << made.output;
+  return certs;
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  // Write then rename: a reader (the daemon's file watcher) never sees a
+  // half-written file.
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << text;
+  std::filesystem::rename(tmp, path);
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::string> dataset = MakeDataset(24, 2, 11);
+    ASSERT_TRUE(dataset.ok()) << dataset.status();
+    dataset_ = new std::string(*dataset);
+    certs_a_ = new Certs(MakeCerts("ca-a"));
+    certs_b_ = new Certs(MakeCerts("ca-b"));
+    tokens_ = new std::string(MakeTempDir("tokens") + "/tokens");
+    WriteFile(*tokens_, absl::StrCat("# admin\n", kAdminToken, "\n",
+                                     kJobToken, " job-a\n"));
+  }
+  static void TearDownTestSuite() {
+    for (const std::string* dir :
+         {dataset_, &certs_a_->dir, &certs_b_->dir}) {
+      std::filesystem::remove_all(*dir);
+    }
+    std::filesystem::remove_all(std::filesystem::path(*tokens_).parent_path());
+    delete dataset_;
+    delete certs_a_;
+    delete certs_b_;
+    delete tokens_;
+  }
+
+  void TearDown() override {
+    for (const std::string& dir : dirs_) std::filesystem::remove_all(dir);
+  }
+
+  // A fresh directory, removed after the test.
+  std::string TempDir(const std::string& name) {
+    dirs_.push_back(MakeTempDir(name));
+    return dirs_.back();
+  }
+
+  static absl::StatusOr<std::unique_ptr<DaemonProcess>> StartDaemon(
+      std::vector<std::string> args) {
+    args.insert(args.begin(), {"--dataset", "d=" + *dataset_, "--workers", "1"});
+    return DaemonProcess::Start(args);
+  }
+
+  static std::vector<std::string> TlsArgs(const Certs& certs) {
+    return {"--tls-cert", certs.server_cert(), "--tls-key", certs.server_key()};
+  }
+
+  static LoaderOptions Options(const std::string& endpoint,
+                               SecurityOptions security,
+                               const std::string& job = "") {
+    LoaderOptions options;
+    options.endpoint = endpoint;
+    options.plan = TrainPlan("d", kBatch, kSize, 5);
+    options.plan.set_job(job);
+    options.prefetch = 2;
+    options.security = std::move(security);
+    // A refused handshake fails Create quickly; the message is the test's.
+    options.connect_timeout = absl::Seconds(3);
+    return options;
+  }
+
+  static absl::StatusOr<std::vector<BatchRecord>> ReadEpoch(
+      LoaderOptions options, uint64_t epoch = 0) {
+    absl::StatusOr<std::unique_ptr<Loader>> loader =
+        Loader::Create(std::move(options));
+    if (!loader.ok()) return loader.status();
+    if (absl::Status s = (*loader)->StartEpoch(epoch); !s.ok()) return s;
+    return ReadFrom(**loader);
+  }
+
+  // Epoch 0 of the test plan from a plaintext daemon: what every secured
+  // path must deliver byte for byte.
+  static std::vector<BatchRecord> Reference() {
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> d = StartDaemon({});
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (!d.ok()) return {};
+    absl::StatusOr<std::vector<BatchRecord>> records =
+        ReadEpoch(Options((*d)->endpoint(), {}));
+    EXPECT_TRUE(records.ok()) << records.status();
+    return records.ok() ? *records : std::vector<BatchRecord>{};
+  }
+
+  static SecurityOptions Trusting(const Certs& ca) {
+    SecurityOptions security;
+    security.tls_ca = ca.ca();
+    return security;
+  }
+
+  std::vector<std::string> dirs_;
+  static std::string* dataset_;
+  static Certs* certs_a_;
+  static Certs* certs_b_;
+  static std::string* tokens_;
+};
+
+std::string* SecurityTest::dataset_ = nullptr;
+Certs* SecurityTest::certs_a_ = nullptr;
+Certs* SecurityTest::certs_b_ = nullptr;
+std::string* SecurityTest::tokens_ = nullptr;
+
+TEST_F(SecurityTest, TlsWithTheRightCaStreamsTheSameBytes) {
+  const std::vector<BatchRecord> reference = Reference();
+  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                           StartDaemon(TlsArgs(*certs_a_)));
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::vector<BatchRecord> records,
+      ReadEpoch(Options(daemon->endpoint(), Trusting(*certs_a_))));
+  EXPECT_EQ(records, reference);
+  EXPECT_THAT(daemon->Log(), HasSubstr("(TLS)"));
+}
+
+TEST_F(SecurityTest, TlsWithAnotherCaOrInPlaintextFailsSayingWhy) {
+  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                           StartDaemon(TlsArgs(*certs_a_)));
+  absl::StatusOr<std::unique_ptr<Loader>> wrong_ca =
+      Loader::Create(Options(daemon->endpoint(), Trusting(*certs_b_)));
+  ASSERT_FALSE(wrong_ca.ok());
+  EXPECT_EQ(wrong_ca.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(wrong_ca.status().message(),
+              HasSubstr("certificate verify failed"));
+  EXPECT_THAT(wrong_ca.status().message(),
+              HasSubstr("check that its tls_ca signed the daemon's"));
+
+  absl::StatusOr<std::unique_ptr<Loader>> plaintext =
+      Loader::Create(Options(daemon->endpoint(), {}));
+  ASSERT_FALSE(plaintext.ok());
+  EXPECT_EQ(plaintext.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(plaintext.status().message(),
+              HasSubstr("if the daemon serves TLS, give tls_ca"));
+}
+
+TEST_F(SecurityTest, MutualTlsRejectsClientsWithoutACertificateOrFromAnotherCa) {
+  std::vector<std::string> args = TlsArgs(*certs_a_);
+  args.insert(args.end(), {"--tls-client-ca", certs_a_->ca()});
+  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                           StartDaemon(args));
+  EXPECT_THAT(daemon->Log(), HasSubstr("(mutual TLS)"));
+
+  SecurityOptions no_cert = Trusting(*certs_a_);
+  absl::StatusOr<std::unique_ptr<Loader>> without =
+      Loader::Create(Options(daemon->endpoint(), no_cert));
+  ASSERT_FALSE(without.ok());
+  EXPECT_EQ(without.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(without.status().message(),
+              HasSubstr("give tls_cert and tls_key if it requires client"));
+
+  SecurityOptions other_ca = Trusting(*certs_a_);
+  other_ca.tls_cert = certs_b_->client_cert();
+  other_ca.tls_key = certs_b_->client_key();
+  absl::StatusOr<std::unique_ptr<Loader>> foreign =
+      Loader::Create(Options(daemon->endpoint(), other_ca));
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kUnavailable);
+
+  SecurityOptions right = Trusting(*certs_a_);
+  right.tls_cert = certs_a_->client_cert();
+  right.tls_key = certs_a_->client_key();
+  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
+                           ReadEpoch(Options(daemon->endpoint(), right)));
+  EXPECT_EQ(records.size(), 3u);
+}
+
+// One call of an RPC with a valid request over `channel`; its status.
+using RpcCall =
+    std::function<grpc::Status(const std::shared_ptr<grpc::Channel>& channel)>;
+
+grpc::Status CallStreamBatches(const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = v1::DataService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  auto stream = stub->StreamBatches(&context);
+  v1::StreamRequest open;
+  *open.mutable_open()->mutable_plan() = TrainPlan("d", kBatch, kSize, 5);
+  open.mutable_open()->set_window(1);
+  v1::StreamRequest request;
+  request.mutable_request()->set_epoch(0);
+  request.mutable_request()->add_batch_indices(0);
+  stream->Write(open);
+  stream->Write(request);
+  stream->WritesDone();
+  v1::StreamResponse response;
+  bool opened = false;
+  uint64_t expected = 0, received = 0;
+  while (stream->Read(&response)) {
+    opened |= response.has_opened();
+    if (response.has_header()) expected = response.header().total_bytes();
+    if (response.has_chunk()) received += response.chunk().data().size();
+  }
+  grpc::Status status = stream->Finish();
+  if (status.ok() && !(opened && expected > 0 && received == expected)) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        "the stream ended OK without a whole batch");
+  }
+  return status;
+}
+
+// Every RPC of the batchd services with a valid request, keyed by full
+// method name. A method missing here fails EveryRpcNeedsATokenButHealth.
+std::map<std::string, RpcCall> AllRpcs() {
+  auto deadline = [] {
+    return absl::ToChronoTime(absl::Now() + absl::Seconds(10));
+  };
+  std::map<std::string, RpcCall> calls;
+  calls["batchd.v1.DataService.ListDatasets"] =
+      [deadline](const std::shared_ptr<grpc::Channel>& channel) {
+        grpc::ClientContext context;
+        context.set_deadline(deadline());
+        v1::ListDatasetsResponse response;
+        return v1::DataService::NewStub(channel)->ListDatasets(
+            &context, v1::ListDatasetsRequest(), &response);
+      };
+  calls["batchd.v1.DataService.StreamBatches"] = CallStreamBatches;
+  calls["batchd.v1.AdminService.GetStatus"] =
+      [deadline](const std::shared_ptr<grpc::Channel>& channel) {
+        grpc::ClientContext context;
+        context.set_deadline(deadline());
+        v1::ServerStatus response;
+        return v1::AdminService::NewStub(channel)->GetStatus(
+            &context, v1::GetStatusRequest(), &response);
+      };
+  calls["batchd.v1.AdminService.SetWorkers"] =
+      [deadline](const std::shared_ptr<grpc::Channel>& channel) {
+        grpc::ClientContext context;
+        context.set_deadline(deadline());
+        v1::SetWorkersRequest request;
+        request.set_workers(1);
+        v1::SetWorkersResponse response;
+        return v1::AdminService::NewStub(channel)->SetWorkers(
+            &context, request, &response);
+      };
+  return calls;
+}
+
+std::shared_ptr<grpc::Channel> ChannelWithToken(const std::string& endpoint,
+                                                const std::string& token) {
+  ChannelSecurity security;
+  security.token = token;
+  return NewBatchdChannel(endpoint, security);
+}
+
+TEST_F(SecurityTest, EveryRpcNeedsATokenButHealth) {
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      StartDaemon({"--auth-token-file", *tokens_}));
+  const std::map<std::string, RpcCall> calls = AllRpcs();
+  int checked = 0;
+  const google::protobuf::DescriptorPool* pool =
+      google::protobuf::DescriptorPool::generated_pool();
+  for (const char* name : {v1::DataService::service_full_name(),
+                           v1::AdminService::service_full_name()}) {
+    const google::protobuf::ServiceDescriptor* service =
+        pool->FindServiceByName(name);
+    ASSERT_NE(service, nullptr) << name;
+    for (int m = 0; m < service->method_count(); ++m) {
+      const std::string method = service->method(m)->full_name();
+      SCOPED_TRACE(method);
+      auto call = calls.find(method);
+      ASSERT_NE(call, calls.end())
+          << method << " has no entry in AllRpcs(): add a valid call so "
+          << "that its token check is tested";
+      const grpc::Status missing =
+          call->second(NewBatchdChannel(daemon->endpoint()));
+      EXPECT_EQ(missing.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << missing.error_message();
+      EXPECT_THAT(missing.error_message(), HasSubstr("has no token"));
+      const grpc::Status wrong =
+          call->second(ChannelWithToken(daemon->endpoint(), kWrongToken));
+      EXPECT_EQ(wrong.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << wrong.error_message();
+      EXPECT_THAT(wrong.error_message(), HasSubstr("not accepted"));
+      EXPECT_THAT(wrong.error_message(), Not(HasSubstr(kWrongToken)));
+      const grpc::Status right =
+          call->second(ChannelWithToken(daemon->endpoint(), kAdminToken));
+      EXPECT_TRUE(right.ok()) << right.error_message();
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, static_cast<int>(calls.size()))
+      << "AllRpcs() names a method the services no longer have";
+
+  // Kubernetes probes call health without a token.
+  auto health = grpc::health::v1::Health::NewStub(
+      NewBatchdChannel(daemon->endpoint()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status checked_health =
+      health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+  ASSERT_TRUE(checked_health.ok()) << checked_health.error_message();
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // Reflection cannot check tokens, so it is not served.
+  EXPECT_THAT(daemon->Log(), HasSubstr("reflection is off"));
+  // The token never reaches the log.
+  EXPECT_THAT(daemon->Log(), Not(HasSubstr(kAdminToken)));
+  EXPECT_THAT(daemon->Log(), Not(HasSubstr(kWrongToken)));
+}
+
+TEST_F(SecurityTest, JobBoundTokensStreamOnlyTheirJob) {
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      StartDaemon({"--auth-token-file", *tokens_}));
+  const std::string token_file = TempDir("client") + "/token";
+  WriteFile(token_file, absl::StrCat(kJobToken, "\n"));
+  SecurityOptions job_token;
+  job_token.token_file = token_file;
+
+  absl::StatusOr<std::unique_ptr<Loader>> other_job =
+      Loader::Create(Options(daemon->endpoint(), job_token, "job-b"));
+  ASSERT_FALSE(other_job.ok());
+  EXPECT_EQ(other_job.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other_job.status().message(),
+              HasSubstr("may only stream for job \"job-a\", not \"job-b\""));
+
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::vector<BatchRecord> records,
+      ReadEpoch(Options(daemon->endpoint(), job_token, "job-a")));
+  EXPECT_EQ(records.size(), 3u);
+
+  // Read-only calls are allowed; changing the daemon is not.
+  const std::map<std::string, RpcCall> calls = AllRpcs();
+  EXPECT_TRUE(calls.at("batchd.v1.AdminService.GetStatus")(
+                       ChannelWithToken(daemon->endpoint(), kJobToken))
+                  .ok());
+  const grpc::Status set_workers = calls.at("batchd.v1.AdminService.SetWorkers")(
+      ChannelWithToken(daemon->endpoint(), kJobToken));
+  EXPECT_EQ(set_workers.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // $BATCHD_TOKEN stands in for a token file.
+  ASSERT_EQ(setenv(client::kTokenEnvironmentVariable, kJobToken, 1), 0);
+  absl::StatusOr<std::vector<BatchRecord>> from_env =
+      ReadEpoch(Options(daemon->endpoint(), {}, "job-a"));
+  unsetenv(client::kTokenEnvironmentVariable);
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_EQ(*from_env, records);
+}
+
+TEST_F(SecurityTest, SighupReloadsTheTokenFile) {
+  const std::string tokens = TempDir("reload") + "/tokens";
+  WriteFile(tokens, absl::StrCat(kAdminToken, "\n"));
+  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                           StartDaemon({"--auth-token-file", tokens}));
+  const RpcCall get_status = AllRpcs().at("batchd.v1.AdminService.GetStatus");
+  ASSERT_TRUE(get_status(ChannelWithToken(daemon->endpoint(), kAdminToken)).ok());
+  WriteFile(tokens, absl::StrCat(kJobToken, "\n"));
+  kill(daemon->pid(), SIGHUP);
+  // The reload is logged once done; poll it, bounded.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (daemon->Log().find("tokens reloaded") == std::string::npos &&
+         absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(daemon->Log(), HasSubstr("tokens reloaded"));
+  EXPECT_EQ(get_status(ChannelWithToken(daemon->endpoint(), kAdminToken))
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(get_status(ChannelWithToken(daemon->endpoint(), kJobToken)).ok());
+  // A broken file keeps the tokens in force.
+  WriteFile(tokens, "short\n");
+  kill(daemon->pid(), SIGHUP);
+  const absl::Time until2 = absl::Now() + absl::Seconds(10);
+  while (daemon->Log().find("keeping the old tokens") == std::string::npos &&
+         absl::Now() < until2) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(daemon->Log(), HasSubstr("keeping the old tokens"));
+  EXPECT_TRUE(get_status(ChannelWithToken(daemon->endpoint(), kJobToken)).ok());
+}
+
+TEST_F(SecurityTest, PlaintextOffTheLoopbackNeedsInsecure) {
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> refused =
+      StartDaemon({"--host", "0.0.0.0"});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("refusing to serve plaintext on 0.0.0.0"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--tls-cert"));
+
+  // With --insecure it serves, warns, and says so in its status. Tokens
+  // are required meanwhile, and the test talks to it on the loopback only.
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      StartDaemon({"--host", "0.0.0.0", "--insecure", "--auth-token-file",
+                   *tokens_}));
+  EXPECT_THAT(daemon->Log(), HasSubstr("WARNING: --insecure"));
+  auto stub = v1::AdminService::NewStub(ChannelWithToken(
+      absl::StrCat("127.0.0.1:", daemon->port()), kAdminToken));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  v1::ServerStatus status;
+  ASSERT_TRUE(stub->GetStatus(&context, {}, &status).ok());
+  EXPECT_TRUE(status.daemon().security().insecure());
+  EXPECT_TRUE(status.daemon().security().tokens_required());
+  EXPECT_FALSE(status.daemon().security().tls());
+}
+
+TEST_F(SecurityTest, UnixSocketServesTheSameBytes) {
+  const std::vector<BatchRecord> reference = Reference();
+  const std::string socket = TempDir("unix") + "/batchd.sock";
+  {
+    E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                             StartDaemon({"--unix-socket", socket}));
+    E2E_ASSERT_OK_AND_ASSIGN(
+        std::vector<BatchRecord> records,
+        ReadEpoch(Options(absl::StrCat("unix:", socket), {})));
+    EXPECT_EQ(records, reference);
+    // A TLS client still reaches the socket: it is served in plaintext.
+    E2E_ASSERT_OK_AND_ASSIGN(
+        std::vector<BatchRecord> tls_client,
+        ReadEpoch(Options(absl::StrCat("unix:", socket), Trusting(*certs_a_))));
+    EXPECT_EQ(tls_client, reference);
+    EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
+  }
+  EXPECT_FALSE(std::filesystem::exists(socket))
+      << "the daemon left its socket file behind";
+}
+
+TEST_F(SecurityTest, ReplacedCertificatesServeNewConnectionsAndKeepStreams) {
+  const std::vector<BatchRecord> reference = Reference();
+  const std::string dir = TempDir("rotate");
+  const std::string cert = dir + "/server.pem";
+  const std::string key = dir + "/server.key";
+  WriteFile(cert, ReadWhole(certs_a_->server_cert()));
+  WriteFile(key, ReadWhole(certs_a_->server_key()));
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      StartDaemon({"--tls-cert", cert, "--tls-key", key,
+                   "--tls-reload-interval", "1"}));
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Loader> running,
+      Loader::Create(Options(daemon->endpoint(), Trusting(*certs_a_))));
+  ASSERT_TRUE(running->StartEpoch(0).ok());
+  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> before,
+                           ReadFrom(*running, /*max_batches=*/1));
+
+  // Rotate to CA B's certificate; the key first, so that a reload between
+  // the two renames finds a mismatched pair at worst, which gRPC rejects
+  // and retries.
+  WriteFile(key, ReadWhole(certs_b_->server_key()));
+  WriteFile(cert, ReadWhole(certs_b_->server_cert()));
+  const RpcCall list = AllRpcs().at("batchd.v1.DataService.ListDatasets");
+  absl::StatusOr<ChannelSecurity> trust_b =
+      ChannelSecurity::Load(Trusting(*certs_b_));
+  ASSERT_TRUE(trust_b.ok());
+  grpc::Status new_connection;
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  do {
+    absl::SleepFor(absl::Milliseconds(200));
+    new_connection = list(NewBatchdChannel(daemon->endpoint(), *trust_b));
+  } while (!new_connection.ok() && absl::Now() < until);
+  ASSERT_TRUE(new_connection.ok())
+      << "new connections did not get the new certificate: "
+      << new_connection.error_message();
+  absl::StatusOr<ChannelSecurity> trust_a =
+      ChannelSecurity::Load(Trusting(*certs_a_));
+  ASSERT_TRUE(trust_a.ok());
+  EXPECT_FALSE(list(NewBatchdChannel(daemon->endpoint(), *trust_a)).ok());
+
+  // The stream opened before the rotation delivers the rest of its epoch
+  // and a whole new one, without ever going down.
+  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> after, ReadFrom(*running));
+  before.insert(before.end(), after.begin(), after.end());
+  EXPECT_EQ(before, reference);
+  ASSERT_TRUE(running->StartEpoch(1).ok());
+  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> next, ReadFrom(*running));
+  EXPECT_EQ(next.size(), 3u);
+  const Loader::Stats stats = running->stats();
+  ASSERT_EQ(stats.daemons.size(), 1u);
+  EXPECT_EQ(stats.daemons[0].lost, 0u);
+  EXPECT_EQ(stats.daemons[0].state, "up");
+}
+
+// Streams of `job` that open and then never read: they hold their
+// reservation until cancelled.
+class GreedyStreams {
+ public:
+  GreedyStreams(const std::string& endpoint, const std::string& job, int n)
+      : stub_(v1::DataService::NewStub(NewBatchdChannel(endpoint))) {
+    for (int i = 0; i < n; ++i) {
+      auto context = std::make_unique<grpc::ClientContext>();
+      auto stream = stub_->StreamBatches(context.get());
+      v1::StreamRequest open;
+      *open.mutable_open()->mutable_plan() = TrainPlan("d", kBatch, kSize, 5);
+      open.mutable_open()->mutable_plan()->set_job(job);
+      open.mutable_open()->set_window(4);
+      stream->Write(open);
+      v1::StreamResponse response;
+      if (stream->Read(&response) && response.has_opened()) {
+        granted_ += response.opened().window();
+        open_.push_back({std::move(context), std::move(stream)});
+      } else {
+        refusals_.push_back(stream->Finish());
+      }
+    }
+  }
+  ~GreedyStreams() {
+    for (auto& [context, stream] : open_) context->TryCancel();
+    for (auto& [context, stream] : open_) stream->Finish().IgnoreError();
+  }
+  int opened() const { return static_cast<int>(open_.size()); }
+  uint32_t granted() const { return granted_; }
+  const std::vector<grpc::Status>& refusals() const { return refusals_; }
+
+ private:
+  using Stream =
+      grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>;
+  std::unique_ptr<v1::DataService::Stub> stub_;
+  std::vector<std::pair<std::unique_ptr<grpc::ClientContext>,
+                        std::unique_ptr<Stream>>>
+      open_;
+  uint32_t granted_ = 0;
+  std::vector<grpc::Status> refusals_;
+};
+
+TEST_F(SecurityTest, AJobOverItsStreamLimitIsRefusedAndOthersStream) {
+  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                           StartDaemon({"--max-streams-per-job", "2"}));
+  GreedyStreams greedy(daemon->endpoint(), "greedy", 3);
+  EXPECT_EQ(greedy.opened(), 2);
+  ASSERT_EQ(greedy.refusals().size(), 1u);
+  EXPECT_EQ(greedy.refusals()[0].error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(greedy.refusals()[0].error_message(),
+              HasSubstr("job \"greedy\" already has 2 streams open"));
+  EXPECT_THAT(greedy.refusals()[0].error_message(),
+              HasSubstr("--max-streams-per-job"));
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::vector<BatchRecord> records,
+      ReadEpoch(Options(daemon->endpoint(), {}, "well-behaved")));
+  EXPECT_EQ(records.size(), 3u);
+}
+
+// The measured failure, scaled down: four jobs of 16 streams that never
+// consume, against a budget of 64 batches. Each job may hold 20 % of the
+// buffers, so a fifth job still streams; with the share off it is refused.
+TEST_F(SecurityTest, AJobOverItsBufferShareIsRefusedAndAnotherJobStreams) {
+  const std::vector<BatchRecord> reference = Reference();
+  const uint64_t batch_bytes = uint64_t{kBatch} * kSize * kSize * 3;
+  const std::string budget = std::to_string(64 * batch_bytes);
+  for (const char* share : {"1", "0.2"}) {
+    SCOPED_TRACE(absl::StrCat("--max-job-buffer-share ", share));
+    E2E_ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<DaemonProcess> daemon,
+        StartDaemon({"--max-buffer-bytes", budget, "--max-window", "4",
+                     "--max-job-buffer-share", share}));
+    std::vector<std::unique_ptr<GreedyStreams>> jobs;
+    uint32_t granted = 0;
+    for (int j = 0; j < 4; ++j) {
+      jobs.push_back(std::make_unique<GreedyStreams>(
+          daemon->endpoint(), absl::StrCat("greedy-", j), 16));
+      granted += jobs.back()->granted();
+    }
+    absl::StatusOr<std::vector<BatchRecord>> fifth =
+        ReadEpoch(Options(daemon->endpoint(), {}, "well-behaved"));
+    if (std::string(share) == "1") {
+      // The first jobs take everything.
+      EXPECT_EQ(granted, 64u);
+      ASSERT_FALSE(fifth.ok());
+      EXPECT_EQ(fifth.status().code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_THAT(fifth.status().message(),
+                  HasSubstr("batch buffers are full"));
+    } else {
+      // 64 * 0.2 = 12.8 batches a job: 12 each, 48 in all.
+      EXPECT_EQ(granted, 48u);
+      for (const auto& job : jobs) {
+        ASSERT_FALSE(job->refusals().empty());
+        EXPECT_EQ(job->refusals()[0].error_code(),
+                  grpc::StatusCode::RESOURCE_EXHAUSTED);
+        EXPECT_THAT(job->refusals()[0].error_message(),
+                    HasSubstr("--max-job-buffer-share"));
+      }
+      ASSERT_TRUE(fifth.ok()) << fifth.status();
+      EXPECT_EQ(*fifth, reference);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace batchd::testing
