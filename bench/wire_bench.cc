@@ -14,6 +14,8 @@
 //   batchd-wire-bench --batches=40 --repeats=5            # TCP loopback
 //   batchd-wire-bench --path=protobuf                     # the copying path
 //   batchd-wire-bench --unix_socket                       # Unix socket
+//   batchd-wire-bench --tls_dir=DIR                       # TLS (certificates
+//                                       from scripts/make_test_certs.sh DIR)
 //   taskset -c 0 batchd-wire-bench                        # both on one core
 //
 // Prints one line per stream and a median line:
@@ -25,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -48,6 +51,9 @@ ABSL_FLAG(uint64_t, chunk_bytes, (uint64_t{4} << 20) - 1024,
           "bytes per BatchChunk (the daemon's kMaxChunkBytes)");
 ABSL_FLAG(uint32_t, repeats, 3, "streams, one after another");
 ABSL_FLAG(bool, unix_socket, false, "Unix domain socket instead of TCP loopback");
+ABSL_FLAG(std::string, tls_dir, "",
+          "TCP with TLS, using DIR/server.pem, DIR/server.key and DIR/ca.pem "
+          "as scripts/make_test_certs.sh writes them; empty: plaintext");
 ABSL_FLAG(std::string, path, "slices",
           "slices (zero-copy chunks, as the daemon) or protobuf (copying)");
 
@@ -56,6 +62,20 @@ namespace {
 
 using ::batchd::v1::StreamRequest;
 using ::batchd::v1::StreamResponse;
+
+std::string ReadFileOrDie(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    absl::FPrintF(stderr, "error: cannot read %s\n", path);
+    std::exit(1);
+  }
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
 
 double CpuSeconds() {
   rusage usage{};
@@ -245,7 +265,15 @@ class SliceWireService final
                           absl::GetFlag(FLAGS_chunk_bytes), report_fd);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::InsecureServerCredentials();
+  if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({ReadFileOrDie(dir + "/server.key"),
+                                      ReadFileOrDie(dir + "/server.pem")});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(address, credentials, &port);
   if (absl::GetFlag(FLAGS_path) == "protobuf") {
     builder.RegisterService(&copying);
   } else {
@@ -285,12 +313,22 @@ int Run() {
     waitpid(child, nullptr, 0);
     return 1;
   }
+  const std::string tls_dir = absl::GetFlag(FLAGS_tls_dir);
+  // The test certificate names localhost.
   const std::string target =
-      use_unix ? listen : absl::StrCat("127.0.0.1:", port);
+      use_unix ? listen
+               : absl::StrCat(tls_dir.empty() ? "127.0.0.1:" : "localhost:",
+                              port);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);  // the client's limit
-  auto channel =
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (!tls_dir.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = ReadFileOrDie(tls_dir + "/ca.pem");
+    credentials = grpc::SslCredentials(ssl);
+  }
+  auto channel = grpc::CreateCustomChannel(target, credentials, args);
   auto stub = batchd::v1::DataService::NewStub(channel);
 
   const bool slices = absl::GetFlag(FLAGS_path) != "protobuf";
@@ -389,7 +427,9 @@ int Run() {
   };
   absl::PrintF("median over %d streams (%s, %s): %.2f GB/s, server %.3f CPU-s/GB, "
                "client %.3f CPU-s/GB\n",
-               rates.size(), use_unix ? "unix socket" : "tcp loopback",
+               rates.size(),
+               use_unix ? "unix socket"
+                        : (tls_dir.empty() ? "tcp loopback" : "tls loopback"),
                slices ? "slices" : "protobuf",
                median(rates), median(server_cpu_per_gb),
                median(client_cpu_per_gb));
