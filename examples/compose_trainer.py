@@ -47,6 +47,12 @@ def parse_args(argv):
                    help="job name in the daemons' metrics")
     p.add_argument("--connect-timeout", type=float, default=30.0,
                    help="seconds to wait for the daemons")
+    p.add_argument("--tls-ca", help="PEM CA that signed the daemons' "
+                   "certificates: connect with TLS (default: plaintext)")
+    p.add_argument("--tls-server-name", help="name the daemons' "
+                   "certificates are checked against (default: the host)")
+    p.add_argument("--token-file", help="file holding the bearer token the "
+                   "daemons require (default: $BATCHD_TOKEN, if set)")
     p.add_argument("--no-coverage", dest="coverage", action="store_false",
                    help="skip the exactly-once check (for datasets with "
                         "several images per class)")
@@ -55,13 +61,13 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def dataset_size(batchd, endpoints, name, timeout):
+def dataset_size(batchd, endpoints, name, timeout, security):
     """The sample count of `name`, after checking one image per class.
     Asks the daemons in turn until one answers."""
     errors = []
     for endpoint in endpoints:
         try:
-            datasets = batchd.list_datasets(endpoint, timeout)
+            datasets = batchd.list_datasets(endpoint, timeout, **security)
             break
         except batchd.BatchdError as error:
             errors.append(f"{endpoint}: {error}")
@@ -106,15 +112,18 @@ def main(argv):
     endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
     if not endpoints:
         sys.exit("compose_trainer: --endpoints is empty")
+    security = dict(tls_ca=args.tls_ca, tls_server_name=args.tls_server_name,
+                    token_file=args.token_file)
     samples = (dataset_size(batchd, endpoints, args.dataset,
-                            args.connect_timeout) if args.coverage else None)
+                            args.connect_timeout, security)
+               if args.coverage else None)
     # One Loader over every daemon: it spreads its requests over them and
     # asks another daemon for the batches of one that fails.
     loader = batchd.Loader(
         ",".join(endpoints), args.dataset, args.batch_size, size=args.size,
         prefetch=args.prefetch, seed=1, shuffle=True, drop_last=False,
         rank=0, world_size=1, job=args.job,
-        connect_timeout=args.connect_timeout, report=False)
+        connect_timeout=args.connect_timeout, report=False, **security)
     print(f"loader: one batchd.Loader over {len(endpoints)} daemons "
           f"({','.join(endpoints)})", flush=True)
     print(f"dataset {args.dataset}: {len(loader)} batches of "
