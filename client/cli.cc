@@ -454,6 +454,7 @@ int main(int argc, char** argv) {
       "Streams batches from a batchd daemon and reports throughput.\n"
       "  batchd-client --endpoint=HOST:PORT --dataset=NAME [--verify] "
       "[--dump=FILE]\n  batchd-client --list");
+  batchd::client::ShowToolFlagsInHelp("client/cli.cc");
   absl::ParseCommandLine(argc, argv);
   return batchd::client::Run();
 }

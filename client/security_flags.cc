@@ -3,6 +3,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM bundle of the CA that signed the daemons' certificates: "
@@ -27,6 +29,17 @@ SecurityOptions SecurityOptionsFromFlags() {
   options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   options.token_file = absl::GetFlag(FLAGS_token_file);
   return options;
+}
+
+void ShowToolFlagsInHelp(absl::string_view tool_source) {
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [tool = std::string(tool_source)](
+                                   absl::string_view file) {
+    return absl::EndsWith(file, tool) ||
+           absl::EndsWith(file, "client/security_flags.cc");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
 }
 
 }  // namespace batchd::client

@@ -147,6 +147,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "A live view of batchd daemons (`batchd top`).\n"
       "  batchd-top --endpoint=HOST:PORT[,HOST:PORT...] [--once]");
+  batchd::client::ShowToolFlagsInHelp("client/top.cc");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> positional(rest.begin() + 1, rest.end());
   return batchd::client::Run(positional);

@@ -657,5 +657,23 @@ TEST_F(SecurityTest, AJobOverItsBufferShareIsRefusedAndAnotherJobStreams) {
   }
 }
 
+TEST_F(SecurityTest, HelpDocumentsEverySecurityFlag) {
+  const CommandResult daemon = RunCommand({BuiltBinary("server/batchd"), "--help"});
+  for (const char* flag :
+       {"--tls_cert", "--tls_key", "--tls_client_ca", "--tls_reload_interval",
+        "--auth_token_file", "--insecure", "--unix_socket", "--metrics_host",
+        "--max_streams_per_job", "--max_job_buffer_share"}) {
+    EXPECT_THAT(daemon.output, HasSubstr(flag)) << "batchd --help";
+  }
+  for (const char* tool : {"client/batchd-client", "client/batchd-top"}) {
+    const CommandResult help = RunCommand({BuiltBinary(tool), "--help"});
+    for (const char* flag : {"--tls_ca", "--tls_cert", "--tls_key",
+                             "--tls_server_name", "--token_file",
+                             "--endpoint"}) {
+      EXPECT_THAT(help.output, HasSubstr(flag)) << tool << " --help";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace batchd::testing
