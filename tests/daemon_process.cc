@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -56,11 +59,58 @@ std::string BuiltBinary(const std::string& relative_path) {
   return absl::StrCat(BATCHD_BINARY_DIR, "/", relative_path);
 }
 
+namespace {
+
+// This process's directory for MakeTempDir, TempDir()/batchd-<pid>,
+// removed with everything in it when the process exits. Roots left by
+// test processes that died without exiting (a crash, SIGKILL) are removed
+// when the next one starts, so that a test run leaves nothing in /tmp.
+class TempRoot {
+ public:
+  TempRoot()
+      : path_(absl::StrCat(::testing::TempDir(), "batchd-", getpid())) {
+    RemoveRootsOfDeadProcesses();
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempRoot() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  static void RemoveRootsOfDeadProcesses() {
+    std::error_code error;
+    for (const auto& entry :
+         std::filesystem::directory_iterator(::testing::TempDir(), error)) {
+      const std::string name = entry.path().filename().string();
+      // "batchd-<pid>", or "batchd-<pid>-..." as test directories were
+      // once named.
+      int pid = 0;
+      if (name.rfind("batchd-", 0) != 0) continue;
+      const std::string digits = name.substr(
+          strlen("batchd-"), name.find('-', strlen("batchd-")) - strlen("batchd-"));
+      if (!absl::SimpleAtoi(digits, &pid) || pid <= 0) continue;
+      if (kill(pid, 0) != 0 && errno == ESRCH) {
+        std::error_code ignored;
+        std::filesystem::remove_all(entry.path(), ignored);
+      }
+    }
+  }
+  const std::string path_;
+};
+
+}  // namespace
+
 std::string MakeTempDir(const std::string& name) {
+  static TempRoot* root = [] {
+    static TempRoot instance;  // destroyed at exit, removing the root
+    return &instance;
+  }();
   static std::atomic<int> counter{0};
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string dir = absl::StrCat(::testing::TempDir(), "batchd-", getpid(),
-                                 "-", counter++, "-",
+  std::string dir = absl::StrCat(root->path(), "/", counter++, "-",
                                  info ? info->name() : "global", "-", name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
