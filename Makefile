@@ -6,9 +6,10 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libgtest-dev libgmock-dev \
   libbenchmark-dev libcpp-httplib-dev libyuv-dev \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
-  python3-torchvision python3-pil python3-prometheus-client util-linux openssl
+  python3-torchvision python3-pil python3-prometheus-client util-linux openssl \
+  clang
 
-.PHONY: all setup build test demo deploy-test clean
+.PHONY: all setup build test test-asan demo deploy-test clean
 
 all: build
 
@@ -25,6 +26,28 @@ build: setup $(BUILD_DIR)/build.ninja
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
+# The C++ suites, end-to-end tests with real daemons included, built by
+# clang with AddressSanitizer and UndefinedBehaviorSanitizer (any finding
+# fails the test) and with -Wthread-safety -Werror=thread-safety, which
+# checks every ABSL_GUARDED_BY and lock annotation. The Python, bench and
+# deploy tests run in `make test`.
+ASAN_BUILD_DIR ?= build-asan
+SANITIZER_ENV := \
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+$(ASAN_BUILD_DIR)/build.ninja:
+	cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_CUDA_COMPILER=NOTFOUND \
+	  -DBATCHD_THREAD_SAFETY=ON -DBATCHD_SANITIZE=address,undefined
+
+test-asan: setup $(ASAN_BUILD_DIR)/build.ninja
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	cd $(ASAN_BUILD_DIR) && $(SANITIZER_ENV) \
+	  ctest --output-on-failure -j $(JOBS) -LE 'python|bench|deploy|gpu'
+
 demo: build
 	./scripts/demo.sh $(BUILD_DIR)
 
@@ -34,4 +57,4 @@ deploy-test:
 	./scripts/deploy_test.sh
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR)
