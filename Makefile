@@ -7,9 +7,9 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   libbenchmark-dev libcpp-httplib-dev libyuv-dev \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
   python3-torchvision python3-pil python3-prometheus-client util-linux openssl \
-  clang
+  clang libclang-rt-14-dev
 
-.PHONY: all setup build test test-asan demo deploy-test clean
+.PHONY: all setup build test test-asan fuzz demo deploy-test clean
 
 all: build
 
@@ -41,12 +41,20 @@ $(ASAN_BUILD_DIR)/build.ninja:
 	cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCMAKE_CUDA_COMPILER=NOTFOUND \
-	  -DBATCHD_THREAD_SAFETY=ON -DBATCHD_SANITIZE=address,undefined
+	  -DBATCHD_THREAD_SAFETY=ON -DBATCHD_SANITIZE=address,undefined \
+	  -DBATCHD_FUZZ=ON
 
 test-asan: setup $(ASAN_BUILD_DIR)/build.ninja
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	cd $(ASAN_BUILD_DIR) && $(SANITIZER_ENV) \
 	  ctest --output-on-failure -j $(JOBS) -LE 'python|bench|deploy|gpu'
+
+# Every fuzz target (fuzz/) for FUZZ_SECONDS each under ASan + UBSan, in the
+# same build as test-asan; prints executions and coverage per target.
+FUZZ_SECONDS ?= 60
+fuzz: setup $(ASAN_BUILD_DIR)/build.ninja
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	$(SANITIZER_ENV) fuzz/run_fuzzers.sh $(ASAN_BUILD_DIR) $(FUZZ_SECONDS)
 
 demo: build
 	./scripts/demo.sh $(BUILD_DIR)

@@ -181,7 +181,10 @@ class LoaderCore : public StreamSink {
     std::shared_ptr<DaemonStream> stream;  // null while down
     DaemonState state = DaemonState::kConnecting;
     absl::Status last_error;
-    int failures = 0;  // consecutive, for the backoff
+    // Stream failures since it last delivered a batch (or was up with
+    // nothing asked of it): the reconnect backoff grows with them, and
+    // while they are not 0 a reconnect does not count as recovery.
+    int failures = 0;
     absl::Time retry_at = absl::InfinitePast();
     absl::Time last_message;  // for the stall check
     bool stalled = false;     // we cancelled it for silence
@@ -212,6 +215,9 @@ class LoaderCore : public StreamSink {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The receipt of `daemon` is complete.
   void FinishReceiptLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `daemon` works again: its failures are forgiven and the unavailable
+  // clock stops.
+  void MarkRecoveredLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeLocked(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int FindLocked(const Key& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the sticky error once no daemon can serve any more.
@@ -526,11 +532,21 @@ void LoaderCore::SupervisorLoop() {
       if (error_.ok() && !cancelled_ && all_down_since_ != absl::InfiniteFuture() &&
           now - all_down_since_ > options_.unavailable_timeout) {
         error_ = absl::UnavailableError(absl::StrCat(
-            "no batchd daemon was reachable for ",
+            "no batchd daemon was up and delivering for ",
             absl::FormatDuration(options_.unavailable_timeout), ": ",
             DaemonSummaryLocked()));
       }
       if (error_.ok()) outgoing = ScheduleLocked();
+      // After scheduling: a reconnected daemon given no work (the ring is
+      // full) has nothing to prove; one given work proves itself by
+      // delivering (FinishReceiptLocked).
+      for (size_t i = 0; i < daemons_.size(); ++i) {
+        const int id = static_cast<int>(i);
+        if (daemons_[i].state == DaemonState::kUp && daemons_[i].failures > 0 &&
+            scheduler_.outstanding(id) == 0) {
+          MarkRecoveredLocked(id);
+        }
+      }
       resolve = spec_.uses_dns() && now >= next_resolve_;
       if (resolve) next_resolve_ = now + options_.resolve_interval;
     }
@@ -674,11 +690,13 @@ absl::Status LoaderCore::HandleOpened(int daemon, const PlanOpened& opened) {
   }
   d.opened = true;
   d.state = DaemonState::kUp;
-  d.failures = 0;
-  d.last_error = absl::OkStatus();
   scheduler_.DaemonUp(daemon, opened.window());
   if (!d.in_dns) scheduler_.DaemonDraining(daemon);
-  all_down_since_ = absl::InfiniteFuture();
+  // A daemon that failed before counts as back only once it delivers a
+  // batch, or is up with nothing asked of it (MarkRecoveredLocked): one
+  // that accepts every stream and then fails it must not keep the loader
+  // waiting forever, nor reconnecting without backoff.
+  if (d.failures == 0) MarkRecoveredLocked(daemon);
   kick_ = true;  // the supervisor hands it work
   return absl::OkStatus();
 }
@@ -793,9 +811,17 @@ absl::Status LoaderCore::OnChunk(int daemon, const common::ChunkInfo& chunk,
   return absl::OkStatus();
 }
 
+void LoaderCore::MarkRecoveredLocked(int daemon) {
+  Daemon& d = daemons_[daemon];
+  d.failures = 0;
+  d.last_error = absl::OkStatus();
+  all_down_since_ = absl::InfiniteFuture();
+}
+
 void LoaderCore::FinishReceiptLocked(int daemon) {
   Receipt& receipt = daemons_[daemon].receipt;
   scheduler_.OnComplete(daemon, receipt.key, absl::Now());
+  MarkRecoveredLocked(daemon);
   if (receipt.slot >= 0) {
     Slot& slot = slots_[receipt.slot];
     if (slot.orphaned) {

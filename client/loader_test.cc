@@ -410,6 +410,29 @@ TEST(LoaderTest, ServerEndingTheStreamEarlyIsUnavailable) {
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("not delivered")));
 }
 
+// Found by fuzz/fuzz_receive.cc: a daemon that opens every stream and then
+// fails it (a retryable code) kept the loader reconnecting forever, each
+// open resetting the unavailable clock, and Next() never returned.
+TEST(LoaderTest, DaemonFailingEveryStreamAfterOpeningIsUnavailable) {
+  std::atomic<int> streams{0};
+  FakeServer server(FakeDataService::Options{}, [&streams](FakeStream& stream) {
+    ++streams;
+    stream.ReadRequest();
+    return grpc::Status(grpc::StatusCode::INTERNAL, "broken daemon");
+  });
+  LoaderOptions options = OptionsFor(server);
+  options.reconnect_backoff_min = absl::Milliseconds(10);
+  options.reconnect_backoff_max = absl::Milliseconds(50);
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(options);
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  absl::StatusOr<Batch> next = (*loader)->Next();
+  EXPECT_THAT(next, StatusIs(absl::StatusCode::kUnavailable,
+                             HasSubstr("no batchd daemon was up and delivering")));
+  EXPECT_THAT(next.status().message(), HasSubstr("broken daemon"));
+  EXPECT_GE(streams.load(), 2);  // it was retried, with backoff, then given up
+}
+
 TEST(LoaderTest, StreamErrorIsSurfacedAfterCompleteBatches) {
   FakeServer server(FakeDataService::Options{}, [](FakeStream& stream) {
     stream.ReadRequest();
