@@ -17,28 +17,45 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$src/tests/sanitizers/lsan.supp
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 "$src/fuzz/make_seeds.sh" "$build" "$build/fuzz/seeds" 2>/dev/null
 mkdir -p "$build/fuzz/artifacts"
-summary=()
-status=0
-for target in decode dataset_config plan receive tar_index; do
-  corpus=$build/fuzz/corpus/$target
+# One target per core at a time: the targets run side by side.
+jobs=$(nproc)
+run_one() {
+  local target=$1 corpus=$build/fuzz/corpus/$1 log=$build/fuzz/$1.log
   mkdir -p "$corpus"
-  log=$build/fuzz/$target.log
+  "$build/fuzz/fuzz_$target" -max_total_time="$seconds" \
+    -print_final_stats=1 -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
+    -artifact_prefix="$build/fuzz/artifacts/$target-" \
+    "$corpus" "$build/fuzz/seeds/$target" "$src/fuzz/regressions/$target" \
+    > "$log" 2>&1
+}
+targets=(decode dataset_config plan receive tar_index)
+pids=() status=0
+for target in "${targets[@]}"; do
   echo "== fuzz_$target: ${seconds}s"
-  if ! "$build/fuzz/fuzz_$target" -max_total_time="$seconds" \
-      -print_final_stats=1 -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
-      -artifact_prefix="$build/fuzz/artifacts/$target-" \
-      "$corpus" "$build/fuzz/seeds/$target" "$src/fuzz/regressions/$target" \
-      > "$log" 2>&1; then
+  run_one "$target" &
+  pids+=($!)
+  if [ ${#pids[@]} -ge "$jobs" ]; then
+    wait "${pids[0]}" || status=1
+    pids=("${pids[@]:1}")
+  fi
+done
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+
+summary=()
+for target in "${targets[@]}"; do
+  log=$build/fuzz/$target.log
+  if grep -qE '^==[0-9]+==ERROR|^SUMMARY: |Test unit written|-- out-of-memory|ALARM: working on the last Unit' "$log"; then
     status=1
     tail -40 "$log"
     echo "fuzz_$target FAILED: see $log and $build/fuzz/artifacts/"
   fi
+  corpus=$build/fuzz/corpus/$target
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   last=$(grep -E '^#[0-9]+' "$log" | tail -1)
   cov=$(echo "$last" | grep -o 'cov: [0-9]*' | grep -o '[0-9]*' || echo 0)
   ft=$(echo "$last" | grep -o 'ft: [0-9]*' | grep -o '[0-9]*' || echo 0)
-  summary+=("$(printf '%-16s %4ss %10s execs %7s/s  cov %6s  ft %6s  corpus %5s' \
+  summary+=("$(printf '%-20s %4ss %10s execs %7s/s  cov %6s  ft %6s  corpus %5s' \
     "fuzz_$target" "$seconds" "$runs" "$rate" "$cov" "$ft" "$(ls "$corpus" | wc -l)")")
 done
 printf '%s\n' "${summary[@]}"
