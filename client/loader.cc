@@ -543,9 +543,16 @@ void LoaderCore::SupervisorLoop() {
       for (size_t i = 0; i < daemons_.size(); ++i) {
         const int id = static_cast<int>(i);
         if (daemons_[i].state == DaemonState::kUp && daemons_[i].failures > 0 &&
-            scheduler_.outstanding(id) == 0) {
+            scheduler_.Accepting(id) && scheduler_.outstanding(id) == 0) {
           MarkRecoveredLocked(id);
         }
+      }
+      // No daemon takes requests (each is down, draining, failed or gone):
+      // the unavailable clock runs as when every daemon is down. A daemon
+      // that drains but never ends its stream must not hold Next() forever.
+      if (scheduler_.accepting_daemons() == 0 &&
+          all_down_since_ == absl::InfiniteFuture()) {
+        all_down_since_ = now;
       }
       resolve = spec_.uses_dns() && now >= next_resolve_;
       if (resolve) next_resolve_ = now + options_.resolve_interval;

@@ -433,6 +433,28 @@ TEST(LoaderTest, DaemonFailingEveryStreamAfterOpeningIsUnavailable) {
   EXPECT_GE(streams.load(), 2);  // it was retried, with backoff, then given up
 }
 
+// Found by fuzz/fuzz_receive.cc: a daemon that says it is draining (an
+// in-band UNAVAILABLE) and then never ends its stream left no daemon to ask
+// and Next() waiting forever.
+TEST(LoaderTest, DrainingDaemonThatNeverEndsItsStreamIsUnavailable) {
+  absl::Notification done;
+  FakeServer server(FakeDataService::Options{}, [&done](FakeStream& stream) {
+    stream.ReadRequest();
+    stream.Reject(stream.pending().front(), /*code=*/14, "draining");
+    // Holds the stream open, as a stuck daemon would, until the test ends.
+    done.WaitForNotificationWithTimeout(absl::Seconds(20));
+    return grpc::Status::OK;
+  });
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  EXPECT_THAT((*loader)->Next(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("no batchd daemon was up and delivering")));
+  done.Notify();
+}
+
 TEST(LoaderTest, StreamErrorIsSurfacedAfterCompleteBatches) {
   FakeServer server(FakeDataService::Options{}, [](FakeStream& stream) {
     stream.ReadRequest();

@@ -119,8 +119,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.plan.set_batch_size(2);
   options.prefetch = 3;
   options.connect_timeout = absl::Seconds(5);
-  options.stall_timeout = absl::Milliseconds(300);
-  options.unavailable_timeout = absl::Milliseconds(300);
+  options.stall_timeout = absl::Milliseconds(100);
+  options.unavailable_timeout = absl::Milliseconds(100);
   options.reconnect_backoff_min = absl::Milliseconds(10);
   options.reconnect_backoff_max = absl::Milliseconds(20);
   auto loader = batchd::client::Loader::Create(options);
