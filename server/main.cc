@@ -118,6 +118,12 @@ ABSL_FLAG(uint64_t, idle_buffer_bytes, uint64_t{256} << 20,
           "freed. 0 frees every buffer at once.");
 ABSL_FLAG(uint64_t, max_image_pixels, uint64_t{64} << 20,
           "Images with more pixels are substituted (TOO_MANY_PIXELS).");
+ABSL_FLAG(std::string, corrupt_policy, "substitute",
+          "What to do with a JPEG whose entropy-coded data is damaged or "
+          "truncated: `substitute` (replace it with another sample, as for "
+          "any bad file, and report it in the batch) or `decode` (deliver "
+          "what libjpeg decodes, grey where data is missing, as PIL does; "
+          "counted in batchd_damaged_samples_decoded_total).");
 ABSL_FLAG(int, max_scans, 500,
           "Progressive JPEGs with more scans are substituted.");
 ABSL_FLAG(FlagDuration, drain_deadline, FlagDuration{absl::Seconds(10)},
@@ -344,6 +350,13 @@ int main(int argc, char** argv) {
   options.pipeline.decode_limits.max_pixels =
       absl::GetFlag(FLAGS_max_image_pixels);
   options.pipeline.decode_limits.max_scans = absl::GetFlag(FLAGS_max_scans);
+  const std::string corrupt_policy = absl::GetFlag(FLAGS_corrupt_policy);
+  if (corrupt_policy != "substitute" && corrupt_policy != "decode") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--corrupt-policy is \"", corrupt_policy,
+        "\"; it must be substitute or decode")));
+  }
+  options.pipeline.decode_limits.decode_damaged = corrupt_policy == "decode";
   options.service.limits.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   options.service.default_window = absl::GetFlag(FLAGS_default_window);
   options.service.max_window = absl::GetFlag(FLAGS_max_window);

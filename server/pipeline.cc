@@ -211,6 +211,10 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
     result = DecodeOne(plan, batch.epoch, index, &bytes, out);
   }
   samples_decoded_.fetch_add(1, std::memory_order_relaxed);
+  if (result.damage != SampleError::kNone && options_.metrics != nullptr) {
+    // --corrupt-policy decode: kept, and counted apart from substitutions.
+    options_.metrics->SampleDecodedDamaged(ToReason(result.damage));
+  }
   if (!result.ok()) {
     // A deterministic substitute: candidates come from the plan's generator
     // keyed by (seed, epoch, sample), so every daemon picks the same one.

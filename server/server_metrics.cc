@@ -12,6 +12,12 @@ ServerMetrics::ServerMetrics()
           "Samples replaced by a deterministic substitute, by reason "
           "(lower-case SubstitutionReason).",
           {"reason"})),
+      damaged_(registry_.AddCounter(
+          "batchd_damaged_samples_decoded_total",
+          "Damaged samples delivered as decoded, grey where data was "
+          "missing (--corrupt-policy decode), by the damage (truncated or "
+          "corrupt).",
+          {"reason"})),
       rejected_(registry_.AddCounter(
           "batchd_rejected_requests_total",
           "Batch requests and streams refused, by gRPC status code.",
@@ -35,6 +41,13 @@ ServerMetrics::ServerMetrics()
 
 void ServerMetrics::SampleSubstituted(batchd::v1::SubstitutionReason reason) {
   substitutions_
+      .With({absl::AsciiStrToLower(batchd::v1::SubstitutionReason_Name(reason))})
+      .Increment();
+}
+
+void ServerMetrics::SampleDecodedDamaged(
+    batchd::v1::SubstitutionReason reason) {
+  damaged_
       .With({absl::AsciiStrToLower(batchd::v1::SubstitutionReason_Name(reason))})
       .Increment();
 }

@@ -40,6 +40,9 @@ class ServerMetrics {
 
   // batchd_substitutions_total{reason}.
   void SampleSubstituted(batchd::v1::SubstitutionReason reason);
+  // batchd_damaged_samples_decoded_total{reason}: with --corrupt-policy
+  // decode, damaged samples delivered as libjpeg decoded them.
+  void SampleDecodedDamaged(batchd::v1::SubstitutionReason reason);
   // batchd_rejected_requests_total{code}: batch requests refused with a
   // RequestRejected, and streams ended because a request was invalid.
   void RequestRejected(int grpc_code);
@@ -52,6 +55,7 @@ class ServerMetrics {
  private:
   MetricsRegistry registry_;
   Family<Counter>& substitutions_;
+  Family<Counter>& damaged_;
   Family<Counter>& rejected_;
   Family<Histogram>& stages_;
   Histogram& read_;

@@ -304,5 +304,48 @@ TEST_F(BadFilesTest, BadSamplesAreSubstitutedDeterministicallyAndCounted) {
   EXPECT_EQ(second->Stop(), 0) << second->Log();
 }
 
+// --corrupt-policy decode: truncated and corrupt JPEGs are delivered as
+// libjpeg decodes them (no substitution, the same bytes every time) and
+// counted in batchd_damaged_samples_decoded_total; other bad files are
+// still substituted.
+TEST_F(BadFilesTest, DecodePolicyDeliversDamagedJpegsAndCountsThem) {
+  const std::string dir = MakeTempDir("metrics");
+  E2E_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      DaemonProcess::Start({"--dataset", "bad=" + *bad_, "--workers", "1",
+                            "--corrupt-policy", "decode", "--metrics-port",
+                            "0", "--metrics-port-file", dir + "/port"}));
+  const v1::Plan plan = TrainPlan("bad", 8, kSize, 4);
+  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> got,
+                           ReadEpochs(daemon->endpoint(), plan, 0));
+  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> again,
+                           ReadEpochs(daemon->endpoint(), plan, 0));
+  EXPECT_EQ(again, got);
+  int substituted = 0;
+  for (const BatchRecord& r : got) {
+    for (const v1::Substitution& sub : r.substitutions) {
+      ++substituted;
+      EXPECT_NE(sub.reason(), v1::TRUNCATED) << sub.ShortDebugString();
+      EXPECT_NE(sub.reason(), v1::CORRUPT) << sub.ShortDebugString();
+    }
+  }
+  EXPECT_GT(substituted, 0) << "empty, text, GIF and huge files still are";
+
+  std::ifstream port_file(dir + "/port");
+  std::string port;
+  port_file >> port;
+  const CommandResult page = RunCommand(
+      {"/usr/bin/python3", "-c",
+       "import sys, urllib.request; "
+       "print(urllib.request.urlopen(sys.argv[1]).read().decode())",
+       "http://127.0.0.1:" + port + "/metrics"});
+  ASSERT_EQ(page.exit_code, 0) << page.output;
+  EXPECT_THAT(page.output, HasSubstr("batchd_damaged_samples_decoded_total{"
+                                     "reason=\"truncated\"}"));
+  EXPECT_THAT(page.output, HasSubstr("batchd_damaged_samples_decoded_total{"
+                                     "reason=\"corrupt\"}"));
+  EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
+}
+
 }  // namespace
 }  // namespace batchd::testing

@@ -418,6 +418,17 @@ TEST_F(SecurityTest, JobBoundTokensStreamOnlyTheirJob) {
   EXPECT_EQ(*from_env, records);
 }
 
+// Whether `text` appears in the daemon's log within 10 s (the daemon logs
+// once it has acted on a signal).
+bool WaitForLog(const DaemonProcess& daemon, const std::string& text) {
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (daemon.Log().find(text) == std::string::npos) {
+    if (absl::Now() > until) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
 TEST_F(SecurityTest, SighupReloadsTheTokenFile) {
   const std::string tokens = TempDir("reload") + "/tokens";
   WriteFile(tokens, absl::StrCat(kAdminToken, "\n"));
@@ -427,13 +438,7 @@ TEST_F(SecurityTest, SighupReloadsTheTokenFile) {
   ASSERT_TRUE(get_status(ChannelWithToken(daemon->endpoint(), kAdminToken)).ok());
   WriteFile(tokens, absl::StrCat(kJobToken, "\n"));
   kill(daemon->pid(), SIGHUP);
-  // The reload is logged once done; poll it, bounded.
-  const absl::Time until = absl::Now() + absl::Seconds(10);
-  while (daemon->Log().find("tokens reloaded") == std::string::npos &&
-         absl::Now() < until) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_THAT(daemon->Log(), HasSubstr("tokens reloaded"));
+  ASSERT_TRUE(WaitForLog(*daemon, "tokens reloaded")) << daemon->Log();
   EXPECT_EQ(get_status(ChannelWithToken(daemon->endpoint(), kAdminToken))
                 .error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
@@ -441,12 +446,7 @@ TEST_F(SecurityTest, SighupReloadsTheTokenFile) {
   // A broken file keeps the tokens in force.
   WriteFile(tokens, "short\n");
   kill(daemon->pid(), SIGHUP);
-  const absl::Time until2 = absl::Now() + absl::Seconds(10);
-  while (daemon->Log().find("keeping the old tokens") == std::string::npos &&
-         absl::Now() < until2) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_THAT(daemon->Log(), HasSubstr("keeping the old tokens"));
+  EXPECT_TRUE(WaitForLog(*daemon, "keeping the old tokens")) << daemon->Log();
   EXPECT_TRUE(get_status(ChannelWithToken(daemon->endpoint(), kJobToken)).ok());
 }
 

@@ -29,10 +29,12 @@ namespace {
 //
 // Warning policy (libjpeg reports damaged entropy-coded data as warnings and
 // goes on, filling the damaged part with grey):
-//   - JWRN_JPEG_EOF (premature end of file): kTruncated. Decoding stops at
-//     once (the rest would be grey fill).
+//   - JWRN_JPEG_EOF (premature end of file): kTruncated.
 //   - JWRN_HIT_MARKER, JWRN_HUFF_BAD_CODE, JWRN_MUST_RESYNC (the entropy-coded
-//     data is damaged): kCorrupt; decoding stops at once.
+//     data is damaged): kCorrupt.
+//   Both stop decoding at once (the sample is substituted), unless
+//   DecodeLimits.decode_damaged: then the first is recorded as the damage
+//   and libjpeg goes on, as PIL does.
 //   - Everything else is ignored: JWRN_EXTRANEOUS_DATA (junk bytes before a
 //     marker), unknown JFIF revision, unknown Adobe transform, bad ICC
 //     marker, inconsistent progression... Real photographs carry these and
@@ -46,10 +48,14 @@ struct ErrorState {
   jpeg_error_mgr pub;  // first member: libjpeg casts cinfo->err to this
   jmp_buf jump;
   int max_scans;
+  bool decode_damaged;
   // Why the last guarded step failed, when a warning or the scan limit
   // stopped it; kNone when libjpeg's error_exit did.
   SampleError reason;
   char message[JMSG_LENGTH_MAX];
+  // decode_damaged: the first damage warning of this image, and its text.
+  SampleError damage;
+  char damage_message[JMSG_LENGTH_MAX];
 };
 
 struct ProgressState {
@@ -67,18 +73,27 @@ void OnEmitMessage(j_common_ptr cinfo, int msg_level) {
   if (msg_level >= 0) return;  // trace messages
   ErrorState* err = reinterpret_cast<ErrorState*>(cinfo->err);
   err->pub.num_warnings++;
+  SampleError damage = SampleError::kNone;
   switch (err->pub.msg_code) {
     case JWRN_JPEG_EOF:
-      err->reason = SampleError::kTruncated;
+      damage = SampleError::kTruncated;
       break;
     case JWRN_HIT_MARKER:
     case JWRN_HUFF_BAD_CODE:
     case JWRN_MUST_RESYNC:
-      err->reason = SampleError::kCorrupt;
+      damage = SampleError::kCorrupt;
       break;
     default:
       return;
   }
+  if (err->decode_damaged) {
+    if (err->damage == SampleError::kNone) {
+      err->damage = damage;
+      (*cinfo->err->format_message)(cinfo, err->damage_message);
+    }
+    return;
+  }
+  err->reason = damage;
   (*cinfo->err->format_message)(cinfo, err->message);
   longjmp(err->jump, 1);
 }
@@ -333,7 +348,9 @@ class DecoderCore {
     err.pub.error_exit = OnErrorExit;
     err.pub.emit_message = OnEmitMessage;
     err.max_scans = limits.max_scans;
+    err.decode_damaged = limits.decode_damaged;
     err.reason = SampleError::kNone;
+    err.damage = SampleError::kNone;
     cinfo.err = &err.pub;
     if (!RunGuarded(&cinfo, &err, StepCreate, nullptr)) return;
     created = true;
@@ -390,6 +407,7 @@ class DecoderCore {
       if (!created) return FailedStep();
     }
     err.reason = SampleError::kNone;
+    err.damage = SampleError::kNone;
     HeaderArgs header{data.data(), data.size()};
     if (!RunGuarded(&cinfo, &err, StepReadHeader, &header)) {
       return FailedStep();
@@ -456,7 +474,12 @@ class DecoderCore {
     view->width = rect.x1 - rect.x0;
     view->height = rect.y1 - rect.y0;
     view->stride = static_cast<ptrdiff_t>(stride);
-    return DecodeResult();
+    DecodeResult result;
+    if (err.damage != SampleError::kNone) {
+      result.damage = err.damage;
+      result.damage_detail = err.damage_message;
+    }
+    return result;
   }
 
   DecodeResult Decode(absl::Span<const uint8_t> data,

@@ -46,6 +46,11 @@ enum class SampleError {
 struct DecodeResult {
   SampleError error = SampleError::kNone;
   std::string detail;  // the decoder's message when error != kNone
+  // With DecodeLimits.decode_damaged: the damage (kTruncated or kCorrupt)
+  // libjpeg decoded past, grey where data was missing, and its message;
+  // kNone for an intact file. The result is ok() either way.
+  SampleError damage = SampleError::kNone;
+  std::string damage_detail;
   bool ok() const { return error == SampleError::kNone; }
 };
 
@@ -53,6 +58,12 @@ struct DecodeLimits {
   uint64_t max_pixels = 64ull << 20;            // width * height
   int max_scans = 500;                           // progressive scans
   uint64_t max_memory_bytes = 512ull << 20;      // libjpeg max_memory_to_use
+  // --corrupt-policy: false (substitute) stops at the first sign of damaged
+  // entropy-coded data (a premature end of file, a bad Huffman code, a
+  // marker inside the scan) and reports kTruncated or kCorrupt; true
+  // (decode) lets libjpeg go on as PIL does, filling what it cannot decode
+  // with grey, and reports the damage in DecodeResult.damage.
+  bool decode_damaged = false;
 };
 
 // Time spent per stage by the last Decode call, for the daemon's stage

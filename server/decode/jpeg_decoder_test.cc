@@ -483,6 +483,52 @@ TEST_F(BadInputTest, CorruptData) {
   EXPECT_GE(detected, 5);
 }
 
+// --corrupt-policy decode: the same damaged files decode, grey where data
+// is missing, deterministically, and say what was damaged; a decoder used
+// that way still decodes good files exactly.
+TEST_F(BadInputTest, DecodeDamagedPolicyKeepsWhatLibjpegDecodes) {
+  DecodeLimits limits;
+  limits.decode_damaged = true;
+  decoder_ = std::make_unique<JpegDecoder>(limits);
+  const std::vector<uint8_t> jpeg =
+      MakeJpeg(OptionsFor(kVariants[0], 240, 180, 8));
+  std::vector<uint8_t> corrupt = jpeg;
+  corrupt[corrupt.size() / 2] = 0xFF;
+  corrupt[corrupt.size() / 2 + 1] = 0xD9;
+  const std::vector<uint8_t> truncated(jpeg.begin(),
+                                       jpeg.begin() + jpeg.size() * 6 / 10);
+  std::vector<uint8_t> intact_out(64 * 48 * 3);
+  ASSERT_TRUE(decoder_
+                  ->Decode(jpeg, [](int w, int h) { return WholeImage(w, h); },
+                           PixelLayout::kHWC, intact_out.data())
+                  .ok());
+  for (const auto& [bytes, damage] :
+       {std::pair{corrupt, SampleError::kCorrupt},
+        std::pair{truncated, SampleError::kTruncated}}) {
+    std::vector<uint8_t> out(64 * 48 * 3), again(out.size());
+    const DecodeResult result = decoder_->Decode(
+        bytes, [](int w, int h) { return WholeImage(w, h); },
+        PixelLayout::kHWC, out.data());
+    ASSERT_TRUE(result.ok()) << result.detail;
+    EXPECT_EQ(result.damage, damage);
+    EXPECT_FALSE(result.damage_detail.empty());
+    EXPECT_NE(out, intact_out) << "the damage shows in the pixels";
+    const DecodeResult repeat = decoder_->Decode(
+        bytes, [](int w, int h) { return WholeImage(w, h); },
+        PixelLayout::kHWC, again.data());
+    EXPECT_EQ(repeat.damage, damage);
+    EXPECT_EQ(again, out) << "deterministic";
+    ExpectStillWorks("after a damaged file");
+  }
+  // An intact file reports no damage.
+  std::vector<uint8_t> out(64 * 48 * 3);
+  EXPECT_EQ(decoder_
+                ->Decode(good_, [](int, int) { return Crop(); },
+                         PixelLayout::kHWC, out.data())
+                .damage,
+            SampleError::kNone);
+}
+
 TEST_F(BadInputTest, InvalidCrop) {
   std::vector<uint8_t> out(64 * 48 * 3);
   const DecodeResult result = decoder_->Decode(
