@@ -9,7 +9,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   python3-torchvision python3-pil python3-prometheus-client util-linux openssl \
   clang libclang-rt-14-dev
 
-.PHONY: all setup build test test-asan fuzz demo deploy-test clean
+.PHONY: all setup build test test-asan fuzz soak demo deploy-test clean
 
 all: build
 
@@ -57,6 +57,12 @@ FUZZ_SECONDS ?= 60
 fuzz: setup $(ASAN_BUILD_DIR)/build.ninja
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	$(SANITIZER_ENV) fuzz/run_fuzzers.sh $(ASAN_BUILD_DIR) $(FUZZ_SECONDS)
+
+# Several daemons and clients under random faults for DURATION seconds,
+# every delivered batch checked against a clean daemon (tests/soak/soak.cc).
+DURATION ?= 180
+soak: build
+	$(BUILD_DIR)/tests/soak/batchd-soak --duration_s=$(DURATION)
 
 demo: build
 	./scripts/demo.sh $(BUILD_DIR)

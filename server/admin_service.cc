@@ -1,5 +1,6 @@
 #include "server/admin_service.h"
 
+#include <malloc.h>
 #include <pthread.h>
 
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,18 @@ AdminServiceImpl::~AdminServiceImpl() {
 
 void AdminServiceImpl::SampleLoop() {
   pthread_setname_np(pthread_self(), "batchd-sample");
+  bool served_since_trim = false;
   do {
+    // Once the last stream has gone, hand freed memory back to the kernel:
+    // the malloc tuning (common/malloc_tuning.h) keeps freed heap memory
+    // for the next batches, which is right while streams run and wrong for
+    // an idle daemon that shares its host.
+    if (data_->open_streams() > 0) {
+      served_since_trim = true;
+    } else if (served_since_trim) {
+      served_since_trim = false;
+      malloc_trim(0);
+    }
     Utilisation u{pipeline_->workers().busy_time(),
                   pipeline_->workers().alive_time()};
     absl::MutexLock lock(&mu_);

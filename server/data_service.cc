@@ -764,6 +764,11 @@ void DataServiceImpl::BeginDrain(absl::string_view reason) {
   }
 }
 
+size_t DataServiceImpl::open_streams() const {
+  absl::MutexLock lock(&mu_);
+  return streams_.size();
+}
+
 size_t DataServiceImpl::AwaitStreamsDone(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -124,6 +124,8 @@ class DataServiceImpl final
   bool draining() const { return draining_.load(); }
   // "batchd is draining (SIGTERM)". REQUIRES: draining().
   std::string DrainMessage() const ABSL_LOCKS_EXCLUDED(mu_);
+  // StreamBatches calls open now.
+  size_t open_streams() const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until no StreamBatches call is open, or until `deadline`.
   // Returns the number of calls still open.
   size_t AwaitStreamsDone(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
