@@ -1,15 +1,14 @@
 #include "client/channel_security.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/text_file.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/support/client_interceptor.h"
@@ -21,18 +20,16 @@ namespace {
 // it cannot be read or is empty.
 absl::StatusOr<std::string> ReadOptionFile(absl::string_view name,
                                            const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> text = common::ReadTextFile(path);
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read ", name, " file ", path));
+        absl::StrCat(name, " file: ", text.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (absl::StripAsciiWhitespace(text.str()).empty()) {
+  if (absl::StripAsciiWhitespace(*text).empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, " file ", path, " is empty"));
   }
-  return text.str();
+  return text;
 }
 
 // Adds the bearer token to every call's initial metadata. An interceptor

@@ -218,6 +218,10 @@ class LoaderCore : public StreamSink {
   // `daemon` works again: its failures are forgiven and the unavailable
   // clock stops.
   void MarkRecoveredLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the unavailable clock at `now` unless it runs or some daemon
+  // takes requests; MarkRecoveredLocked stops it.
+  void StartUnavailableClockLocked(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeLocked(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int FindLocked(const Key& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the sticky error once no daemon can serve any more.
@@ -547,13 +551,7 @@ void LoaderCore::SupervisorLoop() {
           MarkRecoveredLocked(id);
         }
       }
-      // No daemon takes requests (each is down, draining, failed or gone):
-      // the unavailable clock runs as when every daemon is down. A daemon
-      // that drains but never ends its stream must not hold Next() forever.
-      if (scheduler_.accepting_daemons() == 0 &&
-          all_down_since_ == absl::InfiniteFuture()) {
-        all_down_since_ = now;
-      }
+      StartUnavailableClockLocked(now);
       resolve = spec_.uses_dns() && now >= next_resolve_;
       if (resolve) next_resolve_ = now + options_.resolve_interval;
     }
@@ -818,6 +816,16 @@ absl::Status LoaderCore::OnChunk(int daemon, const common::ChunkInfo& chunk,
   return absl::OkStatus();
 }
 
+void LoaderCore::StartUnavailableClockLocked(absl::Time now) {
+  // No daemon takes requests (each is down, draining, failed or gone): a
+  // daemon that drains but never ends its stream must not hold Next()
+  // forever either.
+  if (scheduler_.accepting_daemons() == 0 &&
+      all_down_since_ == absl::InfiniteFuture()) {
+    all_down_since_ = now;
+  }
+}
+
 void LoaderCore::MarkRecoveredLocked(int daemon) {
   Daemon& d = daemons_[daemon];
   d.failures = 0;
@@ -938,13 +946,7 @@ void LoaderCore::OnStreamEnd(int daemon, const grpc::Status& status,
   } else {
     d.state = DaemonState::kFailed;
   }
-  bool any_up = false;
-  for (size_t i = 0; i < daemons_.size(); ++i) {
-    if (scheduler_.IsUp(static_cast<int>(i))) any_up = true;
-  }
-  if (!any_up && all_down_since_ == absl::InfiniteFuture()) {
-    all_down_since_ = absl::Now();
-  }
+  StartUnavailableClockLocked(absl::Now());
   CheckAllFailedLocked();
 }
 

@@ -78,19 +78,13 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
   return status;
 }
 
-absl::StatusOr<Caller> AdminServiceImpl::Authenticate(
-    const grpc::CallbackServerContext& context) const {
-  const Authorizer* authorizer = data_->authorizer();
-  if (authorizer == nullptr) return Caller{};
-  return authorizer->Authenticate(context);
-}
-
 grpc::ServerUnaryReactor* AdminServiceImpl::GetStatus(
     grpc::CallbackServerContext* context,
     const batchd::v1::GetStatusRequest* /*request*/,
     batchd::v1::ServerStatus* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::StatusOr<Caller> caller = Authenticate(*context); !caller.ok()) {
+  if (absl::StatusOr<Caller> caller = data_->Authenticate(*context);
+      !caller.ok()) {
     reactor->Finish(ToGrpc(caller.status()));
     return reactor;
   }
@@ -104,7 +98,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetWorkers(
     const batchd::v1::SetWorkersRequest* request,
     batchd::v1::SetWorkersResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<Caller> caller = Authenticate(*context);
+  absl::StatusOr<Caller> caller = data_->Authenticate(*context);
   absl::Status allowed =
       caller.ok() ? CheckAdmin(*caller, "SetWorkers") : caller.status();
   if (!allowed.ok()) {

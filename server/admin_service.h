@@ -15,8 +15,6 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "batchd/v1/admin.grpc.pb.h"
-#include "absl/status/statusor.h"
-#include "server/auth.h"
 #include "server/data_service.h"
 #include "server/job_stats.h"
 #include "server/pipeline.h"
@@ -48,10 +46,6 @@ class AdminServiceImpl final
     absl::Duration busy;
     absl::Duration alive;
   };
-  // Who the call's token says is calling; UNAUTHENTICATED when it is
-  // missing or wrong.
-  absl::StatusOr<Caller> Authenticate(
-      const grpc::CallbackServerContext& context) const;
   static constexpr int kSamples = 6;  // busy fraction over ~5 seconds
   void SampleLoop();
 

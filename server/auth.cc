@@ -1,13 +1,13 @@
 #include "server/auth.h"
 
-#include <fstream>
-#include <sstream>
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/text_file.h"
 
 namespace batchd::server {
 namespace {
@@ -77,14 +77,12 @@ absl::StatusOr<TokenSet> TokenSet::Parse(absl::string_view text,
 }
 
 absl::StatusOr<TokenSet> TokenSet::ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> text = common::ReadTextFile(path);
+  if (!text.ok()) {
     return absl::NotFoundError(
-        absl::StrCat("cannot read --auth-token-file ", path));
+        absl::StrCat("--auth-token-file: ", text.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return Parse(text.str(), absl::StrCat("--auth-token-file ", path));
+  return Parse(*text, absl::StrCat("--auth-token-file ", path));
 }
 
 absl::StatusOr<Caller> TokenSet::Find(absl::string_view token) const {

@@ -103,7 +103,7 @@ TEST(AuthorizerTest, AMissingFileFailsCreate) {
   auto authorizer = Authorizer::Create("/nonexistent/batchd-tokens");
   ASSERT_FALSE(authorizer.ok());
   EXPECT_THAT(authorizer.status().message(),
-              HasSubstr("cannot read --auth-token-file /nonexistent"));
+              HasSubstr("--auth-token-file: cannot read /nonexistent"));
 }
 
 TEST(AuthTest, JobBoundTokensStreamOnlyForTheirJobAndDoNotAdminister) {

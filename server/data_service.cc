@@ -653,8 +653,8 @@ grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
     const batchd::v1::ListDatasetsRequest* /*request*/,
     batchd::v1::ListDatasetsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (grpc::Status allowed = Authenticate(*context); !allowed.ok()) {
-    reactor->Finish(allowed);
+  if (absl::StatusOr<Caller> caller = Authenticate(*context); !caller.ok()) {
+    reactor->Finish(ToGrpc(caller.status()));
     return reactor;
   }
   for (const auto& [name, dataset] : datasets_) {
@@ -671,15 +671,13 @@ grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 DataServiceImpl::StreamBatches(grpc::CallbackServerContext* context) {
-  return new BatchStream(this, options_.authorizer == nullptr
-                                   ? Caller{}
-                                   : options_.authorizer->Authenticate(*context));
+  return new BatchStream(this, Authenticate(*context));
 }
 
-grpc::Status DataServiceImpl::Authenticate(
+absl::StatusOr<Caller> DataServiceImpl::Authenticate(
     const grpc::CallbackServerContext& context) const {
-  if (options_.authorizer == nullptr) return grpc::Status::OK;
-  return ToGrpc(options_.authorizer->Authenticate(context).status());
+  if (options_.authorizer == nullptr) return Caller{};
+  return options_.authorizer->Authenticate(context);
 }
 
 grpc::Status DataServiceImpl::AddJobStream(const std::string& job) {

@@ -137,8 +137,11 @@ class DataServiceImpl final
     return options_.daemon_info;
   }
   const BufferBudget& budget() const { return budget_; }
-  // Who may call (nullptr: anyone); the AdminService checks with it too.
-  const Authorizer* authorizer() const { return options_.authorizer; }
+  // Who a call's token says is calling: any job when no authorizer was
+  // given, UNAUTHENTICATED when the token is missing or wrong. The
+  // AdminService checks its calls with it too.
+  absl::StatusOr<Caller> Authenticate(
+      const grpc::CallbackServerContext& context) const;
   // Send stage time summed over batches: from a batch finished to its last
   // chunk written, seconds.
   double send_seconds() const;
@@ -156,8 +159,6 @@ class DataServiceImpl final
   void RemoveJobStream(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
   // The open streams, each with a reference the caller must drop (Unref).
   std::vector<BatchStream*> RefStreams() ABSL_LOCKS_EXCLUDED(mu_);
-  // OK, or UNAUTHENTICATED when the call's token is missing or wrong.
-  grpc::Status Authenticate(const grpc::CallbackServerContext& context) const;
   // The status a stream gets that is refused because of the drain.
   grpc::Status DrainingRefusal() const ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status DrainingRefusalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

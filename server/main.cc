@@ -28,7 +28,6 @@
 #include "common/malloc_tuning.h"
 #include "server/dataset/dataset.h"
 #include "server/server_lib.h"
-#include "server/transport_security.h"
 
 namespace {
 
@@ -391,22 +390,20 @@ int main(int argc, char** argv) {
       BatchdServer::Start(options);
   if (!server.ok()) return Fail(server.status());
   const int port = (*server)->port();
+  const batchd::v1::DaemonSecurity& security = (*server)->security();
   if (!options.listen_address.empty()) {
     std::fprintf(stderr, "batchd: serving on %s:%d (%s) with %d workers\n",
                  host.c_str(), port,
-                 options.tls.enabled()
-                     ? (options.tls.client_ca_file.empty() ? "TLS"
-                                                           : "mutual TLS")
-                     : "plaintext",
+                 security.mutual_tls() ? "mutual TLS"
+                 : security.tls()      ? "TLS"
+                                       : "plaintext",
                  options.pipeline.workers);
   }
   if (!options.unix_socket.empty()) {
     std::fprintf(stderr, "batchd: serving on unix:%s with %d workers\n",
                  options.unix_socket.c_str(), options.pipeline.workers);
   }
-  if (options.insecure && !options.tls.enabled() &&
-      !options.listen_address.empty() &&
-      !batchd::server::IsLocalAddress(options.listen_address)) {
+  if (security.insecure()) {
     std::fprintf(stderr,
                  "batchd: WARNING: --insecure: serving plaintext on %s; "
                  "anyone who can reach it can read every dataset and its "
@@ -414,7 +411,7 @@ int main(int argc, char** argv) {
                  "network.\n",
                  options.listen_address.c_str());
   }
-  if ((*server)->tokens_required()) {
+  if (security.tokens_required()) {
     std::fprintf(stderr,
                  "batchd: calls need a bearer token from %s%s\n",
                  options.auth_token_file.c_str(),
@@ -439,7 +436,7 @@ int main(int argc, char** argv) {
     const absl::Status reloaded = (*server)->ReloadTokens();
     if (reloaded.ok()) {
       std::fprintf(stderr, "batchd: SIGHUP: tokens reloaded%s\n",
-                   (*server)->tokens_required() ? "" : " (none required)");
+                   security.tokens_required() ? "" : " (none required)");
     } else {
       std::fprintf(stderr, "batchd: SIGHUP: %s; keeping the old tokens\n",
                    std::string(reloaded.message()).c_str());

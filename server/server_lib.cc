@@ -130,7 +130,14 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   // other host can listen in, unless --insecure.
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials =
       grpc::InsecureServerCredentials();
-  std::vector<std::string> plaintext;
+  // Every listen address, and those served in plaintext.
+  const std::string unix_address =
+      options.unix_socket.empty() ? "" : absl::StrCat("unix:", options.unix_socket);
+  std::vector<std::string> addresses, plaintext;
+  if (!options.listen_address.empty()) {
+    addresses.push_back(options.listen_address);
+  }
+  if (!unix_address.empty()) addresses.push_back(unix_address);
   if (options.tls.enabled()) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
         MakeServerCredentials(options.tls);
@@ -139,9 +146,7 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   } else if (!options.listen_address.empty()) {
     plaintext.push_back(options.listen_address);
   }
-  if (!options.unix_socket.empty()) {
-    plaintext.push_back(absl::StrCat("unix:", options.unix_socket));
-  }
+  if (!unix_address.empty()) plaintext.push_back(unix_address);
   if (absl::Status allowed = CheckPlaintextAllowed(plaintext, options.insecure);
       !allowed.ok()) {
     return allowed;
@@ -160,7 +165,9 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   std::unique_ptr<BatchdServer> server(new BatchdServer());
   server->authorizer_ = *std::move(authorizer);
   options.service.authorizer = server->authorizer_.get();
-  server->reflection_ = options.reflection && !server->authorizer_->required();
+  // gRPC's reflection service cannot check tokens.
+  const bool reflection =
+      options.reflection && !server->authorizer_->required();
   server->metrics_ = std::make_unique<ServerMetrics>();
   options.pipeline.metrics = server->metrics_.get();
   options.service.metrics = server->metrics_.get();
@@ -180,13 +187,12 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
     builder.AddListeningPort(options.listen_address, tcp_credentials,
                              &server->port_);
   }
-  if (!options.unix_socket.empty()) {
-    builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket),
-                             grpc::InsecureServerCredentials());
+  if (!unix_address.empty()) {
+    builder.AddListeningPort(unix_address, grpc::InsecureServerCredentials());
   }
   builder.RegisterService(server->data_.get());
   builder.RegisterService(server->admin_.get());
-  builder.SetOption(std::make_unique<ReflectionOption>(server->reflection_));
+  builder.SetOption(std::make_unique<ReflectionOption>(reflection));
   builder.SetMaxReceiveMessageSize(kMaxInboundMessageBytes);
   // Keepalive, both ways (the reasons are on the ServerOptions fields).
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
@@ -209,13 +215,6 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr ||
       (!options.listen_address.empty() && server->port_ == 0)) {
-    std::vector<std::string> addresses;
-    if (!options.listen_address.empty()) {
-      addresses.push_back(options.listen_address);
-    }
-    if (!options.unix_socket.empty()) {
-      addresses.push_back(absl::StrCat("unix:", options.unix_socket));
-    }
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", absl::StrJoin(addresses, " and "),
         ": an address is invalid or in use, or the socket's directory is "

@@ -120,9 +120,10 @@ class BatchdServer {
   // the new tokens, streams already open continue. On error the old tokens
   // stay and the status says why.
   absl::Status ReloadTokens() { return authorizer_->Reload(); }
-  // Whether calls must carry a token, and whether reflection is served.
-  bool tokens_required() const { return authorizer_->required(); }
-  bool reflection() const { return reflection_; }
+  // TLS, tokens and --insecure as PlanOpened.daemon.security reports them.
+  const batchd::v1::DaemonSecurity& security() const {
+    return data_->daemon_info().security();
+  }
 
   // Drains the data service:
   // 1. new StreamBatches calls are refused with UNAVAILABLE, new batch
@@ -169,7 +170,6 @@ class BatchdServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> http_;
   int port_ = 0;
-  bool reflection_ = false;
   std::string unix_socket_;  // removed by Stop
   absl::Status DrainLocked(absl::Duration deadline, absl::string_view reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stop_mu_);

@@ -2,13 +2,9 @@
 
 #include <arpa/inet.h>
 
-#include <algorithm>
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/text_file.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 
@@ -17,14 +13,12 @@ namespace {
 
 // OK when `path` (the value of `flag`) is readable and holds a PEM block.
 absl::Status CheckPemFile(absl::string_view flag, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> text = common::ReadTextFile(path);
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read ", flag, " ", path));
+        absl::StrCat(flag, ": ", text.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().find("-----BEGIN ") == std::string::npos) {
+  if (text->find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         flag, " ", path, " holds no PEM block (-----BEGIN ...); give a "
         "PEM file (scripts/make_test_certs.sh makes some for local use)"));

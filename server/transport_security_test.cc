@@ -48,7 +48,7 @@ TEST(TransportSecurityTest, CredentialsNeedBothFilesAndPem) {
   missing.cert_file = dir + "/transport_security_test_missing.pem";
   missing.key_file = not_pem;
   EXPECT_THAT(MakeServerCredentials(missing).status().message(),
-              HasSubstr("cannot read --tls-cert"));
+              HasSubstr("--tls-cert: cannot read"));
   TlsFiles garbage;
   garbage.cert_file = not_pem;
   garbage.key_file = not_pem;

@@ -23,6 +23,7 @@
 #include "batchd/v1/data.grpc.pb.h"
 #include "client/channel_security.h"
 #include "client/loader.h"
+#include "common/text_file.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -81,8 +82,7 @@ void WriteFile(const std::string& path, const std::string& text) {
 }
 
 std::string ReadWhole(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  return common::ReadTextFile(path).value();
 }
 
 class SecurityTest : public ::testing::Test {

@@ -94,5 +94,5 @@ def test_bad_security_arguments_are_value_errors(daemon, tmp_path):
     with pytest.raises(ValueError, match="tls_cert and tls_key go together"):
         read_epoch(daemon.endpoint, tls_ca=tmp_path / "ca.pem",
                    tls_cert=tmp_path / "c.pem")
-    with pytest.raises(ValueError, match="cannot read token file"):
+    with pytest.raises(ValueError, match="token file: cannot read"):
         read_epoch(daemon.endpoint, token_file=tmp_path / "missing")
