@@ -262,8 +262,13 @@ TEST(LoaderTest, StartEpochMidEpochDropsOutstandingBatches) {
   FakeDataService::Options fake;
   fake.batches_per_epoch = 10;
   FakeServer server(fake, FakeDataService::ServeReversedGroups(3));
-  absl::StatusOr<std::unique_ptr<Loader>> loader =
-      Loader::Create(OptionsFor(server));
+  LoaderOptions options = OptionsFor(server);
+  // The fake serves only groups of 3, so when the consumer holds slots it
+  // can wait for a request that never comes until the stall timeout (20 s)
+  // reconnects it; under load that happens now and then. Give the
+  // reconnected stream the default time to deliver.
+  options.unavailable_timeout = absl::Seconds(30);
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(options);
   ASSERT_OK(loader);
   ASSERT_OK((*loader)->StartEpoch(0));
   for (uint64_t index = 0; index < 3; ++index) ASSERT_OK((*loader)->Next());
