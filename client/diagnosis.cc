@@ -31,6 +31,28 @@ std::string Percent(double fraction) {
                       : absl::StrFormat("%.0f %%", percent);
 }
 
+// What to do about saturated workers: under --workers auto the daemon adds
+// them itself until its --max-workers; past that, or when the trainers ask
+// more than that many could decode, only another daemon helps.
+std::string InputBoundAdvice(const batchd::v1::ServerStatus& daemon) {
+  const batchd::v1::AutoscaleStatus& autoscale = daemon.autoscale();
+  if (!autoscale.enabled()) return "add workers or a daemon";
+  const double ratio = daemon.capacity_demand_ratio();
+  if (daemon.workers() >= autoscale.max_workers() || ratio > 1) {
+    std::string advice = absl::StrFormat(
+        "add a daemon: this one runs up to %d workers (--max-workers)",
+        autoscale.max_workers());
+    if (ratio > 1) {
+      absl::StrAppendFormat(&advice,
+                            " and its trainers ask %.1fx what those decode",
+                            ratio);
+    }
+    return advice;
+  }
+  return absl::StrFormat("--workers auto is adding workers (up to %d)",
+                         autoscale.max_workers());
+}
+
 }  // namespace
 
 const char* VerdictName(Verdict verdict) {
@@ -108,8 +130,8 @@ Diagnosis DiagnoseInput(const Loader::Stats& interval,
   }
   if (d.daemon_busy_fraction >= kSaturatedBusyFraction) {
     d.verdict = Verdict::kInputBound;
-    d.line = absl::StrFormat("input-bound: %s; %s → add workers or a daemon",
-                             waited, workers);
+    d.line = absl::StrFormat("input-bound: %s; %s → %s", waited, workers,
+                             InputBoundAdvice(*daemon_after));
     return d;
   }
   d.verdict = Verdict::kNetworkBound;
@@ -153,7 +175,7 @@ void AppendDaemons(const Loader::Stats& stats, Diagnosis& d) {
     }
   }
   absl::StrAppend(&d.line, ", ", stats.rerequested, " batches re-requested, ",
-                  stats.hedged, " hedged since start");
+                  stats.hedged, " hedged");
 }
 
 }  // namespace

@@ -17,13 +17,17 @@
 //      (waited: the steady share, without each epoch's first batch)
 //   3. copy takes >= kCopyBoundFraction of wall → client-bound
 //   4. no daemon status                         → input-bound (cause unknown)
-//   5. daemon workers >= kSaturatedBusyFraction → input-bound (workers)
+//   5. daemon workers >= kSaturatedBusyFraction → input-bound (workers):
+//      "add workers or a daemon"; under --workers auto, "--workers auto is
+//      adding workers" below its --max-workers, and "add a daemon" at them
+//      or when the trainers ask more than they can decode
+//      (ServerStatus.capacity_demand_ratio > 1)
 //   6. otherwise: the daemon has spare workers and the bytes still arrive
 //      too slowly                               → network-bound
 // Over several daemons the line ends with the per-daemon view: how many are
 // up, the slowest one when its smoothed latency is kSlowDaemonFactor x the
-// fastest's or more, and the batches re-requested and hedged since the
-// loader started.
+// fastest's or more, and the batches re-requested and hedged in the
+// interval.
 //
 // Pure functions of their inputs; thread-safe.
 #ifndef BATCHD_CLIENT_DIAGNOSIS_H_

@@ -158,6 +158,7 @@ class LoaderCore : public StreamSink {
     SlotState state = SlotState::kFree;
     Key key{0, 0};
     bool orphaned = false;  // kReceiving only
+    int daemon = -1;        // kReceiving/kReady: who sent its bytes
     BatchHeader header;     // kReceiving/kReady
     absl::Duration copy;    // copying this batch's chunks so far
     absl::Status error;     // kFailed: the rejection
@@ -193,6 +194,8 @@ class LoaderCore : public StreamSink {
     Receipt receipt;
     std::vector<uint8_t> scratch;
     absl::Time link_free = absl::InfinitePast();  // paced link
+    // Its batches the trainer took since the last TrainerReport.
+    uint64_t consumed_since_report = 0;
   };
 
   absl::StatusOr<Batch> NextImpl(std::shared_ptr<LoaderCore> self);
@@ -236,6 +239,10 @@ class LoaderCore : public StreamSink {
     StreamRequest request;
   };
   std::vector<Outgoing> ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The TrainerReports due at `now`, one per daemon streaming, if the
+  // report interval has passed.
+  std::vector<Outgoing> ReportsLocked(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Send(std::vector<Outgoing> outgoing);
   absl::Status ProtocolError(int daemon, absl::string_view what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -279,6 +286,13 @@ class LoaderCore : public StreamSink {
   Loader::Stats stats_ ABSL_GUARDED_BY(mu_);
   // When the last Next() returned; the gap to the next call is compute.
   std::optional<absl::Time> last_return_ ABSL_GUARDED_BY(mu_);
+  // When the Next() in progress was called; nullopt outside Next().
+  std::optional<absl::Time> inside_next_since_ ABSL_GUARDED_BY(mu_);
+  // Wait and compute up to the last TrainerReport, counting the Next() or
+  // the compute in progress then, and when the next is due.
+  absl::Duration reported_wait_ ABSL_GUARDED_BY(mu_);
+  absl::Duration reported_compute_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_report_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // No batch returned since StartEpoch() yet.
   bool first_of_epoch_ ABSL_GUARDED_BY(mu_) = false;
   // The current epoch's start, for its diagnosis.
@@ -541,6 +555,9 @@ void LoaderCore::SupervisorLoop() {
             DaemonSummaryLocked()));
       }
       if (error_.ok()) outgoing = ScheduleLocked();
+      for (Outgoing& report : ReportsLocked(now)) {
+        outgoing.push_back(std::move(report));
+      }
       // After scheduling: a reconnected daemon given no work (the ring is
       // full) has nothing to prove; one given work proves itself by
       // delivering (FinishReceiptLocked).
@@ -589,6 +606,44 @@ void LoaderCore::Resolve() {
         [&address](const Daemon& d) { return d.endpoint == address; });
     if (!known && error_.ok()) ConnectLocked(AddDaemonLocked(address));
   }
+}
+
+std::vector<LoaderCore::Outgoing> LoaderCore::ReportsLocked(absl::Time now) {
+  std::vector<Outgoing> reports;
+  if (options_.report_interval <= absl::ZeroDuration() || !ring_ready_ ||
+      now < next_report_) {
+    return reports;
+  }
+  next_report_ = now + options_.report_interval;
+  // Counting the call or the compute in progress, so that a trainer stuck
+  // in Next() reports its wait now, not when the batch finally comes.
+  absl::Duration wait = stats_.waited;
+  absl::Duration compute = stats_.compute;
+  if (inside_next_since_.has_value()) {
+    wait += now - *inside_next_since_;
+  } else if (last_return_.has_value()) {
+    compute += now - *last_return_;
+  }
+  const absl::Duration new_wait = wait - reported_wait_;
+  const absl::Duration new_compute = compute - reported_compute_;
+  reported_wait_ = wait;
+  reported_compute_ = compute;
+  for (Daemon& d : daemons_) {
+    const uint64_t consumed = d.consumed_since_report;
+    d.consumed_since_report = 0;
+    if (d.state != DaemonState::kUp || !d.opened || d.stream == nullptr) {
+      continue;
+    }
+    Outgoing out;
+    out.stream = d.stream;
+    batchd::v1::TrainerReport* report = out.request.mutable_report();
+    report->set_wait_seconds(absl::ToDoubleSeconds(new_wait));
+    report->set_compute_seconds(absl::ToDoubleSeconds(new_compute));
+    report->set_batches(consumed);
+    reports.push_back(std::move(out));
+    ++stats_.reports_sent;
+  }
+  return reports;
 }
 
 std::vector<LoaderCore::Outgoing> LoaderCore::ScheduleLocked() {
@@ -670,6 +725,10 @@ absl::Status LoaderCore::OnResponse(int daemon, StreamResponse& response) {
       break;  // decoded by the stream; never reaches here
     case StreamResponse::kRejected:
       return HandleRejected(daemon, response.rejected());
+    case StreamResponse::kReportRejected:
+      // Only the daemon's view of this trainer suffers; batches go on.
+      ++stats_.reports_rejected;
+      return absl::OkStatus();
     case StreamResponse::KIND_NOT_SET:
       break;
   }
@@ -695,6 +754,8 @@ absl::Status LoaderCore::HandleOpened(int daemon, const PlanOpened& opened) {
   }
   d.opened = true;
   d.state = DaemonState::kUp;
+  // Reports count only this stream's batches.
+  d.consumed_since_report = 0;
   scheduler_.DaemonUp(daemon, opened.window());
   if (!d.in_dns) scheduler_.DaemonDraining(daemon);
   // A daemon that failed before counts as back only once it delivers a
@@ -755,6 +816,7 @@ absl::Status LoaderCore::HandleHeader(int daemon, BatchHeader& header) {
     slot.state = SlotState::kReceiving;
     slot.header = std::move(header);
     slot.copy = absl::ZeroDuration();
+    slot.daemon = daemon;
     receipt.slot = index;
   }
   if (receipt.total == 0) FinishReceiptLocked(daemon);
@@ -1115,6 +1177,7 @@ absl::StatusOr<Batch> LoaderCore::Next(std::shared_ptr<LoaderCore> self) {
   {
     absl::MutexLock lock(&mu_);
     if (last_return_.has_value()) stats_.compute += entered - *last_return_;
+    inside_next_since_ = entered;
   }
   absl::StatusOr<Batch> batch = NextImpl(std::move(self));
   const absl::Time returned = absl::Now();
@@ -1123,6 +1186,7 @@ absl::StatusOr<Batch> LoaderCore::Next(std::shared_ptr<LoaderCore> self) {
   {
     absl::MutexLock lock(&mu_);
     stats_.waited += returned - entered;
+    inside_next_since_.reset();
     if (batch.ok()) {
       stats_.last_step.waited = returned - entered;
       if (first_of_epoch_) stats_.startup_waited += returned - entered;
@@ -1203,6 +1267,7 @@ absl::StatusOr<Batch> LoaderCore::NextImpl(std::shared_ptr<LoaderCore> self) {
       stats_.bytes += batch.size_;
       stats_.last_step.copy = slot.copy;
       slot.copy = absl::ZeroDuration();
+      if (slot.daemon >= 0) ++daemons_[slot.daemon].consumed_since_report;
       return batch;
     }
     if (index >= 0 && slots_[index].state == SlotState::kFailed) {
@@ -1396,6 +1461,10 @@ Loader::Stats Loader::Stats::Since(const Stats& earlier) const {
   d.copy -= earlier.copy;
   d.received_bytes -= earlier.received_bytes;
   d.wall -= earlier.wall;
+  d.rerequested -= earlier.rerequested;
+  d.hedged -= earlier.hedged;
+  d.reports_sent -= earlier.reports_sent;
+  d.reports_rejected -= earlier.reports_rejected;
   return d;
 }
 

@@ -94,6 +94,10 @@ struct LoaderOptions {
   // many pixel bytes per second, as a slow network link would; 0 (the
   // default) does not pace. Used to rehearse the network-bound diagnosis.
   uint64_t max_receive_bytes_per_second = 0;
+  // How often the trainer's wait and compute times go to each daemon
+  // (batchd.v1.TrainerReport), which sizes its workers by them under
+  // --workers auto and shows them in its status; 0 sends none.
+  absl::Duration report_interval = absl::Seconds(1);
 
   // ---- Many daemons (docs/design-choices.md, "Many daemons") ----
   // How often a "dns:///" name is looked up again. A new address gets
@@ -305,6 +309,10 @@ class Loader {
     // hedge requests sent (totals, differenced by Since()).
     uint64_t rerequested = 0;
     uint64_t hedged = 0;
+    // TrainerReports sent to the daemons, and those a daemon refused
+    // (totals, differenced by Since()).
+    uint64_t reports_sent = 0;
+    uint64_t reports_rejected = 0;
     // Per daemon, now (not differenced by Since()).
     std::vector<DaemonStats> daemons;
     // The last step (not differenced by Since()).

@@ -97,22 +97,44 @@ std::vector<std::string> RenderTop(const std::vector<DaemonSample>& samples,
         bytes_per_second / 1e6, s.samples_substituted()));
     lines.push_back(
         StageLine(s, FindPrevious(previous, sample.endpoint)));
+    if (s.autoscale().enabled()) {
+      const batchd::v1::AutoscaleStatus& a = s.autoscale();
+      std::string line = absl::StrFormat(
+          "  autoscale %d..%d: %d grows, %d shrinks, %d step backs; "
+          "demand/capacity %.2f",
+          a.min_workers(), a.max_workers(), a.grows(), a.shrinks(),
+          a.step_backs(), s.capacity_demand_ratio());
+      if (!a.last_change().empty()) {
+        absl::StrAppend(&line, "; ", FormatUptime(a.last_change_seconds_ago()),
+                        " ago: ", a.last_change());
+      }
+      lines.push_back(std::move(line));
+    }
     if (s.daemon().security().insecure()) {
       lines.push_back(
           "  WARNING: --insecure: plaintext off the loopback; anyone on the "
           "network can read these batches");
     }
     if (s.jobs_size() > 0) {
-      lines.push_back(absl::StrFormat("  %-20s %7s %8s %8s %9s %6s", "JOB",
-                                      "STREAMS", "IMG/S", "MB/S", "BATCHES",
-                                      "SUBST"));
+      lines.push_back(absl::StrFormat("  %-20s %7s %8s %8s %9s %6s %5s %8s",
+                                      "JOB", "STREAMS", "IMG/S", "MB/S",
+                                      "BATCHES", "SUBST", "WAIT", "DEMAND"));
     }
     for (const auto& job : s.jobs()) {
+      // The trainers' reports: their wait share and the images/s they
+      // would take; "-" when none reports.
+      const batchd::v1::TrainerLoad& trainer = job.trainer();
+      const bool reported = trainer.reporting_streams() > 0;
       lines.push_back(absl::StrFormat(
-          "  %-20s %7d %8.1f %8.1f %9d %6d",
+          "  %-20s %7d %8.1f %8.1f %9d %6d %5s %8s",
           job.job().empty() ? "(unnamed)" : job.job(), job.streams(),
           job.images_per_second(), job.bytes_per_second() / 1e6,
-          job.batches_sent(), job.substitutions()));
+          job.batches_sent(), job.substitutions(),
+          reported ? absl::StrFormat("%.0f%%", 100 * trainer.wait_ratio())
+                   : std::string("-"),
+          reported
+              ? absl::StrFormat("%.1f", trainer.demand_images_per_second())
+              : std::string("-")));
     }
   }
   for (std::string& line : lines) {

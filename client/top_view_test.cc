@@ -52,6 +52,38 @@ TEST(TopViewTest, RendersDaemonsJobsAndStages) {
   EXPECT_EQ(lines[6], "otherhost:7070         unreachable: connection refused");
 }
 
+TEST(TopViewTest, ShowsTheAutoscalerAndTheTrainersReports) {
+  batchd::v1::ServerStatus status = Status(1000, 1.0, 10);
+  batchd::v1::AutoscaleStatus* autoscale = status.mutable_autoscale();
+  autoscale->set_enabled(true);
+  autoscale->set_min_workers(1);
+  autoscale->set_max_workers(8);
+  autoscale->set_grows(3);
+  autoscale->set_last_change("grow 3 -> 4: job \"alpha\" waits 40 % of its "
+                             "time, workers 98 % busy");
+  autoscale->set_last_change_seconds_ago(12);
+  status.set_capacity_demand_ratio(0.61);
+  batchd::v1::TrainerLoad* trainer = status.mutable_jobs(0)->mutable_trainer();
+  trainer->set_reporting_streams(2);
+  trainer->set_wait_ratio(0.4);
+  trainer->set_demand_images_per_second(1066.7);
+  std::vector<DaemonSample> samples = {
+      {"localhost:7070", status, absl::Now()}};
+  const std::vector<std::string> lines = RenderTop(samples, nullptr, 200, 24);
+  ASSERT_EQ(lines.size(), 7u);
+  EXPECT_EQ(lines[4],
+            "  autoscale 1..8: 3 grows, 0 shrinks, 0 step backs; "
+            "demand/capacity 0.61; 12s ago: grow 3 -> 4: job \"alpha\" waits "
+            "40 % of its time, workers 98 % busy");
+  EXPECT_THAT(lines[5], HasSubstr("WAIT   DEMAND"));
+  EXPECT_THAT(lines[6], HasSubstr("  40%   1066.7"));
+  // A job whose trainers do not report shows dashes.
+  status.mutable_jobs(0)->clear_trainer();
+  samples[0].status = status;
+  EXPECT_THAT(RenderTop(samples, nullptr, 200, 24)[6],
+              HasSubstr("     -        -"));
+}
+
 TEST(TopViewTest, WarnsOfAnInsecureDaemon) {
   batchd::v1::ServerStatus insecure = Status(1000, 1.0, 10);
   insecure.mutable_daemon()->mutable_security()->set_insecure(true);

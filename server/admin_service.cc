@@ -3,15 +3,21 @@
 #include <malloc.h>
 #include <pthread.h>
 
+#include <map>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 
 namespace batchd::server {
 
 AdminServiceImpl::AdminServiceImpl(Pipeline* pipeline, DataServiceImpl* data,
-                                   JobStats* stats, int max_workers)
+                                   JobStats* stats, TrainerReports* reports,
+                                   Autoscaler* autoscaler, int max_workers)
     : pipeline_(pipeline),
       data_(data),
       stats_(stats),
+      reports_(reports),
+      autoscaler_(autoscaler),
       max_workers_(max_workers),
       started_(absl::Now()) {
   sampler_ = std::thread([this] { SampleLoop(); });
@@ -75,6 +81,13 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
   *status.mutable_daemon() = data_->daemon_info();
   status.set_draining(data_->draining());
   stats_->Fill(&status);
+  const std::map<std::string, batchd::v1::TrainerLoad> loads =
+      reports_->Loads(absl::Now());
+  for (batchd::v1::JobStatus& job : *status.mutable_jobs()) {
+    auto it = loads.find(job.job());
+    if (it != loads.end()) *job.mutable_trainer() = it->second;
+  }
+  autoscaler_->Fill(&status);
   return status;
 }
 

@@ -15,9 +15,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "batchd/v1/admin.grpc.pb.h"
+#include "server/autoscaler.h"
 #include "server/data_service.h"
 #include "server/job_stats.h"
 #include "server/pipeline.h"
+#include "server/trainer_reports.h"
 
 namespace batchd::server {
 
@@ -26,7 +28,8 @@ class AdminServiceImpl final
  public:
   // Not owned; all must outlive this.
   AdminServiceImpl(Pipeline* pipeline, DataServiceImpl* data,
-                   JobStats* stats, int max_workers);
+                   JobStats* stats, TrainerReports* reports,
+                   Autoscaler* autoscaler, int max_workers);
   ~AdminServiceImpl() override;
 
   // The status as GetStatus returns it.
@@ -52,6 +55,8 @@ class AdminServiceImpl final
   Pipeline* const pipeline_;
   DataServiceImpl* const data_;
   JobStats* const stats_;
+  TrainerReports* const reports_;
+  Autoscaler* const autoscaler_;
   const int max_workers_;
   const absl::Time started_;
 

@@ -137,12 +137,15 @@ class DataServiceImpl::BatchStream final
         case StreamRequest::kCancel:
           keep_reading = HandleCancel(request_.cancel());
           break;
+        case StreamRequest::kReport:
+          keep_reading = HandleReport(request_.report());
+          break;
         default:
           if (!keep_reading) break;
           keep_reading = FailStream(grpc::Status(
               grpc::StatusCode::INVALID_ARGUMENT,
-              "empty StreamRequest: set `open` (first message), `request` or "
-              "`cancel`"));
+              "empty StreamRequest: set `open` (first message), `request`, "
+              "`cancel` or `report`"));
           break;
       }
       if (keep_reading) StartRead(&request_bytes_);
@@ -202,6 +205,7 @@ class DataServiceImpl::BatchStream final
       ReleaseBudgetLocked();
       if (plan_ != nullptr) service_->stats_->StreamClosed(plan_->job);
     }
+    if (report_id_ != 0) service_->reports_->Close(report_id_);
     if (plan_ != nullptr) service_->RemoveJobStream(plan_->job);
     service_->RemoveStream(this);
     Unref();
@@ -295,6 +299,8 @@ class DataServiceImpl::BatchStream final
     opened->set_layout(p.layout);
     *opened->mutable_daemon() = service_->options_.daemon_info;
     service_->stats_->StreamOpened(p.job);
+    report_id_ =
+        service_->reports_->Open(p.job, p.shard.batch_size, absl::Now());
 
     absl::MutexLock lock(&mu_);
     window_ = window;
@@ -471,6 +477,27 @@ class DataServiceImpl::BatchStream final
     return true;
   }
 
+  // Keeps the trainer's report, or answers why it is ignored.
+  bool HandleReport(const batchd::v1::TrainerReport& report) {
+    if (plan_ == nullptr) {
+      return FailStream(grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          "a report came before the plan: send `open` with a Plan as the "
+          "stream's first message"));
+    }
+    absl::MutexLock lock(&mu_);
+    const absl::Status kept = service_->reports_->Record(
+        report_id_, report, headers_sent_, absl::Now());
+    if (!kept.ok()) {
+      CountRejected(grpc::StatusCode::INVALID_ARGUMENT);
+      StreamResponse response;
+      response.mutable_report_rejected()->set_message(
+          std::string(kept.message()));
+      queue_.push_back(Outgoing{std::move(response)});
+    }
+    return true;
+  }
+
   uint32_t Window() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     return window_;
@@ -535,6 +562,7 @@ class DataServiceImpl::BatchStream final
       }
       current_ = common::EncodeMessage(response);
       front.header_sent = true;
+      ++headers_sent_;
       return true;
     }
     const uint64_t length =
@@ -618,6 +646,11 @@ class DataServiceImpl::BatchStream final
   // Set once by HandleOpen (a read reaction); read by later reactions and
   // pipeline callbacks only after it is set.
   std::shared_ptr<const ResolvedPlan> plan_;
+  // The stream's id in the service's TrainerReports, set with plan_; 0
+  // before.
+  uint64_t report_id_ = 0;
+  // Batch headers written, which bounds the batches a report may count.
+  uint64_t headers_sent_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t window_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -637,11 +670,13 @@ class DataServiceImpl::BatchStream final
 
 DataServiceImpl::DataServiceImpl(DatasetMap datasets,
                                  DataServiceOptions options,
-                                 Pipeline* pipeline, JobStats* stats)
+                                 Pipeline* pipeline, JobStats* stats,
+                                 TrainerReports* reports)
     : datasets_(std::move(datasets)),
       options_(options),
       pipeline_(pipeline),
       stats_(stats),
+      reports_(reports),
       budget_(options.max_buffer_bytes, options.max_job_buffer_bytes) {}
 
 double DataServiceImpl::send_seconds() const {

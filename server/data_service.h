@@ -35,6 +35,7 @@
 #include "server/pipeline.h"
 #include "server/resolved_plan.h"
 #include "server/server_metrics.h"
+#include "server/trainer_reports.h"
 
 namespace batchd::server {
 
@@ -104,9 +105,10 @@ class DataServiceImpl final
           batchd::v1::DataService::WithRawCallbackMethod_StreamBatches<
               batchd::v1::DataService::Service>> {
  public:
-  // `pipeline` and `stats` are not owned and must outlive this.
+  // `pipeline`, `stats` and `reports` are not owned and must outlive this.
   DataServiceImpl(DatasetMap datasets, DataServiceOptions options,
-                  Pipeline* pipeline, JobStats* stats);
+                  Pipeline* pipeline, JobStats* stats,
+                  TrainerReports* reports);
 
   grpc::ServerUnaryReactor* ListDatasets(
       grpc::CallbackServerContext* context,
@@ -168,6 +170,7 @@ class DataServiceImpl final
   const DataServiceOptions options_;
   Pipeline* const pipeline_;
   JobStats* const stats_;
+  TrainerReports* const reports_;
 
   BufferBudget budget_;
   std::atomic<uint64_t> send_nanos_{0};

@@ -25,6 +25,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/cpu_count.h"
 #include "common/malloc_tuning.h"
 #include "server/dataset/dataset.h"
 #include "server/server_lib.h"
@@ -101,9 +102,16 @@ ABSL_FLAG(int, metrics_port, -1,
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written to this file once "
           "serving.");
-ABSL_FLAG(int, workers, static_cast<int>(std::thread::hardware_concurrency()),
-          "Decode worker threads, shared by all streams.");
-ABSL_FLAG(int, max_workers, 256, "Upper bound for --workers and SetWorkers.");
+ABSL_FLAG(std::string, workers, "",
+          "Decode worker threads, shared by all streams: a number, or "
+          "\"auto\" to size the pool from the trainers' measured wait, "
+          "between --min-workers and --max-workers (docs/autoscaling.md). "
+          "Default: the CPUs this process may use.");
+ABSL_FLAG(int, min_workers, 1, "Fewest decode workers under --workers auto.");
+ABSL_FLAG(int, max_workers, 0,
+          "Most decode workers, under --workers auto and for SetWorkers. "
+          "0 (the default): the CPUs this process may use (its CPU affinity "
+          "and cgroup quota), or --workers N when that is more.");
 ABSL_FLAG(int, readers, 2, "File reader threads (reads run ahead of decode).");
 ABSL_FLAG(uint64_t, max_buffer_bytes, uint64_t{2} << 30,
           "Bound on batch buffer memory over all streams, bytes.");
@@ -176,7 +184,7 @@ constexpr absl::Duration kExitGrace = absl::Seconds(2);
 constexpr char kUsage[] =
     "serves decoded, augmented image batches over gRPC.\n"
     "Usage: batchd --dataset name=path [--dataset ...] [--config file]\n"
-    "              [--port 7070] [--workers N] [--max-buffer-bytes B]\n"
+    "              [--port 7070] [--workers N|auto] [--max-buffer-bytes B]\n"
     "              [--metrics-port 7071] [--drain-deadline 10s]\n"
     "              [--host 0.0.0.0 --tls-cert F --tls-key F] "
     "[--auth-token-file F]\n"
@@ -344,7 +352,32 @@ int main(int argc, char** argv) {
                  static_cast<unsigned long long>(dataset->size()),
                  dataset->class_names().size());
   }
-  options.pipeline.workers = absl::GetFlag(FLAGS_workers);
+  const std::string workers = absl::GetFlag(FLAGS_workers);
+  const int cpus = batchd::common::AvailableCpus();
+  const bool auto_workers = workers == "auto";
+  int fixed_workers = cpus;
+  if (!auto_workers && !workers.empty() &&
+      !absl::SimpleAtoi(workers, &fixed_workers)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--workers is \"", workers,
+        "\"; give a number of threads, or auto")));
+  }
+  const int max_workers_flag = absl::GetFlag(FLAGS_max_workers);
+  if (max_workers_flag < 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--max-workers is ", max_workers_flag,
+        "; give a number of threads, or 0 for the CPUs available (", cpus,
+        ")")));
+  }
+  options.max_workers =
+      max_workers_flag > 0
+          ? max_workers_flag
+          : std::max(cpus, auto_workers ? 1 : fixed_workers);
+  options.autoscale.enabled = auto_workers;
+  options.autoscale.policy.min_workers = absl::GetFlag(FLAGS_min_workers);
+  // Under auto the pool starts small and grows with the trainers' demand.
+  options.pipeline.workers =
+      auto_workers ? options.autoscale.policy.min_workers : fixed_workers;
   options.pipeline.readers = std::max(1, absl::GetFlag(FLAGS_readers));
   options.pipeline.decode_limits.max_pixels =
       absl::GetFlag(FLAGS_max_image_pixels);
@@ -365,7 +398,6 @@ int main(int argc, char** argv) {
   options.service.max_streams_per_job =
       absl::GetFlag(FLAGS_max_streams_per_job);
   options.pipeline.idle_buffer_bytes = absl::GetFlag(FLAGS_idle_buffer_bytes);
-  options.max_workers = absl::GetFlag(FLAGS_max_workers);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   if (options.metrics_host.empty()) {
     options.metrics_host = port_flag >= 0 ? host : "127.0.0.1";
@@ -390,18 +422,24 @@ int main(int argc, char** argv) {
       BatchdServer::Start(options);
   if (!server.ok()) return Fail(server.status());
   const int port = (*server)->port();
+  const std::string workers_text =
+      auto_workers
+          ? absl::StrCat(options.pipeline.workers, " workers (auto, ",
+                         options.autoscale.policy.min_workers, "..",
+                         options.max_workers, ")")
+          : absl::StrCat(options.pipeline.workers, " workers");
   const batchd::v1::DaemonSecurity& security = (*server)->security();
   if (!options.listen_address.empty()) {
-    std::fprintf(stderr, "batchd: serving on %s:%d (%s) with %d workers\n",
+    std::fprintf(stderr, "batchd: serving on %s:%d (%s) with %s\n",
                  host.c_str(), port,
                  security.mutual_tls() ? "mutual TLS"
                  : security.tls()      ? "TLS"
                                        : "plaintext",
-                 options.pipeline.workers);
+                 workers_text.c_str());
   }
   if (!options.unix_socket.empty()) {
-    std::fprintf(stderr, "batchd: serving on unix:%s with %d workers\n",
-                 options.unix_socket.c_str(), options.pipeline.workers);
+    std::fprintf(stderr, "batchd: serving on unix:%s with %s\n",
+                 options.unix_socket.c_str(), workers_text.c_str());
   }
   if (security.insecure()) {
     std::fprintf(stderr,

@@ -55,6 +55,14 @@ int Millis(absl::Duration d) {
 }
 
 absl::Status CheckOptions(const ServerOptions& options) {
+  if (options.autoscale.enabled) {
+    AutoscalePolicyOptions policy = options.autoscale.policy;
+    policy.max_workers = options.max_workers;
+    if (absl::Status valid = ValidateAutoscalePolicyOptions(policy);
+        !valid.ok()) {
+      return valid;
+    }
+  }
   if (options.pipeline.workers < 1 ||
       options.pipeline.workers > options.max_workers) {
     return absl::InvalidArgumentError(
@@ -172,12 +180,15 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   options.pipeline.metrics = server->metrics_.get();
   options.service.metrics = server->metrics_.get();
   server->pipeline_ = std::make_unique<Pipeline>(options.pipeline);
+  options.autoscale.policy.max_workers = options.max_workers;
+  server->autoscaler_ = std::make_unique<Autoscaler>(
+      options.autoscale, server->pipeline_.get(), &server->reports_);
   server->data_ = std::make_unique<DataServiceImpl>(
       options.datasets, options.service, server->pipeline_.get(),
-      &server->stats_);
+      &server->stats_, &server->reports_);
   server->admin_ = std::make_unique<AdminServiceImpl>(
       server->pipeline_.get(), server->data_.get(), &server->stats_,
-      options.max_workers);
+      &server->reports_, server->autoscaler_.get(), options.max_workers);
 
   // Process-wide, and read when a builder builds: every server of this
   // process gets grpc.health.v1.Health (Check and Watch).

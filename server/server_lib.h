@@ -31,11 +31,13 @@
 #include "grpcpp/server.h"
 #include "server/admin_service.h"
 #include "server/auth.h"
+#include "server/autoscaler.h"
 #include "server/data_service.h"
 #include "server/job_stats.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/pipeline.h"
 #include "server/server_metrics.h"
+#include "server/trainer_reports.h"
 #include "server/transport_security.h"
 
 namespace batchd::server {
@@ -60,7 +62,11 @@ struct ServerOptions {
   DatasetMap datasets;
   PipelineOptions pipeline;
   DataServiceOptions service;
+  // Bound on SetWorkers, and on the pool under --workers auto.
   int max_workers = 256;
+  // The worker-pool controller; enabled by --workers auto (its bounds are
+  // then autoscale.policy.min_workers and max_workers above).
+  AutoscalerOptions autoscale;
   // Prometheus endpoint (GET /metrics) on `metrics_host`:`metrics_port`;
   // 0 picks a free port (see metrics_port()), -1 serves no HTTP. The
   // pipeline and service record metrics either way (see metrics()).
@@ -164,7 +170,9 @@ class BatchdServer {
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Authorizer> authorizer_;
   JobStats stats_;
+  TrainerReports reports_;
   std::unique_ptr<Pipeline> pipeline_;
+  std::unique_ptr<Autoscaler> autoscaler_;
   std::unique_ptr<DataServiceImpl> data_;
   std::unique_ptr<AdminServiceImpl> admin_;
   std::unique_ptr<grpc::Server> server_;

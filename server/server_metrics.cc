@@ -129,6 +129,25 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
        "Pixel bytes sent per second over the last ~5 s, per job.",
        Type::kGauge,
        [](const batchd::v1::JobStatus& j) { return j.bytes_per_second(); }},
+      {"batchd_job_trainer_streams",
+       "Streams whose trainers sent a TrainerReport in the last ~3 s, per "
+       "job.",
+       Type::kGauge,
+       [](const batchd::v1::JobStatus& j) {
+         return double(j.trainer().reporting_streams());
+       }},
+      {"batchd_job_trainer_wait_ratio",
+       "Share of the trainers' time spent waiting for input over the last "
+       "~3 s, 0..1, per job (from their reports).",
+       Type::kGauge,
+       [](const batchd::v1::JobStatus& j) { return j.trainer().wait_ratio(); }},
+      {"batchd_job_trainer_demand_images_per_second",
+       "Images per second the job's trainers would take if they never "
+       "waited: images consumed over their compute time, last ~3 s.",
+       Type::kGauge,
+       [](const batchd::v1::JobStatus& j) {
+         return j.trainer().demand_images_per_second();
+       }},
   };
   for (const JobFamily& family : kJobFamilies) {
     writer.Begin(family.name, family.help, family.type);
@@ -136,6 +155,30 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
       writer.Sample({{"job", job.job()}}, family.value(job));
     }
   }
+
+  writer.Begin("batchd_capacity_demand_ratio",
+               "Images/s the trainers would take over what this daemon can "
+               "decode at its most workers; above 1 it needs more daemons "
+               "(a HorizontalPodAutoscaler's target, docs/autoscaling.md).",
+               Type::kGauge);
+  writer.Sample({}, status.capacity_demand_ratio());
+  const batchd::v1::AutoscaleStatus& autoscale = status.autoscale();
+  writer.Begin("batchd_autoscale_enabled",
+               "1 under --workers auto, else 0.", Type::kGauge);
+  writer.Sample({}, autoscale.enabled() ? 1 : 0);
+  writer.Begin("batchd_autoscale_max_workers",
+               "The most workers --workers auto may run (--max-workers).",
+               Type::kGauge);
+  writer.Sample({}, autoscale.max_workers());
+  writer.Begin("batchd_autoscale_changes_total",
+               "Worker-count changes made by --workers auto, by kind: grow, "
+               "shrink, or step_back (a growth undone because throughput "
+               "did not rise).",
+               Type::kCounter);
+  writer.Sample({{"kind", "grow"}}, static_cast<double>(autoscale.grows()));
+  writer.Sample({{"kind", "shrink"}}, static_cast<double>(autoscale.shrinks()));
+  writer.Sample({{"kind", "step_back"}},
+                static_cast<double>(autoscale.step_backs()));
 
   writer.Begin("batchd_process_resident_memory_bytes",
                "Resident memory of the daemon process, bytes.", Type::kGauge);

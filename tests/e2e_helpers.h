@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -90,6 +91,16 @@ absl::StatusOr<batchd::v1::ServerStatus> GetServerStatus(
     const std::string& endpoint);
 absl::StatusOr<batchd::v1::SetWorkersResponse> SetWorkers(
     const std::string& endpoint, uint32_t workers);
+
+// The port a daemon wrote to `path` (--port-file, --metrics-port-file),
+// waiting up to 10 s for it; "" if none came.
+std::string ReadPortFile(const std::string& path);
+
+// A /metrics page as parsed by the real Prometheus parser
+// (python3-prometheus-client, via tests/metrics_page.py): sample line
+// ("name{labels}", labels sorted) -> value.
+using Page = std::map<std::string, double>;
+absl::StatusOr<Page> ScrapeWithPrometheusParser(const std::string& url);
 
 // The job named `job` in `status`, or nullptr.
 const batchd::v1::JobStatus* FindJob(const batchd::v1::ServerStatus& status,

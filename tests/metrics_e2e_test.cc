@@ -35,38 +35,6 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
-std::string ReadPortFile(const std::string& path) {
-  for (int i = 0; i < 200; ++i) {
-    std::ifstream in(path);
-    std::string port;
-    if (in >> port) return port;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return "";
-}
-
-// Sample line ("name{labels}") -> value, as parsed by prometheus_client.
-using Page = std::map<std::string, double>;
-
-absl::StatusOr<Page> ScrapeWithPrometheusParser(const std::string& url) {
-  const CommandResult run = RunCommand(
-      {"/usr/bin/python3", BATCHD_SOURCE_DIR "/tests/metrics_page.py", url});
-  if (run.exit_code != 0) {
-    return absl::InternalError("metrics_page.py failed (" +
-                               std::to_string(run.exit_code) +
-                               "): " + run.output);
-  }
-  Page page;
-  std::istringstream lines(run.output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t space = line.rfind(' ');
-    page[line.substr(0, space)] = std::strtod(line.c_str() + space + 1, nullptr);
-  }
-  return page;
-}
-
 class MetricsE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
