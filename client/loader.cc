@@ -54,6 +54,13 @@ constexpr absl::Duration kCloseGrace = absl::Seconds(2);
 constexpr absl::Duration kStatusTimeout = absl::Seconds(2);
 // The supervisor's period: stall, hedge, reconnect and deadline checks.
 constexpr absl::Duration kSupervisorTick = absl::Milliseconds(20);
+// A step that spent longer than this in Next() waited for its batch; less
+// is the cost of the call itself.
+constexpr absl::Duration kWaitedStep = absl::Milliseconds(1);
+// auto_prefetch looks at the steps this often, and needs this many in the
+// interval to judge.
+constexpr absl::Duration kPrefetchLookInterval = absl::Seconds(1);
+constexpr uint64_t kPrefetchLookMinSteps = 4;
 // A chunk is at most 4 MiB (the protocol); discarded copies are read into a
 // scratch buffer of this size at most.
 constexpr size_t kMaxChunkBytes = size_t{4} << 20;
@@ -70,6 +77,21 @@ std::string BatchName(uint64_t epoch, uint64_t index) {
 // Whether a stream that ended with `code` may be tried again: the daemon
 // went away or dropped the connection. Other codes are the daemon's verdict
 // on the plan or the client (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...).
+// The window to ask each daemon for: `prefetch`, or with auto_prefetch as
+// many slots as its memory cap holds (batches of batch_size x size x size x
+// 3 bytes, the most a plan's batch can be), which the ring may grow into.
+uint32_t AskedWindow(const LoaderOptions& options) {
+  if (!options.auto_prefetch) return options.prefetch;
+  const batchd::v1::Pipeline& pipeline = options.plan.pipeline();
+  const uint64_t size = pipeline.has_eval() ? pipeline.eval().size()
+                                            : pipeline.train().size();
+  const uint64_t batch_bytes =
+      std::max<uint64_t>(1, uint64_t{options.plan.batch_size()} * size * size * 3);
+  const uint64_t slots = options.auto_prefetch_max_bytes / batch_bytes;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(
+      slots, std::max<uint32_t>(1, options.prefetch), 1024));
+}
+
 bool IsRetryable(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::CANCELLED:
@@ -125,7 +147,10 @@ class LoaderCore : public StreamSink {
   void Cancel();
 
   const PlanOpened& opened() const { return opened_; }
-  uint32_t window() const { return static_cast<uint32_t>(slots_.size()); }
+  uint32_t window() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return active_slots_;
+  }
 
   absl::Status StartEpoch(uint64_t epoch, uint64_t first_batch);
   // Next() with stall accounting around NextImpl().
@@ -147,12 +172,16 @@ class LoaderCore : public StreamSink {
                    const absl::Status& protocol_error) override;
 
  private:
-  enum class SlotState { kFree, kRequested, kReceiving, kReady, kFailed, kLeased };
+  // kInactive: beyond the ring's current size (auto_prefetch may grow it).
+  enum class SlotState {
+    kInactive, kFree, kRequested, kReceiving, kReady, kFailed, kLeased
+  };
   using Key = RequestScheduler::Key;
 
   struct Slot {
-    // Constant after Open(). While kReceiving its bytes belong to the
-    // receiving daemon's reader thread; while kLeased to the Batch.
+    // Set, under mu_, once before the slot leaves kInactive; constant then.
+    // While kReceiving its bytes belong to the receiving daemon's reader
+    // thread; while kLeased to the Batch.
     std::unique_ptr<HostBuffer> buffer;
     // The rest is protected by mu_.
     SlotState state = SlotState::kFree;
@@ -239,6 +268,12 @@ class LoaderCore : public StreamSink {
     StreamRequest request;
   };
   std::vector<Outgoing> ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With auto_prefetch, how many slots to add now (see LoaderOptions); 0
+  // most of the time.
+  size_t PrefetchGrowthLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Allocates `count` more slots' buffers (without mu_) and puts them in
+  // use.
+  void GrowRing(size_t count) ABSL_LOCKS_EXCLUDED(mu_);
   // The TrainerReports due at `now`, one per daemon streaming, if the
   // report interval has passed.
   std::vector<Outgoing> ReportsLocked(absl::Time now)
@@ -259,7 +294,10 @@ class LoaderCore : public StreamSink {
   // Constant after Open() returns OK.
   std::unique_ptr<BufferAllocator> owned_allocator_;
   PlanOpened opened_;  // written once, before opened_received_ is set
-  std::vector<Slot> slots_;  // size fixed in Open(); fields as documented
+  // Size fixed in Open(): the most slots the ring may grow to; the first
+  // active_slots_ are in use, the rest kInactive. Fields as documented.
+  std::vector<Slot> slots_;
+  BufferAllocator* allocator_ = nullptr;  // constant after Open()
   std::thread supervisor_;
 
   mutable absl::Mutex mu_;
@@ -293,6 +331,17 @@ class LoaderCore : public StreamSink {
   absl::Duration reported_wait_ ABSL_GUARDED_BY(mu_);
   absl::Duration reported_compute_ ABSL_GUARDED_BY(mu_);
   absl::Time next_report_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  size_t active_slots_ ABSL_GUARDED_BY(mu_) = 0;
+  // Steps that returned a batch after waiting (> kWaitedStep), epochs'
+  // first batches left out; and the figures at the last auto_prefetch look.
+  uint64_t waited_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t steady_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  struct PrefetchLook {
+    absl::Time at = absl::InfinitePast();
+    uint64_t steps = 0, waited_steps = 0;
+    absl::Duration waited;
+  };
+  PrefetchLook prefetch_look_ ABSL_GUARDED_BY(mu_);
   // No batch returned since StartEpoch() yet.
   bool first_of_epoch_ ABSL_GUARDED_BY(mu_) = false;
   // The current epoch's start, for its diagnosis.
@@ -401,10 +450,24 @@ absl::Status LoaderCore::Open() {
                                           : opened_.window() * daemons;
   window = std::min<uint64_t>(window, uint64_t{opened_.window()} * daemons);
 
+  // auto_prefetch may grow the ring up to its memory cap and the grants.
+  uint64_t most_slots = window;
+  if (options_.auto_prefetch) {
+    most_slots = std::max<uint64_t>(
+        window, std::min<uint64_t>(
+                    options_.auto_prefetch_max_bytes / max_batch_bytes,
+                    uint64_t{opened_.window()} * daemons));
+  }
+
   // The reader threads touch slots only for requested batches, and nothing
   // has been requested yet, so the ring can be built without holding mu_.
-  std::vector<Slot> slots(window);
-  for (Slot& slot : slots) {
+  std::vector<Slot> slots(most_slots);
+  for (size_t i = window; i < slots.size(); ++i) {
+    slots[i].state = SlotState::kInactive;
+  }
+  allocator_ = allocator;
+  for (size_t i = 0; i < window; ++i) {
+    Slot& slot = slots[i];
     absl::StatusOr<std::unique_ptr<HostBuffer>> buffer =
         allocator->Allocate(static_cast<size_t>(max_batch_bytes));
     if (!buffer.ok()) return buffer.status();
@@ -417,6 +480,7 @@ absl::Status LoaderCore::Open() {
   }
   absl::MutexLock lock(&mu_);
   slots_ = std::move(slots);
+  active_slots_ = window;
   ring_ready_ = true;
   supervisor_ = std::thread([this] { SupervisorLoop(); });
   return absl::OkStatus();
@@ -435,7 +499,7 @@ void LoaderCore::ConnectLocked(int id) {
   Daemon& d = daemons_[id];
   StreamRequest open;
   *open.mutable_open()->mutable_plan() = options_.plan;
-  open.mutable_open()->set_window(options_.prefetch);
+  open.mutable_open()->set_window(AskedWindow(options_));
   d.state = DaemonState::kConnecting;
   d.opened = false;
   d.stalled = false;
@@ -513,6 +577,7 @@ void LoaderCore::SupervisorLoop() {
     std::vector<std::shared_ptr<DaemonStream>> finished;
     std::vector<Outgoing> outgoing;
     bool resolve = false;
+    size_t grow = 0;
     {
       absl::MutexLock lock(&mu_);
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -569,11 +634,13 @@ void LoaderCore::SupervisorLoop() {
         }
       }
       StartUnavailableClockLocked(now);
+      grow = PrefetchGrowthLocked(now);
       resolve = spec_.uses_dns() && now >= next_resolve_;
       if (resolve) next_resolve_ = now + options_.resolve_interval;
     }
     Send(std::move(outgoing));
     finished.clear();  // joins finished reader threads, outside mu_
+    if (grow > 0) GrowRing(grow);
     if (resolve) Resolve();
   }
 }
@@ -606,6 +673,57 @@ void LoaderCore::Resolve() {
         [&address](const Daemon& d) { return d.endpoint == address; });
     if (!known && error_.ok()) ConnectLocked(AddDaemonLocked(address));
   }
+}
+
+size_t LoaderCore::PrefetchGrowthLocked(absl::Time now) {
+  if (!options_.auto_prefetch || !ring_ready_ ||
+      active_slots_ == slots_.size()) {
+    return 0;
+  }
+  PrefetchLook& look = prefetch_look_;
+  if (look.at == absl::InfinitePast()) {
+    look = PrefetchLook{now, steady_steps_, waited_steps_,
+                        stats_.waited - stats_.startup_waited};
+    return 0;
+  }
+  if (now - look.at < kPrefetchLookInterval) return 0;
+  const uint64_t steps = steady_steps_ - look.steps;
+  if (steps < kPrefetchLookMinSteps) return 0;  // too few to judge; wait
+  const uint64_t waited_steps = waited_steps_ - look.waited_steps;
+  const absl::Duration waited =
+      stats_.waited - stats_.startup_waited - look.waited;
+  const double waited_share = absl::FDivDuration(waited, now - look.at);
+  look = PrefetchLook{now, steady_steps_, waited_steps_,
+                      stats_.waited - stats_.startup_waited};
+  // Waits that matter, but on few steps: the daemons keep up on average,
+  // so only the bursts hurt, and depth hides bursts.
+  if (waited_share <= 0.05 || 2 * waited_steps > steps) return 0;
+  return std::min(slots_.size() - active_slots_,
+                  std::max<size_t>(1, active_slots_ / 2));
+}
+
+void LoaderCore::GrowRing(size_t count) {
+  const uint64_t bytes = opened_.max_batch_bytes();
+  std::vector<std::unique_ptr<HostBuffer>> buffers;
+  for (size_t i = 0; i < count; ++i) {
+    absl::StatusOr<std::unique_ptr<HostBuffer>> buffer =
+        allocator_->Allocate(static_cast<size_t>(bytes));
+    // Out of (pinned) memory is not an error for the run: the ring keeps
+    // the slots it has.
+    if (!buffer.ok() || *buffer == nullptr || (*buffer)->size() < bytes) break;
+    buffers.push_back(*std::move(buffer));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (std::unique_ptr<HostBuffer>& buffer : buffers) {
+      if (active_slots_ == slots_.size()) break;
+      Slot& slot = slots_[active_slots_++];
+      slot.buffer = std::move(buffer);
+      slot.state = SlotState::kFree;
+    }
+    if (!buffers.empty()) ++stats_.prefetch_grows;
+  }
+  RequestMore();
 }
 
 std::vector<LoaderCore::Outgoing> LoaderCore::ReportsLocked(absl::Time now) {
@@ -1038,7 +1156,7 @@ void LoaderCore::RequestMore() {
     const uint64_t end = opened_.batches_per_epoch();
     size_t free_slot = 0;
     for (uint64_t index = next_batch_;
-         index < end && index - next_batch_ < slots_.size(); ++index) {
+         index < end && index - next_batch_ < active_slots_; ++index) {
       const Key key{epoch_, index};
       const int existing = FindLocked(key);
       if (existing >= 0) {
@@ -1190,6 +1308,10 @@ absl::StatusOr<Batch> LoaderCore::Next(std::shared_ptr<LoaderCore> self) {
     if (batch.ok()) {
       stats_.last_step.waited = returned - entered;
       if (first_of_epoch_) stats_.startup_waited += returned - entered;
+      if (!first_of_epoch_) {
+        ++steady_steps_;
+        if (returned - entered > kWaitedStep) ++waited_steps_;
+      }
       first_of_epoch_ = false;
       stats_.last_step.compute =
           last_return_.has_value() ? entered - *last_return_
@@ -1286,11 +1408,14 @@ absl::StatusOr<Batch> LoaderCore::NextImpl(std::shared_ptr<LoaderCore> self) {
     if (!any_free) {
       bool all_leased = true;
       for (const Slot& slot : slots_) {
-        if (slot.state != SlotState::kLeased) all_leased = false;
+        if (slot.state != SlotState::kLeased &&
+            slot.state != SlotState::kInactive) {
+          all_leased = false;
+        }
       }
       if (all_leased) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "all ", slots_.size(),
+            "all ", active_slots_,
             " ring slots are held by unreleased Batch objects; release one "
             "before calling Next()"));
       }
@@ -1330,6 +1455,7 @@ Loader::Stats LoaderCore::stats() const {
   absl::MutexLock lock(&mu_);
   Loader::Stats stats = stats_;
   stats.wall = absl::Now() - created_;
+  stats.prefetch = static_cast<uint32_t>(active_slots_);
   stats.rerequested = scheduler_.rerequested();
   stats.hedged = scheduler_.hedged();
   for (size_t i = 0; i < daemons_.size(); ++i) {
@@ -1465,6 +1591,7 @@ Loader::Stats Loader::Stats::Since(const Stats& earlier) const {
   d.hedged -= earlier.hedged;
   d.reports_sent -= earlier.reports_sent;
   d.reports_rejected -= earlier.reports_rejected;
+  d.prefetch_grows -= earlier.prefetch_grows;
   return d;
 }
 

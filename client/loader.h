@@ -80,6 +80,14 @@ struct LoaderOptions {
   // of ring slots. With one daemon it is capped at the daemon's grant; 0
   // takes the daemon's default (times the number of daemons at start).
   uint32_t prefetch = 4;
+  // Grow the ring beyond `prefetch` while the trainer's waits are bursty
+  // and the daemons keep up on average: once a second, by half (at least
+  // one slot), when the trainer waited more than 5 % of the time but at
+  // most half of its steps waited at all. Never beyond
+  // `auto_prefetch_max_bytes` of slots nor the daemons' granted windows
+  // (the plan asks for that many); never shrinks. docs/autoscaling.md.
+  bool auto_prefetch = false;
+  uint64_t auto_prefetch_max_bytes = uint64_t{1} << 30;
   // Where slots come from; nullptr means 64-byte aligned heap memory. Not
   // owned; must outlive the Loader and every Batch it returned.
   BufferAllocator* allocator = nullptr;
@@ -222,7 +230,8 @@ class Loader {
   // The daemon's answer to the plan: granted window, shape, sizes.
   const batchd::v1::PlanOpened& opened() const;
   uint64_t batches_per_epoch() const;
-  // Slots in the ring: the granted window, capped at a non-zero `prefetch`.
+  // Slots in the ring: the granted window, capped at a non-zero `prefetch`;
+  // with auto_prefetch, the slots grown to so far.
   uint32_t window() const;
 
   // Starts returning batches `first_batch`, `first_batch`+1, ... of `epoch`
@@ -313,6 +322,10 @@ class Loader {
     // (totals, differenced by Since()).
     uint64_t reports_sent = 0;
     uint64_t reports_rejected = 0;
+    // Ring slots in use now (not differenced), and how often auto_prefetch
+    // grew the ring (differenced).
+    uint32_t prefetch = 0;
+    uint64_t prefetch_grows = 0;
     // Per daemon, now (not differenced by Since()).
     std::vector<DaemonStats> daemons;
     // The last step (not differenced by Since()).

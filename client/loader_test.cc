@@ -105,6 +105,132 @@ TEST(LoaderTest, DeliversEveryBatchInOrderWithItsBytes) {
   ExpectRestOfEpoch(**loader, 1, 0, server.service());
 }
 
+TEST(LoaderTest, ReportsTheTrainersWaitAndComputeToTheDaemon) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 12;
+  FakeServer server(fake, FakeDataService::ServeInOrder());
+  LoaderOptions options = OptionsFor(server);
+  options.report_interval = absl::Milliseconds(100);
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(std::move(options));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  // A trainer that computes 30 ms a step.
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_OK((*loader)->Next());
+    absl::SleepFor(absl::Milliseconds(30));
+  }
+  absl::SleepFor(absl::Milliseconds(250));  // the last step's report
+  const std::vector<batchd::v1::TrainerReport> reports =
+      server.service().reports();
+  ASSERT_GE(reports.size(), 3u);
+  double wait = 0, compute = 0;
+  uint64_t batches = 0;
+  for (const batchd::v1::TrainerReport& r : reports) {
+    EXPECT_GE(r.wait_seconds(), 0);
+    EXPECT_GE(r.compute_seconds(), 0);
+    wait += r.wait_seconds();
+    compute += r.compute_seconds();
+    batches += r.batches();
+  }
+  // Every batch consumed is counted once; the compute is the sleeps (the
+  // last report may hold up to one interval of idle time after them).
+  EXPECT_EQ(batches, 12u);
+  EXPECT_GE(compute, 0.30);
+  const Loader::Stats stats = (*loader)->stats();
+  EXPECT_NEAR(wait, absl::ToDoubleSeconds(stats.waited), 0.05);
+  EXPECT_EQ(stats.reports_sent, reports.size());
+  EXPECT_EQ(stats.reports_rejected, 0u);
+}
+
+// Serves in request order, but holds every batch whose index is
+// `period`-1 modulo `period` for `pause` first, and every other for `each`:
+// a daemon that keeps up on average with bursts of lateness.
+FakeDataService::Script ServeWithPauses(uint64_t period, absl::Duration pause,
+                                        absl::Duration each) {
+  return [=](FakeStream& stream) {
+    while (stream.ReadRequest()) {
+      while (!stream.pending().empty()) {
+        const FakeStream::Key key = stream.pending().front();
+        absl::SleepFor(key.second % period == period - 1 ? pause : each);
+        if (!stream.SendBatch(key)) return grpc::Status::OK;
+      }
+    }
+    return grpc::Status::OK;
+  };
+}
+
+// Reads `steps` batches (across epochs), computing `step` after each.
+void Train(Loader& loader, int steps, absl::Duration step) {
+  uint64_t epoch = 0;
+  ASSERT_OK(loader.StartEpoch(epoch));
+  for (int i = 0; i < steps; ++i) {
+    absl::StatusOr<Batch> batch = loader.Next();
+    if (absl::IsOutOfRange(batch.status())) {
+      ASSERT_OK(loader.StartEpoch(++epoch));
+      --i;
+      continue;
+    }
+    ASSERT_OK(batch);
+    absl::SleepFor(step);
+  }
+}
+
+TEST(LoaderTest, AutoPrefetchGrowsTheRingForBurstyWaits) {
+  FakeDataService::Options fake;
+  fake.window = 32;
+  fake.batches_per_epoch = 64;
+  FakeServer server(fake, ServeWithPauses(8, absl::Milliseconds(120),
+                                          absl::ZeroDuration()));
+  LoaderOptions options = OptionsFor(server, /*prefetch=*/2);
+  options.auto_prefetch = true;
+  options.auto_prefetch_max_bytes = 12 * 1200;  // 12 slots of 1,200 bytes
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(std::move(options));
+  ASSERT_OK(loader);
+  EXPECT_EQ((*loader)->window(), 2u);
+  // 10 ms a step: the fake keeps up on average (120 ms per 8 batches), but
+  // every 8th batch makes the trainer wait.
+  Train(**loader, 250, absl::Milliseconds(10));
+  const Loader::Stats stats = (*loader)->stats();
+  EXPECT_GT(stats.prefetch, 2u);
+  EXPECT_LE(stats.prefetch, 12u);
+  EXPECT_GE(stats.prefetch_grows, 1u);
+  EXPECT_EQ((*loader)->window(), stats.prefetch);
+  EXPECT_EQ(server.service().window_violations(), 0u);
+}
+
+TEST(LoaderTest, AutoPrefetchDoesNotGrowWhenTheDaemonIsTheLimit) {
+  FakeDataService::Options fake;
+  fake.window = 32;
+  fake.batches_per_epoch = 64;
+  // 15 ms a batch for a 2 ms step: every step waits; depth cannot help.
+  FakeServer server(fake, ServeWithPauses(1000, absl::Milliseconds(15),
+                                          absl::Milliseconds(15)));
+  LoaderOptions options = OptionsFor(server, /*prefetch=*/2);
+  options.auto_prefetch = true;
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(std::move(options));
+  ASSERT_OK(loader);
+  Train(**loader, 150, absl::Milliseconds(2));
+  const Loader::Stats stats = (*loader)->stats();
+  EXPECT_EQ(stats.prefetch, 2u);
+  EXPECT_EQ(stats.prefetch_grows, 0u);
+}
+
+TEST(LoaderTest, SendsNoReportsWithAZeroInterval) {
+  FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
+  LoaderOptions options = OptionsFor(server);
+  options.report_interval = absl::ZeroDuration();
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(std::move(options));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  ASSERT_OK((*loader)->Next());
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_TRUE(server.service().reports().empty());
+}
+
 TEST(LoaderTest, SubstitutionsAreReported) {
   FakeServer server(FakeDataService::Options{}, FakeDataService::ServeInOrder());
   absl::StatusOr<std::unique_ptr<Loader>> loader =

@@ -58,9 +58,12 @@ TEST(TopE2eTest, OnceRendersLiveDaemonsAndTheirJobs) {
       found = true;
       const std::vector<std::string> fields =
           absl::StrSplit(line, ' ', absl::SkipEmpty());
-      ASSERT_EQ(fields.size(), 6u) << line;
+      ASSERT_EQ(fields.size(), 8u) << line;
       EXPECT_EQ(fields[4], "3") << line;  // BATCHES
       EXPECT_EQ(fields[5], "0") << line;  // SUBST
+      // Its stream has closed: no trainer reports count any more.
+      EXPECT_EQ(fields[6], "-") << line;  // WAIT
+      EXPECT_EQ(fields[7], "-") << line;  // DEMAND
     }
   }
   EXPECT_TRUE(found) << top.output;

@@ -28,6 +28,11 @@ uint64_t FakeSampleIndex(uint64_t epoch, uint64_t index, uint64_t position,
 bool FakeStream::ReadRequest() {
   StreamRequest request;
   if (!stream_->Read(&request)) return false;
+  if (request.has_report()) {
+    absl::MutexLock lock(&service_->mu_);
+    service_->reports_.push_back(request.report());
+    return true;
+  }
   if (!request.has_request()) return true;  // a stray `open`: ignored here
   const uint64_t epoch = request.request().epoch();
   for (uint64_t index : request.request().batch_indices()) {
@@ -269,6 +274,11 @@ uint64_t FakeDataService::sent_total() const {
 std::vector<FakeStream::Key> FakeDataService::requested() const {
   absl::MutexLock lock(&mu_);
   return requested_;
+}
+
+std::vector<batchd::v1::TrainerReport> FakeDataService::reports() const {
+  absl::MutexLock lock(&mu_);
+  return reports_;
 }
 
 int FakeDataService::streams_opened() const {

@@ -136,6 +136,8 @@ class FakeDataService final : public batchd::v1::DataService::Service {
   uint64_t sent_total() const;
   // Every batch requested, in arrival order.
   std::vector<FakeStream::Key> requested() const;
+  // Every TrainerReport received, over all streams, in arrival order.
+  std::vector<batchd::v1::TrainerReport> reports() const;
   // Streams that sent `open`.
   int streams_opened() const;
   // Blocks until at least `n` batches were requested; false after 20 s.
@@ -152,6 +154,7 @@ class FakeDataService final : public batchd::v1::DataService::Service {
   uint64_t window_violations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t sent_total_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<FakeStream::Key> requested_ ABSL_GUARDED_BY(mu_);
+  std::vector<batchd::v1::TrainerReport> reports_ ABSL_GUARDED_BY(mu_);
   int streams_opened_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -141,7 +141,13 @@ class Loader:
         Default: torch.distributed's when initialised, else the RANK and
         WORLD_SIZE environment variables, else 0 and 1.
       prefetch: ring slots, i.e. batches read ahead, including those whose
-        tensors are alive. Memory: ``prefetch * slot_bytes``.
+        tensors are alive. Memory: ``prefetch * slot_bytes``. ``"auto"``
+        starts at 4 and grows the ring (never shrinks it) while waits are
+        bursty but most steps find their batch ready, up to
+        ``prefetch_memory`` bytes of slots (docs/autoscaling.md);
+        :meth:`stats` says how many slots are in use (``prefetch``).
+      prefetch_memory: the cap of ``prefetch="auto"``, bytes (default
+        1 GiB).
       device: where tensors are yielded. ``"cpu"``: uint8 tensors wrapping the
         slot (float when ``normalize`` or a float ``dtype`` is given).
         ``"cuda[:n]"``: device tensors, copied asynchronously on the current
@@ -193,6 +199,7 @@ class Loader:
                  size=224, scale=None, ratio=None, flip=None,
                  resize_shorter=None, layout="nchw", seed=0, shuffle=True,
                  drop_last=False, rank=None, world_size=None, prefetch=4,
+                 prefetch_memory=1 << 30,
                  device="cpu", normalize=None, dtype=None, job="",
                  connect_timeout=10.0, unavailable_timeout=30.0,
                  hedge_factor=3.0, backend="auto", depth=3,
@@ -219,8 +226,15 @@ class Loader:
             raise ValueError(
                 f"rank {rank} is outside 0..world_size-1 (world_size "
                 f"{world_size})")
-        if prefetch < 1:
-            raise ValueError(f"prefetch must be >= 1, not {prefetch}")
+        prefetch_max_bytes = 0
+        if prefetch == "auto":
+            if not (isinstance(prefetch_memory, int) and prefetch_memory > 0):
+                raise ValueError(f"prefetch_memory must be a positive number "
+                                 f"of bytes, not {prefetch_memory!r}")
+            prefetch, prefetch_max_bytes = 4, prefetch_memory
+        elif isinstance(prefetch, str) or prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1 or \"auto\", not "
+                             f"{prefetch!r}")
         self.device = torch.device(device)
         self.layout = layout
         self.rank = rank
@@ -236,7 +250,8 @@ class Loader:
             scale=None if scale is None else tuple(scale),
             ratio=None if ratio is None else tuple(ratio), flip=flip,
             resize_shorter=resize_shorter or 0, layout=layout,
-            prefetch=prefetch, connect_timeout=connect_timeout,
+            prefetch=prefetch, prefetch_max_bytes=prefetch_max_bytes,
+            connect_timeout=connect_timeout,
             unavailable_timeout=unavailable_timeout,
             hedge_factor=hedge_factor,
             security=_security(tls_ca, tls_cert, tls_key, tls_server_name,
@@ -559,7 +574,11 @@ class Loader:
         rates per second ``batches_per_second``, ``images_per_second``,
         ``bytes_per_second``, ``received_bytes_per_second``. Over several
         daemons: ``rerequested`` (batches asked again after their daemon was
-        lost), ``hedged`` (hedge requests), and ``daemons``, one dict per
+        lost), ``hedged`` (hedge requests); ``prefetch`` (ring slots in use
+        now) and ``prefetch_grows`` (times ``prefetch="auto"`` grew it);
+        ``reports_sent`` and ``reports_rejected`` (the trainer's
+        wait/compute reports to the daemons, which size their workers by
+        them under ``--workers auto``); and ``daemons``, one dict per
         daemon: ``endpoint``, ``state`` (connecting, up, draining, down,
         failed, removed), ``requested``, ``served``, ``lost``, ``hedges``,
         ``cancelled`` (losing copies withdrawn), ``discarded`` (losing copies

@@ -98,10 +98,13 @@ client::LoaderOptions LoaderOptionsFromArgs(
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
     double connect_timeout, double unavailable_timeout, double hedge_factor,
-    const py::dict& security) {
+    uint64_t prefetch_max_bytes, const py::dict& security) {
   client::LoaderOptions options;
   options.endpoint = endpoint;
   options.prefetch = prefetch;
+  // A memory cap turns on the growing ring (prefetch="auto").
+  options.auto_prefetch = prefetch_max_bytes > 0;
+  if (options.auto_prefetch) options.auto_prefetch_max_bytes = prefetch_max_bytes;
   if (!(connect_timeout > 0)) {
     throw py::value_error("connect_timeout must be > 0 seconds");
   }
@@ -171,11 +174,12 @@ std::unique_ptr<NativeLoader> MakeLoader(
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
     double connect_timeout, double unavailable_timeout, double hedge_factor,
-    const py::dict& security) {
+    uint64_t prefetch_max_bytes, const py::dict& security) {
   client::LoaderOptions options = LoaderOptionsFromArgs(
       endpoint, dataset, batch_size, seed, shuffle, drop_last, rank,
       world_size, job, mode, size, scale, ratio, flip, resize_shorter, layout,
-      prefetch, connect_timeout, unavailable_timeout, hedge_factor, security);
+      prefetch, connect_timeout, unavailable_timeout, hedge_factor,
+      prefetch_max_bytes, security);
   absl::StatusOr<std::unique_ptr<NativeLoader>> loader;
   {
     py::gil_scoped_release release;
@@ -230,7 +234,8 @@ PYBIND11_MODULE(_native, m) {
              py::arg("resize_shorter") = 0, py::arg("layout") = "nchw",
              py::arg("prefetch") = 4, py::arg("connect_timeout") = 10.0,
              py::arg("unavailable_timeout") = 30.0,
-             py::arg("hedge_factor") = 3.0, py::arg("security") = py::dict());
+             py::arg("hedge_factor") = 3.0, py::arg("prefetch_max_bytes") = 0,
+             py::arg("security") = py::dict());
   BindLoaderCommon(loader);
   loader.def(
       "next",

@@ -54,7 +54,7 @@ client::LoaderOptions LoaderOptionsFromArgs(
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
     double connect_timeout, double unavailable_timeout, double hedge_factor,
-    const py::dict& security);
+    uint64_t prefetch_max_bytes, const py::dict& security);
 
 const char* LayoutName(batchd::v1::Layout layout);
 
@@ -162,6 +162,10 @@ void BindLoaderCommon(py::class_<L>& cls) {
                 stats.received_bytes_per_second();
             out["rerequested"] = stats.rerequested;
             out["hedged"] = stats.hedged;
+            out["prefetch"] = stats.prefetch;
+            out["prefetch_grows"] = stats.prefetch_grows;
+            out["reports_sent"] = stats.reports_sent;
+            out["reports_rejected"] = stats.reports_rejected;
             py::list daemons;
             for (const client::DaemonStats& d : stats.daemons) {
               py::dict daemon;

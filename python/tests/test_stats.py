@@ -19,6 +19,8 @@ FRACTIONS = ("waited_fraction", "steady_waited_fraction", "compute_fraction",
 RATES = ("batches_per_second", "images_per_second", "bytes_per_second",
          "received_bytes_per_second")
 DAEMONS = ("rerequested", "hedged", "daemons")
+RING_AND_REPORTS = ("prefetch", "prefetch_grows", "reports_sent",
+                    "reports_rejected")
 
 
 def make(daemon, batch_size=4, **kwargs):
@@ -31,7 +33,7 @@ def test_stats_count_what_was_iterated(daemon):
     with make(daemon) as loader:
         stats = loader.stats()
         assert set(stats) == set(TOTALS + LAST_STEP + FRACTIONS + RATES +
-                                 DAEMONS)
+                                 DAEMONS + RING_AND_REPORTS)
         assert stats["rerequested"] == 0 and stats["hedged"] == 0
         assert [d["endpoint"] for d in stats["daemons"]] == [daemon.endpoint]
         assert stats["daemons"][0]["state"] == "up"
