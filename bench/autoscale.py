@@ -6,13 +6,17 @@ trainer whose step takes STEP ms, fed by one daemon with --workers 1, with
 --workers 2, and with --workers auto (--min-workers 1, --max-workers 2).
 For each step time and setting it prints the steady epoch time (mean over
 the epochs that start after the first 10 s, so that auto's convergence is
-reported separately), the trainer's steady wait share, the workers the
-daemon ran (time-averaged from /metrics over the whole run), and for auto
-how long it took to reach the worker count it ended on.
+reported separately) and the trainer's wait share over those epochs
+("wait %", each epoch's first batch included: the client asks for an
+epoch's batches when it starts it); the stall over the whole run without
+each epoch's first batch ("stall %", as the client's own line reports it,
+auto's convergence included); the workers the daemon ran (time-averaged
+from /metrics over the whole run); and for auto how long it took to reach
+the worker count it ended on.
 
     bench/autoscale.py [--build build] [--seconds 30] [--steps 20,60,150,400]
 
-The dataset is data/bench (1,000 photographs-like JPEGs from make_dataset;
+The dataset is data/bench (1,000 photograph-like JPEGs from make_dataset;
 generated if missing). Every setting runs once per step time, in turn, on
 the same machine; BENCHMARKS.md records the table with the date.
 """
@@ -22,30 +26,22 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.request
+
+from daemon_launcher import Daemon
 
 BATCH = 64
 EPOCH_LINE = re.compile(
     r"^epoch (\d+): (\d+) batches, (\d+) images in ([0-9.]+) s: .* waited "
     r"([0-9.]+)% of wall time")
+CLIENT_LINE = re.compile(
+    r"^client: waited ([0-9.]+)% \(([0-9.]+)% after each epoch's first batch\)")
 SETTLE_S = 10.0
 
 
-def wait_for_file(path, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            return open(path).read().strip()
-        time.sleep(0.05)
-    raise RuntimeError(f"{path} did not appear")
-
-
-def workers_now(metrics_port):
-    page = urllib.request.urlopen(
-        f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+def workers_now(page):
+    """batchd_workers from a /metrics page."""
     for line in page.splitlines():
         if line.startswith("batchd_workers "):
             return float(line.split()[1])
@@ -54,17 +50,9 @@ def workers_now(metrics_port):
 
 def run(build, data, workers, step_ms, seconds):
     """One trainer run; returns a dict of figures."""
-    tmp = tempfile.mkdtemp(prefix="batchd-autoscale-bench-")
     flags = ["--workers", "auto", "--min-workers", "1", "--max-workers", "2"] \
         if workers == "auto" else ["--workers", str(workers)]
-    daemon = subprocess.Popen(
-        [f"{build}/server/batchd", "--dataset", f"bench={data}", "--port", "0",
-         "--port-file", f"{tmp}/port", "--metrics-port", "0",
-         "--metrics-port-file", f"{tmp}/metrics"] + flags,
-        stderr=open(f"{tmp}/daemon.log", "w"))
-    try:
-        port = wait_for_file(f"{tmp}/port")
-        metrics = wait_for_file(f"{tmp}/metrics")
+    with Daemon(build, {"bench": data}, flags, metrics=True) as daemon:
         images = sum(1 for _, _, files in os.walk(data)
                      for f in files if f.endswith(".jpg"))
         batches = math.ceil(images / BATCH)
@@ -80,7 +68,7 @@ def run(build, data, workers, step_ms, seconds):
             while not done.is_set():
                 try:
                     samples.append((time.time() - start,
-                                    workers_now(metrics)))
+                                    workers_now(daemon.metrics())))
                 except OSError:
                     pass
                 done.wait(0.25)
@@ -88,16 +76,14 @@ def run(build, data, workers, step_ms, seconds):
         sampler = threading.Thread(target=sample)
         sampler.start()
         client = subprocess.run(
-            [f"{build}/client/batchd-client", "--endpoint",
-             f"127.0.0.1:{port}", "--dataset", "bench", "--batch_size",
-             str(BATCH), "--size", "224", "--prefetch", "4", "--epochs",
-             str(epochs), "--step_ms", str(step_ms)],
+            [f"{build}/client/batchd-client", "--endpoint", daemon.endpoint,
+             "--dataset", "bench", "--batch_size", str(BATCH), "--size", "224",
+             "--prefetch", "4", "--epochs", str(epochs), "--step_ms",
+             str(step_ms)],
             capture_output=True, text=True, check=True)
         done.set()
         sampler.join()
-    finally:
-        daemon.terminate()
-        daemon.wait()
+        log = daemon.log()
     epochs_seen = []
     for line in client.stdout.splitlines():
         m = EPOCH_LINE.match(line)
@@ -120,8 +106,11 @@ def run(build, data, workers, step_ms, seconds):
     for t, w in samples:
         if w != final:
             converged = t
-    log = open(f"{tmp}/daemon.log").read()
+    run_wait = next((float(m.group(2)) for m in map(CLIENT_LINE.match,
+                                                    client.stdout.splitlines())
+                     if m), float("nan"))
     return dict(
+        run_wait=run_wait,
         epoch_s=sum(d for d, _ in steady) / len(steady),
         wait=sum(w for _, w in steady) / len(steady),
         total_s=elapsed, workers=mean_workers, final=final,
@@ -135,17 +124,21 @@ def main():
     parser.add_argument("--data", default="data/bench")
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--steps", default="20,60,150,400")
+    parser.add_argument("--images", type=int, default=1000,
+                        help="images of a generated dataset")
     args = parser.parse_args()
     if not os.path.exists(f"{args.data}/.complete"):
         subprocess.run([f"{args.build}/tools/make_dataset", "--out", args.data,
-                        "--images", "1000", "--classes", "10", "--seed", "1"],
+                        "--images", str(args.images), "--classes", "10",
+                        "--seed", "1"],
                        check=True)
         open(f"{args.data}/.complete", "w").close()
     print(f"batch {BATCH}, 224x224 train crops, prefetch 4, one daemon; "
           f"steady = epochs starting after {SETTLE_S:.0f} s; "
           f"{os.cpu_count()} CPUs")
     print(f"{'step':>6} {'setting':>9} {'epoch s':>8} {'wait %':>7} "
-          f"{'workers':>8} {'vs best':>8}  auto: final, converged, changes")
+          f"{'stall %':>8} {'workers':>8} {'vs best':>8}  "
+          f"auto: final, converged, changes")
     for step in (int(s) for s in args.steps.split(",")):
         results = {w: run(args.build, args.data, w, step, args.seconds)
                    for w in (1, 2, "auto")}
@@ -156,7 +149,7 @@ def main():
                 extra = (f"  {r['final']:.0f} workers, {r['converged_s']:.1f} s, "
                          f"{r['changes']}")
             print(f"{step:>4}ms {str(w):>9} {r['epoch_s']:8.3f} "
-                  f"{r['wait']:7.1f} {r['workers']:8.2f} "
+                  f"{r['wait']:7.1f} {r['run_wait']:8.1f} {r['workers']:8.2f} "
                   f"{r['epoch_s'] / best:7.3f}x{extra}", flush=True)
     return 0
 

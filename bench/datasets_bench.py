@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import side_by_side  # noqa: E402  (its daemon + client runner)
+from daemon_launcher import Daemon  # noqa: E402
 
 MAX_SIDES = (512, 320, 256)
 
@@ -54,31 +55,20 @@ def tar_bytes(directory):
                for f in os.listdir(directory) if f.endswith(".tar"))
 
 
-def mean_differences(build, datasets, batches, tmp):
+def mean_differences(build, datasets, batches):
     """Mean |output - ImageFolder output| of the bytes, per dataset and
     transform, over the first `batches` batches of epoch 0 (one daemon
     serving every dataset, through the Python loader)."""
     sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(build, "python")]
     import numpy as np
     import batchd
-    port_file = os.path.join(tmp, "mad-port")
-    args = [os.path.join(build, "server", "batchd"), "--port", "0",
-            "--port-file", port_file, "--workers", "2"]
+
     def served(name):  # dataset names may not contain spaces
         return name.replace(" ", "-")
 
-    for name, path in datasets.items():
-        args += ["--dataset", f"{served(name)}={path}"]
-    daemon = subprocess.Popen(args, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(400):
-            if os.path.exists(port_file) and open(port_file).read().strip():
-                break
-            if daemon.poll() is not None:
-                raise RuntimeError("batchd exited at start")
-            time.sleep(0.05)
-        endpoint = f"localhost:{open(port_file).read().strip()}"
+    served_datasets = {served(name): path for name, path in datasets.items()}
+    with Daemon(build, served_datasets, ["--workers", "2"]) as daemon:
+        endpoint = daemon.endpoint
         result = {}
         for mode in ("eval", "train"):
             outputs = {}
@@ -96,9 +86,6 @@ def mean_differences(build, datasets, batches, tmp):
                 result[(name, mode)] = float(
                     np.abs(outputs[name] - outputs["folder"]).mean())
         return result
-    finally:
-        daemon.terminate()
-        daemon.wait(timeout=20)
 
 
 def main():
@@ -140,9 +127,7 @@ def main():
         for name in order:
             runs[name].append(side_by_side.batchd(build, datasets[name], 1, "0",
                                                   args.epochs))
-    import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        mad = mean_differences(build, datasets, args.batches, tmp)
+    mad = mean_differences(build, datasets, args.batches)
 
     def med(values):
         return statistics.median(values), min(values), max(values)

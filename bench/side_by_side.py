@@ -28,12 +28,12 @@ import math
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+
+from daemon_launcher import Daemon
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -89,40 +89,16 @@ EPOCH_RE = re.compile(r"epoch (\d+): .*? (\d+) images in [\d.]+ s: ([\d.]+) imag
 
 def batchd(build, data, workers, cores, epochs):
     """Daemon + CLI client on loopback, both pinned to `cores`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        port_file = os.path.join(tmp, "port")
-        daemon = subprocess.Popen(
-            taskset(cores) + [os.path.join(build, "server", "batchd"),
-                              "--dataset", f"bench={data}",
-                              "--workers", str(workers), "--port", "0",
-                              "--port-file", port_file],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(200):
-                if os.path.exists(port_file) and open(port_file).read().strip():
-                    break
-                if daemon.poll() is not None:
-                    raise RuntimeError("batchd exited at start")
-                time.sleep(0.05)
-            else:
-                raise RuntimeError("batchd did not write its port")
-            port = open(port_file).read().strip()
-            client = taskset(cores) + [
-                os.path.join(build, "client", "batchd-client"),
-                "--endpoint", f"localhost:{port}", "--dataset", "bench",
-                "--batch_size", "64", "--size", "224", "--prefetch", "8"]
-            run(client + ["--epochs", "1", "--first_epoch", "0"])  # warm-up
-            daemon_cpu = proc_cpu_seconds(daemon.pid)
-            out, _ = run(client + ["--epochs", str(epochs),
-                                   "--first_epoch", "1"])
-            daemon_cpu = proc_cpu_seconds(daemon.pid) - daemon_cpu
-        finally:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+    with Daemon(build, {"bench": data}, ["--workers", str(workers)],
+                cores=cores) as daemon:
+        client = taskset(cores) + [
+            os.path.join(build, "client", "batchd-client"),
+            "--endpoint", daemon.endpoint, "--dataset", "bench",
+            "--batch_size", "64", "--size", "224", "--prefetch", "8"]
+        run(client + ["--epochs", "1", "--first_epoch", "0"])  # warm-up
+        daemon_cpu = proc_cpu_seconds(daemon.pid)
+        out, _ = run(client + ["--epochs", str(epochs), "--first_epoch", "1"])
+        daemon_cpu = proc_cpu_seconds(daemon.pid) - daemon_cpu
     matches = [EPOCH_RE.search(line) for line in out.splitlines()]
     rates = [float(m.group(3)) for m in matches if m]
     images = sum(int(m.group(2)) for m in matches if m)

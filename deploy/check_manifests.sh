@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Validates the deployment files, as the ctest test deploy_manifests runs it:
 #   deploy/check_manifests.sh SOURCE_DIR BATCHD_BINARY WORK_DIR
-# 1. `kubectl kustomize deploy/k8s` renders the Kubernetes base;
+# 1. `kubectl kustomize deploy/k8s` renders the Kubernetes base, and
+#    deploy/k8s-demand-hpa the overlay that scales on the demand metric;
 # 2. every rendered object validates against the Kubernetes API schemas
 #    (deploy/k8s/validate/validate.js, npm package kubernetes-models, installed
 #    with `npm ci` from the committed package-lock.json into WORK_DIR);
@@ -28,6 +29,10 @@ mkdir -p "$WORK/validate"
 kubectl kustomize "$SRC/deploy/k8s" > "$WORK/rendered.yaml" ||
   fail "kubectl kustomize $SRC/deploy/k8s failed"
 echo "rendered $(grep -c '^kind:' "$WORK/rendered.yaml") objects from deploy/k8s"
+kubectl kustomize "$SRC/deploy/k8s-demand-hpa" > "$WORK/rendered-demand-hpa.yaml" ||
+  fail "kubectl kustomize $SRC/deploy/k8s-demand-hpa failed"
+grep -q 'name: batchd_capacity_demand_ratio' "$WORK/rendered-demand-hpa.yaml" ||
+  fail "deploy/k8s-demand-hpa does not target batchd_capacity_demand_ratio"
 
 # npm ci only when the lockfile changed since the last install here; it
 # needs the registry, and its failure is the test's.
@@ -55,5 +60,7 @@ fi
 grep -qx port "$WORK/daemon-flags.txt" ||
   fail "$BATCHD --help/--helpfull listed no --port flag; cannot check flags"
 
-node "$WORK/validate/validate.js" --manifests "$WORK/rendered.yaml" \
-  --compose "$SRC/docker-compose.yml" --daemon-flags "$WORK/daemon-flags.txt"
+for rendered in "$WORK/rendered.yaml" "$WORK/rendered-demand-hpa.yaml"; do
+  node "$WORK/validate/validate.js" --manifests "$rendered" \
+    --compose "$SRC/docker-compose.yml" --daemon-flags "$WORK/daemon-flags.txt"
+done

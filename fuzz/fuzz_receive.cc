@@ -1,7 +1,8 @@
 // Fuzz target: the client's receive path against a hostile server. An
 // in-process fake daemon (client/testing/fake_data_service.h) plays the
 // input as a script of headers, chunks, rejections and stream ends, valid
-// or forged (wrong offsets, sizes, batch numbers, duplicates, reordering);
+// or forged (wrong offsets, sizes, batch numbers, duplicates, reordering,
+// rejections of reports);
 // a real Loader reads the epoch. The oracle: every batch the Loader hands
 // out holds exactly the bytes the fake defines for it; anything else
 // traps. Errors are expected; wrong bytes, crashes and hangs are not.
@@ -74,11 +75,15 @@ grpc::Status Play(FakeStream& stream) {
       case 4:  // an in-band rejection with any code
         if (!stream.Reject(key, arg % 17, "fuzz")) return grpc::Status::OK;
         break;
-      case 5: {  // a rejection of a batch never requested
+      case 5: {  // a rejection of a batch never requested, or of a report
         batchd::v1::StreamResponse response;
-        response.mutable_rejected()->set_epoch(key.first);
-        response.mutable_rejected()->set_batch_index(key.second + 100 + arg);
-        response.mutable_rejected()->set_code(arg % 17);
+        if (arg & 0x80) {
+          response.mutable_report_rejected()->set_message("fuzz");
+        } else {
+          response.mutable_rejected()->set_epoch(key.first);
+          response.mutable_rejected()->set_batch_index(key.second + 100 + arg);
+          response.mutable_rejected()->set_code(arg % 17);
+        }
         if (!stream.SendRaw(response)) return grpc::Status::OK;
         break;
       }

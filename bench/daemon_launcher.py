@@ -1,0 +1,82 @@
+"""The one way the Python benchmarks start a batchd daemon.
+
+    from daemon_launcher import Daemon
+    with Daemon(build, {"bench": data}, ["--workers", "1"], cores="0") as d:
+        run_client(d.endpoint)          # "127.0.0.1:PORT"
+        cpu = proc_cpu_seconds(d.pid)
+        page = d.metrics()              # with metrics=True
+
+The daemon listens on a free loopback port (and, with metrics=True, serves
+/metrics on another), pinned to `cores` with taskset when given. Leaving the
+block sends SIGTERM and waits for the drain (SIGKILL after 20 s); its
+stderr is kept in a temporary file, `log()` reads it.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+
+class Daemon:
+    def __init__(self, build, datasets, flags=(), cores=None, metrics=False):
+        self._tmp = tempfile.mkdtemp(prefix="batchd-bench-")
+        port_file = os.path.join(self._tmp, "port")
+        metrics_file = os.path.join(self._tmp, "metrics-port")
+        args = [os.path.join(build, "server", "batchd"), "--host", "127.0.0.1",
+                "--port", "0", "--port-file", port_file]
+        for name, path in datasets.items():
+            args += ["--dataset", f"{name}={path}"]
+        if metrics:
+            args += ["--metrics-port", "0", "--metrics-port-file", metrics_file]
+        if cores is not None and shutil.which("taskset"):
+            args = ["taskset", "-c", cores] + args
+        self._log_path = os.path.join(self._tmp, "batchd.log")
+        self._process = subprocess.Popen(
+            args + list(flags), stdout=subprocess.DEVNULL,
+            stderr=open(self._log_path, "w"))
+        self.pid = self._process.pid
+        port = self._wait_for(port_file)
+        self.endpoint = f"127.0.0.1:{port}"
+        self.metrics_port = self._wait_for(metrics_file) if metrics else None
+
+    def _wait_for(self, path):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if os.path.exists(path):
+                text = open(path).read().strip()
+                if text:
+                    return text
+            if self._process.poll() is not None:
+                raise RuntimeError(f"batchd exited at start:\n{self.log()}")
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"batchd did not write {path}:\n{self.log()}")
+
+    def log(self):
+        with open(self._log_path) as f:
+            return f.read()
+
+    def metrics(self):
+        """The /metrics page, as text."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.read().decode()
+
+    def stop(self):
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
