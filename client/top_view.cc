@@ -99,16 +99,16 @@ std::vector<std::string> RenderTop(const std::vector<DaemonSample>& samples,
         StageLine(s, FindPrevious(previous, sample.endpoint)));
     if (s.autoscale().enabled()) {
       const batchd::v1::AutoscaleStatus& a = s.autoscale();
-      std::string line = absl::StrFormat(
+      lines.push_back(absl::StrFormat(
           "  autoscale %d..%d: %d grows, %d shrinks, %d step backs; "
           "demand/capacity %.2f",
           a.min_workers(), a.max_workers(), a.grows(), a.shrinks(),
-          a.step_backs(), s.capacity_demand_ratio());
+          a.step_backs(), s.capacity_demand_ratio()));
       if (!a.last_change().empty()) {
-        absl::StrAppend(&line, "; ", FormatUptime(a.last_change_seconds_ago()),
-                        " ago: ", a.last_change());
+        lines.push_back(absl::StrCat(
+            "  ", FormatUptime(a.last_change_seconds_ago()),
+            " ago: ", a.last_change()));
       }
-      lines.push_back(std::move(line));
     }
     if (s.daemon().security().insecure()) {
       lines.push_back(

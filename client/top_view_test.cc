@@ -70,17 +70,19 @@ TEST(TopViewTest, ShowsTheAutoscalerAndTheTrainersReports) {
   std::vector<DaemonSample> samples = {
       {"localhost:7070", status, absl::Now()}};
   const std::vector<std::string> lines = RenderTop(samples, nullptr, 200, 24);
-  ASSERT_EQ(lines.size(), 7u);
+  ASSERT_EQ(lines.size(), 8u);
   EXPECT_EQ(lines[4],
             "  autoscale 1..8: 3 grows, 0 shrinks, 0 step backs; "
-            "demand/capacity 0.61; 12s ago: grow 3 -> 4: job \"alpha\" waits "
-            "40 % of its time, workers 98 % busy");
-  EXPECT_THAT(lines[5], HasSubstr("WAIT   DEMAND"));
-  EXPECT_THAT(lines[6], HasSubstr("  40%   1066.7"));
+            "demand/capacity 0.61");
+  EXPECT_EQ(lines[5],
+            "  12s ago: grow 3 -> 4: job \"alpha\" waits 40 % of its time, "
+            "workers 98 % busy");
+  EXPECT_THAT(lines[6], HasSubstr("WAIT   DEMAND"));
+  EXPECT_THAT(lines[7], HasSubstr("  40%   1066.7"));
   // A job whose trainers do not report shows dashes.
   status.mutable_jobs(0)->clear_trainer();
   samples[0].status = status;
-  EXPECT_THAT(RenderTop(samples, nullptr, 200, 24)[6],
+  EXPECT_THAT(RenderTop(samples, nullptr, 200, 24)[7],
               HasSubstr("     -        -"));
 }
 
