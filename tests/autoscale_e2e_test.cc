@@ -52,7 +52,7 @@ std::optional<absl::Duration> WaitFor(const std::string& endpoint,
 class AutoscaleTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = MakeDataset(128, 4, 12);
+    absl::StatusOr<std::string> dir = MakeDataset(160, 4, 12);
     ASSERT_TRUE(dir.ok()) << dir.status();
     dataset_ = new std::string(*dir);
   }
@@ -162,10 +162,10 @@ TEST_F(AutoscaleTest, FastConsumerGrowsThePoolAndASlowOneShrinksIt) {
 
   // The fast job's reports stop; the slow one waits almost never and the
   // workers idle: 8 s idle, after the window of old reports (3 s) and any
-  // cooldown (4 s), is ~10-15 s. Its 64 steps take 25 s, so it is still
+  // cooldown (4 s), is ~10-15 s. Its 80 steps take 32 s, so it is still
   // reporting when the pool shrinks.
   std::optional<absl::Duration> shrunk = WaitFor(
-      daemon->endpoint(), absl::Seconds(22),
+      daemon->endpoint(), absl::Seconds(25),
       [](const v1::ServerStatus& s) { return s.workers() == 1; }, &status);
   ASSERT_TRUE(shrunk.has_value()) << status.ShortDebugString() << "\n"
                                   << daemon->Log();

@@ -1,0 +1,202 @@
+#include "common/shared_region.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace batchd::common {
+namespace {
+
+absl::Status Errno(absl::string_view what) {
+  const int error = errno;
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(error)));
+}
+
+}  // namespace
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::StatusOr<SharedRegion> SharedRegion::Create(size_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("a region of 0 bytes");
+  UniqueFd fd(memfd_create("batchd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (fd.get() < 0) return Errno("memfd_create");
+  if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    return Errno("ftruncate of the memfd");
+  }
+  if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+      0) {
+    return Errno("sealing the memfd");
+  }
+  void* data =
+      mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) return Errno("mmap of the memfd");
+  return SharedRegion(std::move(fd), static_cast<uint8_t*>(data), bytes);
+}
+
+absl::StatusOr<SharedRegion> SharedRegion::MapSealed(UniqueFd fd,
+                                                     size_t expected_bytes) {
+  const int seals = fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0) {
+    return absl::FailedPreconditionError(
+        "the shared-memory descriptor is not a sealable memfd; create it "
+        "with memfd_create(MFD_ALLOW_SEALING) and seal it");
+  }
+  if ((seals & kRequiredSeals) != kRequiredSeals) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the shared-memory region is not sealed against shrinking and "
+        "growing (seals 0x",
+        absl::Hex(seals),
+        "); add F_SEAL_SHRINK | F_SEAL_GROW before passing it, so that it "
+        "cannot be truncated under the daemon"));
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return Errno("fstat of the memfd");
+  if (expected_bytes == 0 ||
+      static_cast<uint64_t>(st.st_size) != expected_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the shared-memory region has ", st.st_size, " bytes; the plan's "
+        "slots need exactly ", expected_bytes));
+  }
+  void* data = mmap(nullptr, expected_bytes, PROT_READ | PROT_WRITE,
+                    MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) return Errno("mmap of the client's region");
+  return SharedRegion(std::move(fd), static_cast<uint8_t*>(data),
+                      expected_bytes);
+}
+
+SharedRegion::SharedRegion(SharedRegion&& other) noexcept
+    : fd_(std::move(other.fd_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+SharedRegion& SharedRegion::operator=(SharedRegion&& other) noexcept {
+  if (this != &other) {
+    Unmap();
+    fd_ = std::move(other.fd_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+SharedRegion::~SharedRegion() { Unmap(); }
+
+void SharedRegion::Unmap() {
+  if (data_ != nullptr) munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+absl::Status SendDescriptor(int socket, int fd, absl::string_view message) {
+  if (message.size() > kMaxDescriptorMessage || message.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a descriptor message must have 1..", kMaxDescriptorMessage,
+        " bytes"));
+  }
+  iovec iov{const_cast<char*>(message.data()), message.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+  ssize_t sent;
+  do {
+    sent = sendmsg(socket, &msg, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  if (sent < 0) return Errno("sendmsg with the descriptor");
+  if (static_cast<size_t>(sent) != message.size()) {
+    return absl::InternalError("sendmsg sent part of the message");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReceivedDescriptor> ReceiveDescriptor(int socket) {
+  // One byte more than the limit, to tell a long message from a full one;
+  // room for a few descriptors, so that extras are received and closed
+  // rather than leaked into the socket.
+  char buffer[kMaxDescriptorMessage + 1];
+  iovec iov{buffer, sizeof(buffer)};
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t got;
+  do {
+    got = recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) return Errno("recvmsg");
+  std::vector<UniqueFd> fds;
+  for (cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr;
+       cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+    if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) {
+      continue;
+    }
+    const size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
+      fds.emplace_back(fd);
+    }
+  }
+  if (got == 0 && fds.empty()) {
+    return absl::UnavailableError("the peer closed the socket");
+  }
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
+      static_cast<size_t>(got) > kMaxDescriptorMessage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a descriptor message longer than ", kMaxDescriptorMessage,
+        " bytes, or with more descriptors than one"));
+  }
+  if (fds.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the message carries ", fds.size(),
+        " descriptors; send exactly one, the memfd of the ring"));
+  }
+  return ReceivedDescriptor{std::move(fds[0]),
+                            std::string(buffer, static_cast<size_t>(got))};
+}
+
+absl::Status CheckPeerUid(int socket, const std::vector<uid_t>& allowed) {
+  ucred cred{};
+  socklen_t length = sizeof(cred);
+  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) {
+    return Errno("SO_PEERCRED");
+  }
+  if (std::find(allowed.begin(), allowed.end(), cred.uid) != allowed.end()) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "uid ", cred.uid, " may not share memory with this daemon (allowed: ",
+      absl::StrJoin(allowed, ", "), "); run the trainer as an allowed user "
+      "or use the bytes path"));
+}
+
+}  // namespace batchd::common
