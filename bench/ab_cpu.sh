@@ -37,19 +37,19 @@ RUN=$(mktemp -d)
 trap 'rm -rf "$RUN"' EXIT
 PIN=()
 command -v taskset >/dev/null && PIN=(taskset -c 0)
+source "$(dirname "$0")/../scripts/batchd_daemon.sh"
+BATCHD_PIN=(${PIN[@]+"${PIN[@]}"})
 TICKS=$(getconf CLK_TCK)
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 measure() {  # build -> "images/s daemon_ms client_ms"
   local build=$1
-  rm -f "$RUN/port"
-  "${PIN[@]}" "$build/server/batchd" --dataset "bench=$DATA" --workers 1 \
-    --port 0 --port-file "$RUN/port" 2>/dev/null &
-  local daemon=$!
-  for _ in $(seq 100); do [ -s "$RUN/port" ] && break; sleep 0.1; done
-  local client=("${PIN[@]}" "$build/client/batchd-client"
-    --endpoint "localhost:$(cat "$RUN/port")" --dataset bench
+  batchd_start "$RUN" daemon "$build/server/batchd" --dataset "bench=$DATA" \
+    --workers 1
+  local daemon=$BATCHD_PID
+  local client=(${PIN[@]+"${PIN[@]}"} "$build/client/batchd-client"
+    --endpoint "127.0.0.1:$BATCHD_PORT" --dataset bench
     --batch_size 64 --size 224 --prefetch 8)
   "${client[@]}" --epochs 1 --first_epoch 0 > /dev/null
   local before after
@@ -60,7 +60,7 @@ r = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(r.ru_utime, r.ru_stime)' "$RUN/out.txt" \
     "${client[@]}" --epochs "$EPOCHS" --first_epoch 1 > "$RUN/client_cpu"
   after=$(cpu_ticks "$daemon")
-  kill -TERM "$daemon"; wait "$daemon" || true
+  batchd_stop "$daemon"
   python3 - "$RUN/out.txt" "$RUN/client_cpu" "$before" "$after" "$TICKS" <<'PY'
 import re, sys
 out, client_cpu, before, after, ticks = sys.argv[1:]

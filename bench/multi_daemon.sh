@@ -20,17 +20,17 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$RUN"; }
 trap cleanup EXIT
 
+source "$(dirname "$0")/../scripts/batchd_daemon.sh"
 # start_daemon CORE NAME: a one-worker daemon pinned to CORE; sets $PORT.
 start_daemon() {
-  rm -f "$RUN/$2.port"
-  taskset -c "$1" "$BUILD/server/batchd" --dataset "bench=$DATA" --workers 1 \
-    --host 127.0.0.1 --port 0 --port-file "$RUN/$2.port" 2>"$RUN/$2.log" &
-  PIDS+=($!)
-  LAST_PID=$!
-  for _ in $(seq 200); do [ -s "$RUN/$2.port" ] && break; sleep 0.05; done
-  PORT=$(cat "$RUN/$2.port")
+  BATCHD_PIN=(taskset -c "$1")
+  batchd_start "$RUN" "$2" "$BUILD/server/batchd" --dataset "bench=$DATA" \
+    --workers 1
+  PIDS+=("$BATCHD_PID")
+  LAST_PID=$BATCHD_PID
+  PORT=$BATCHD_PORT
 }
-stop_all() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; PIDS=(); }
+stop_all() { for p in "${PIDS[@]}"; do batchd_stop "$p"; done; PIDS=(); }
 client() {  # client ENDPOINTS EXTRA...
   local endpoints=$1; shift
   taskset -c 1 "$BUILD/client/batchd-client" --endpoint "$endpoints" --dataset bench \

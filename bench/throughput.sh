@@ -16,17 +16,15 @@ if [ ! -f "$DATA/.complete" ]; then
 fi
 RUN=$(mktemp -d)
 trap 'rm -rf "$RUN"' EXIT
+source "$(dirname "$0")/../scripts/batchd_daemon.sh"
 echo "dataset: $DATA ($(find "$DATA" -name '*.jpg' | wc -l) images), $EPOCHS epochs, batch 64, 224x224"
 for workers in $WORKER_COUNTS; do
-  rm -f "$RUN/port"
-  "$BUILD/server/batchd" --dataset "bench=$DATA" --workers "$workers" --port 0 \
-    --port-file "$RUN/port" 2>/dev/null &
-  daemon=$!
-  for _ in $(seq 100); do [ -s "$RUN/port" ] && break; sleep 0.1; done
-  "$BUILD/client/batchd-client" --endpoint "localhost:$(cat "$RUN/port")" \
+  batchd_start "$RUN" daemon "$BUILD/server/batchd" --dataset "bench=$DATA" \
+    --workers "$workers"
+  "$BUILD/client/batchd-client" --endpoint "127.0.0.1:$BATCHD_PORT" \
     --dataset bench --batch_size 64 --size 224 --epochs "$EPOCHS" --prefetch 8 \
     > "$RUN/out.txt"
-  kill -TERM "$daemon"; wait "$daemon"
+  batchd_stop "$BATCHD_PID"
   python3 - "$workers" "$RUN/out.txt" <<'PY'
 import re, statistics, sys
 workers = int(sys.argv[1])

@@ -35,15 +35,15 @@ case "$FORMAT" in
 esac
 
 RUN=$(mktemp -d)
-trap 'kill -TERM "$DAEMON" 2>/dev/null || true; rm -rf "$RUN"' EXIT
+DAEMON=
+trap '[ -n "$DAEMON" ] && kill -TERM "$DAEMON" 2>/dev/null; rm -rf "$RUN"' EXIT
 echo "== starting batchd with $WORKERS workers, serving $SERVE"
-"$BUILD/server/batchd" --dataset "demo=$SERVE" --port 0 --port-file "$RUN/port" \
-  --metrics-port 0 --metrics-port-file "$RUN/metrics-port" \
-  --workers "$WORKERS" &
-DAEMON=$!
-for _ in $(seq 100); do [ -s "$RUN/port" ] && break; sleep 0.1; done
-[ -s "$RUN/port" ] || { echo "batchd did not start" >&2; exit 1; }
-PORT=$(cat "$RUN/port")
+source "$(dirname "$0")/batchd_daemon.sh"
+batchd_start "$RUN" demo "$BUILD/server/batchd" --dataset "demo=$SERVE" \
+  --metrics-port 0 --metrics-port-file "$RUN/metrics-port" --workers "$WORKERS"
+DAEMON=$BATCHD_PID
+PORT=$BATCHD_PORT
+cat "$RUN/demo.log"
 METRICS_URL="http://localhost:$(cat "$RUN/metrics-port")/metrics"
 echo "== Prometheus metrics at $METRICS_URL"
 
@@ -55,9 +55,8 @@ echo "== batchd top (one frame; without --once it refreshes every second)"
 "$BUILD/client/batchd-top" --endpoint "localhost:$PORT" --once
 
 echo "== stopping batchd"
-kill -TERM "$DAEMON"
-wait "$DAEMON"
-trap 'rm -rf "$RUN"' EXIT
+batchd_stop "$DAEMON"
+DAEMON=
 echo "== done. While a daemon runs with --metrics-port, Prometheus scrapes"
 echo "   $METRICS_URL (this one is gone now; see docs/observability.md)."
 echo "== $(grep '^diagnosis: ' "$RUN/client.txt" | tail -1)"
