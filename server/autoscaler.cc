@@ -46,47 +46,53 @@ void Autoscaler::Step(absl::Time now) {
   const std::map<std::string, batchd::v1::TrainerLoad> loads =
       reports_->Loads(now);
 
-  absl::MutexLock lock(&mu_);
-  AutoscaleObservation obs;
-  obs.now = now;
-  obs.workers = pool.num_workers();
-  const double busy_seconds = absl::ToDoubleSeconds(busy - last_busy_);
-  const double alive_seconds = absl::ToDoubleSeconds(alive - last_alive_);
-  const double seconds = absl::ToDoubleSeconds(now - last_step_);
-  const double images = static_cast<double>(decoded - last_decoded_);
-  obs.busy_fraction =
-      alive_seconds > 0 ? std::min(1.0, busy_seconds / alive_seconds) : 0;
-  obs.images_per_second = seconds > 0 ? images / seconds : 0;
-  double demand = 0;
-  for (const auto& [job, load] : loads) {
-    obs.jobs.push_back({job, load.wait_ratio()});
-    demand += load.demand_images_per_second();
-  }
-  last_step_ = now;
-  last_busy_ = busy;
-  last_alive_ = alive;
-  last_decoded_ = decoded;
+  AutoscaleDecision decision;
+  {
+    absl::MutexLock lock(&mu_);
+    AutoscaleObservation obs;
+    obs.now = now;
+    obs.workers = pool.num_workers();
+    const double busy_seconds = absl::ToDoubleSeconds(busy - last_busy_);
+    const double alive_seconds = absl::ToDoubleSeconds(alive - last_alive_);
+    const double seconds = absl::ToDoubleSeconds(now - last_step_);
+    const double images = static_cast<double>(decoded - last_decoded_);
+    obs.busy_fraction =
+        alive_seconds > 0 ? std::min(1.0, busy_seconds / alive_seconds) : 0;
+    obs.images_per_second = seconds > 0 ? images / seconds : 0;
+    double demand = 0;
+    for (const auto& [job, load] : loads) {
+      obs.jobs.push_back({job, load.wait_ratio()});
+      demand += load.demand_images_per_second();
+    }
+    last_step_ = now;
+    last_busy_ = busy;
+    last_alive_ = alive;
+    last_decoded_ = decoded;
 
-  // Capacity: what one busy worker decodes, times the most workers. A
-  // period with little work says little about the rate, so it is skipped.
-  if (busy_seconds > 0.05 && images > 0) {
-    const double rate = images / busy_seconds;
-    images_per_busy_second_ =
-        images_per_busy_second_ == 0
-            ? rate
-            : images_per_busy_second_ + kRateSmoothing *
-                                            (rate - images_per_busy_second_);
-  }
-  const int most = options_.enabled
-                       ? options_.policy.max_workers
-                       : pool.num_workers();
-  const double capacity = images_per_busy_second_ * most;
-  capacity_demand_ratio_ = capacity > 0 ? demand / capacity : 0;
+    // Capacity: what one busy worker decodes, times the most workers. A
+    // period with little work says little about the rate, so it is skipped.
+    if (busy_seconds > 0.05 && images > 0) {
+      const double rate = images / busy_seconds;
+      images_per_busy_second_ =
+          images_per_busy_second_ == 0
+              ? rate
+              : images_per_busy_second_ +
+                    kRateSmoothing * (rate - images_per_busy_second_);
+    }
+    const int most =
+        options_.enabled ? options_.policy.max_workers : pool.num_workers();
+    const double capacity = images_per_busy_second_ * most;
+    capacity_demand_ratio_ = capacity > 0 ? demand / capacity : 0;
 
-  if (!options_.enabled) return;
-  const AutoscaleDecision decision = policy_.Observe(obs);
-  if (decision.action == AutoscaleDecision::Action::kHold) return;
+    if (!options_.enabled) return;
+    decision = policy_.Observe(obs);
+    if (decision.action == AutoscaleDecision::Action::kHold) return;
+  }
+  // Shrinking waits for the surplus workers' current samples: not under
+  // mu_, which the status reads.
   pool.SetNumWorkers(decision.workers);
+  std::fprintf(stderr, "batchd: autoscale: %s\n", decision.reason.c_str());
+  absl::MutexLock lock(&mu_);
   switch (decision.action) {
     case AutoscaleDecision::Action::kGrow: ++grows_; break;
     case AutoscaleDecision::Action::kShrink: ++shrinks_; break;
@@ -95,7 +101,6 @@ void Autoscaler::Step(absl::Time now) {
   }
   last_change_ = decision.reason;
   last_change_at_ = now;
-  std::fprintf(stderr, "batchd: autoscale: %s\n", decision.reason.c_str());
 }
 
 void Autoscaler::Fill(batchd::v1::ServerStatus* status) {
