@@ -9,7 +9,8 @@
 The daemon listens on a free loopback port (and, with metrics=True, serves
 /metrics on another), pinned to `cores` with taskset when given. Leaving the
 block sends SIGTERM and waits for the drain (SIGKILL after 20 s); its
-stderr is kept in a temporary file, `log()` reads it.
+stderr is kept in a temporary directory, `log()` reads it, and the
+directory is removed when the daemon stops (a failed start included).
 """
 import os
 import shutil
@@ -34,13 +35,19 @@ class Daemon:
         if cores is not None and shutil.which("taskset"):
             args = ["taskset", "-c", cores] + args
         self._log_path = os.path.join(self._tmp, "batchd.log")
+        self._log = ""
         self._process = subprocess.Popen(
             args + list(flags), stdout=subprocess.DEVNULL,
             stderr=open(self._log_path, "w"))
         self.pid = self._process.pid
-        port = self._wait_for(port_file)
-        self.endpoint = f"127.0.0.1:{port}"
-        self.metrics_port = self._wait_for(metrics_file) if metrics else None
+        try:
+            port = self._wait_for(port_file)
+            self.endpoint = f"127.0.0.1:{port}"
+            self.metrics_port = (self._wait_for(metrics_file) if metrics
+                                 else None)
+        except BaseException:
+            self.stop()
+            raise
 
     def _wait_for(self, path):
         deadline = time.monotonic() + 30
@@ -52,12 +59,14 @@ class Daemon:
             if self._process.poll() is not None:
                 raise RuntimeError(f"batchd exited at start:\n{self.log()}")
             time.sleep(0.05)
-        self.stop()
         raise RuntimeError(f"batchd did not write {path}:\n{self.log()}")
 
     def log(self):
-        with open(self._log_path) as f:
-            return f.read()
+        """The daemon's stderr so far (all of it, once stopped)."""
+        if os.path.isdir(self._tmp):
+            with open(self._log_path) as f:
+                self._log = f.read()
+        return self._log
 
     def metrics(self):
         """The /metrics page, as text."""
@@ -73,6 +82,9 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+        if os.path.isdir(self._tmp):
+            self.log()  # kept for log() after the directory is gone
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self):
         return self
