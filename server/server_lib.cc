@@ -56,9 +56,8 @@ int Millis(absl::Duration d) {
 
 absl::Status CheckOptions(const ServerOptions& options) {
   if (options.autoscale.enabled) {
-    AutoscalePolicyOptions policy = options.autoscale.policy;
-    policy.max_workers = options.max_workers;
-    if (absl::Status valid = ValidateAutoscalePolicyOptions(policy);
+    if (absl::Status valid =
+            ValidateAutoscalePolicyOptions(options.autoscale.policy);
         !valid.ok()) {
       return valid;
     }
@@ -116,6 +115,8 @@ const char* DaemonVersion() { return BATCHD_VERSION; }
 
 absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
     ServerOptions options) {
+  // The autoscaler's bound is the daemon's.
+  options.autoscale.policy.max_workers = options.max_workers;
   if (absl::Status checked = CheckOptions(options); !checked.ok()) {
     return checked;
   }
@@ -180,7 +181,6 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   options.pipeline.metrics = server->metrics_.get();
   options.service.metrics = server->metrics_.get();
   server->pipeline_ = std::make_unique<Pipeline>(options.pipeline);
-  options.autoscale.policy.max_workers = options.max_workers;
   server->autoscaler_ = std::make_unique<Autoscaler>(
       options.autoscale, server->pipeline_.get(), &server->reports_);
   server->data_ = std::make_unique<DataServiceImpl>(
