@@ -681,20 +681,19 @@ size_t LoaderCore::PrefetchGrowthLocked(absl::Time now) {
     return 0;
   }
   PrefetchLook& look = prefetch_look_;
+  const PrefetchLook current{now, steady_steps_, waited_steps_,
+                             stats_.waited - stats_.startup_waited};
   if (look.at == absl::InfinitePast()) {
-    look = PrefetchLook{now, steady_steps_, waited_steps_,
-                        stats_.waited - stats_.startup_waited};
+    look = current;
     return 0;
   }
   if (now - look.at < kPrefetchLookInterval) return 0;
-  const uint64_t steps = steady_steps_ - look.steps;
+  const uint64_t steps = current.steps - look.steps;
   if (steps < kPrefetchLookMinSteps) return 0;  // too few to judge; wait
-  const uint64_t waited_steps = waited_steps_ - look.waited_steps;
-  const absl::Duration waited =
-      stats_.waited - stats_.startup_waited - look.waited;
-  const double waited_share = absl::FDivDuration(waited, now - look.at);
-  look = PrefetchLook{now, steady_steps_, waited_steps_,
-                      stats_.waited - stats_.startup_waited};
+  const uint64_t waited_steps = current.waited_steps - look.waited_steps;
+  const double waited_share =
+      absl::FDivDuration(current.waited - look.waited, now - look.at);
+  look = current;
   // Waits that matter, but on few steps: the daemons keep up on average,
   // so only the bursts hurt, and depth hides bursts.
   if (waited_share <= 0.05 || 2 * waited_steps > steps) return 0;
