@@ -41,6 +41,14 @@ class BufferAllocator {
   virtual absl::StatusOr<std::unique_ptr<HostBuffer>> Allocate(size_t bytes) = 0;
   // Short name for logs, e.g. "heap" or "cuda-pinned".
   virtual const char* name() const = 0;
+  // Makes `bytes` of memory at `data`, which the loader got elsewhere (a
+  // shared-memory ring), as good as this allocator's own buffers; the
+  // returned handle undoes it when dropped, before the memory goes. The
+  // CUDA allocator pins it (cudaHostRegister). The default does nothing.
+  virtual absl::StatusOr<std::shared_ptr<void>> Register(uint8_t* /*data*/,
+                                                         size_t /*bytes*/) {
+    return std::shared_ptr<void>();
+  }
 };
 
 // An allocator of pageable memory: buffers of 2 MiB and more on transparent

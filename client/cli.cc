@@ -59,6 +59,9 @@ ABSL_FLAG(bool, drop_last, false, "drop each epoch's last partial batch");
 ABSL_FLAG(uint32_t, rank, 0, "this client's shard, 0 <= rank < world_size");
 ABSL_FLAG(uint32_t, world_size, 1, "number of shards");
 ABSL_FLAG(uint32_t, prefetch, 4, "batches outstanding (ring slots)");
+ABSL_FLAG(bool, shm, true,
+          "with one unix: or loopback endpoint, let the daemon write batches "
+          "straight into this process's ring (shared memory)");
 ABSL_FLAG(std::string, job, "", "job name for fair sharing and metrics");
 ABSL_FLAG(bool, verify, false,
           "check that each epoch covers exactly this shard's samples");
@@ -270,6 +273,7 @@ int Run() {
   options.plan = *plan;
   options.security = security_options;
   options.prefetch = absl::GetFlag(FLAGS_prefetch);
+  options.shared_memory = absl::GetFlag(FLAGS_shm);
   options.hedge_factor = absl::GetFlag(FLAGS_hedge_factor);
   options.max_receive_bytes_per_second =
       absl::GetFlag(FLAGS_max_receive_bytes_per_second);
@@ -285,10 +289,11 @@ int Run() {
   }
   Loader& loader = **created;
   absl::PrintF("streaming '%s' from %s: %d batches per epoch, window %d, "
-               "batch shape [%s]\n",
+               "batch shape [%s], transport %s\n",
                plan->dataset(), endpoint, loader.batches_per_epoch(),
                loader.window(),
-               absl::StrJoin(loader.opened().shape(), ", "));
+               absl::StrJoin(loader.opened().shape(), ", "),
+               loader.stats().transport);
 
   std::vector<absl::StatusOr<batchd::v1::ServerStatus>> statuses_before;
   for (const auto& c : channels) {

@@ -65,6 +65,16 @@ class PinnedAllocator : public BufferAllocator {
   const char* name() const override {
     return heap_ != nullptr ? "heap" : "cuda-pinned";
   }
+  // Pins a shared-memory ring, so that the copy engine reads the daemon's
+  // decode output straight from it.
+  absl::StatusOr<std::shared_ptr<void>> Register(uint8_t* data,
+                                                 size_t bytes) override {
+    if (heap_ != nullptr) return std::shared_ptr<void>();
+    std::unique_ptr<cuda::HostRegistration> registration;
+    RETURN_IF_CUDA_ERROR(
+        cuda::HostRegistration::Register(data, bytes, &registration));
+    return std::shared_ptr<void>(std::move(registration));
+  }
 
  private:
   std::unique_ptr<BufferAllocator> heap_;  // set when there is no device

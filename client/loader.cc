@@ -1,6 +1,7 @@
 #include "client/loader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -18,7 +20,9 @@
 #include "client/daemon_stream.h"
 #include "client/diagnosis.h"
 #include "client/request_scheduler.h"
+#include "client/shared_ring.h"
 #include "common/chunk_codec.h"
+#include "common/local_address.h"
 #include "common/malloc_tuning.h"
 
 namespace batchd::client {
@@ -106,6 +110,34 @@ bool IsRetryable(grpc::StatusCode code) {
   }
 }
 
+// How long the shared-memory side channel may take to answer.
+constexpr absl::Duration kAttachTimeout = absl::Seconds(5);
+
+// The ring: `window` slots in use at first, and the most auto_prefetch may
+// grow it to.
+struct RingSize {
+  uint64_t window = 0;
+  uint64_t most = 0;
+};
+RingSize SizeRing(const LoaderOptions& options, const PlanOpened& opened,
+                  uint64_t daemons) {
+  // With one daemon more slots than its window would never fill; with
+  // several the window is the client's choice.
+  const uint64_t granted = uint64_t{opened.window()} * daemons;
+  RingSize ring;
+  ring.window = std::min<uint64_t>(
+      options.prefetch > 0 ? options.prefetch : granted, granted);
+  ring.most = ring.window;
+  if (options.auto_prefetch && opened.max_batch_bytes() > 0) {
+    ring.most = std::max<uint64_t>(
+        ring.window,
+        std::min<uint64_t>(
+            options.auto_prefetch_max_bytes / opened.max_batch_bytes(),
+            granted));
+  }
+  return ring;
+}
+
 // Same shape, sizes and counts: the daemons serve the same plan.
 bool SamePlan(const PlanOpened& a, const PlanOpened& b) {
   return a.batches_per_epoch() == b.batches_per_epoch() &&
@@ -179,14 +211,25 @@ class LoaderCore : public StreamSink {
   using Key = RequestScheduler::Key;
 
   struct Slot {
-    // Set, under mu_, once before the slot leaves kInactive; constant then.
-    // While kReceiving its bytes belong to the receiving daemon's reader
-    // thread; while kLeased to the Batch.
+    // The slot's memory on the bytes path: set, under mu_, before the slot
+    // is first granted to a bytes stream; constant then. While kReceiving
+    // its bytes belong to the receiving daemon's reader thread; while
+    // kLeased to the Batch.
     std::unique_ptr<HostBuffer> buffer;
     // The rest is protected by mu_.
+    // Over shared memory: the ring of the stream it was last granted to,
+    // and where in it this slot's bytes are; bound anew at every grant
+    // (ScheduleLocked), so a slot is never reused in a stream that ended
+    // while the daemon may still write it.
+    std::shared_ptr<SharedRing> ring;
+    uint8_t* shared = nullptr;
+    uint8_t* data() const { return shared != nullptr ? shared : buffer->data(); }
     SlotState state = SlotState::kFree;
     Key key{0, 0};
-    bool orphaned = false;  // kReceiving only
+    // kReceiving, or kRequested from a shared-memory stream (which owns
+    // the slot's bytes until it answers): no longer wanted; freed when
+    // the batch completes unless asked for again.
+    bool orphaned = false;
     int daemon = -1;        // kReceiving/kReady: who sent its bytes
     BatchHeader header;     // kReceiving/kReady
     absl::Duration copy;    // copying this batch's chunks so far
@@ -222,6 +265,9 @@ class LoaderCore : public StreamSink {
     bool opened = false;      // this stream has answered the plan
     Receipt receipt;
     std::vector<uint8_t> scratch;
+    // The shared-memory ring attached to its current stream; null on the
+    // bytes path.
+    std::shared_ptr<SharedRing> ring;
     absl::Time link_free = absl::InfinitePast();  // paced link
     // Its batches the trainer took since the last TrainerReport.
     uint64_t consumed_since_report = 0;
@@ -239,7 +285,19 @@ class LoaderCore : public StreamSink {
   int AddDaemonLocked(const std::string& endpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ConnectLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status HandleOpened(int daemon, const PlanOpened& opened)
+  // Attaches a shared-memory ring for a stream whose `opened` carries an
+  // invitation; blocks on the side channel, so it runs without mu_.
+  // nullptr, and `why` set, when the stream is to carry bytes.
+  std::shared_ptr<SharedRing> AttachRing(const PlanOpened& opened,
+                                         absl::Status* why)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status HandleOpened(int daemon, const PlanOpened& opened,
+                            std::shared_ptr<SharedRing> ring,
+                            const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the transport in use and, once per reason, logs why shared
+  // memory is not.
+  void NoteTransportLocked(const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status HandleHeader(int daemon, BatchHeader& header)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -290,6 +348,9 @@ class LoaderCore : public StreamSink {
   const LoaderOptions options_;
   const absl::Time created_;
   EndpointSpec spec_;  // constant after Open() starts
+  // Whether streams offer shared memory: one endpoint, on this host, and
+  // LoaderOptions::shared_memory. Constant after Open() starts.
+  bool offer_shared_memory_ = false;
   ChannelSecurity security_;  // constant after Open() starts
   // Constant after Open() returns OK.
   std::unique_ptr<BufferAllocator> owned_allocator_;
@@ -332,6 +393,11 @@ class LoaderCore : public StreamSink {
   absl::Duration reported_compute_ ABSL_GUARDED_BY(mu_);
   absl::Time next_report_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   size_t active_slots_ ABSL_GUARDED_BY(mu_) = 0;
+  // Slots of a shared-memory ring: the ring's largest size, fixed by the
+  // first `opened`; 0 before.
+  uint32_t ring_slots_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last reason logged for streaming bytes instead of shared memory.
+  std::string logged_transport_note_ ABSL_GUARDED_BY(mu_);
   // Steps that returned a batch after waiting (> kWaitedStep), epochs'
   // first batches left out; and the figures at the last auto_prefetch look.
   uint64_t waited_steps_ ABSL_GUARDED_BY(mu_) = 0;
@@ -372,6 +438,11 @@ absl::Status LoaderCore::Open() {
     owned_allocator_ = NewHeapAllocator();
     allocator = owned_allocator_.get();
   }
+  // Before any stream starts: their reader threads attach rings with it.
+  allocator_ = allocator;
+  offer_shared_memory_ = options_.shared_memory && !spec_.uses_dns() &&
+                         spec_.addresses.size() == 1 &&
+                         common::IsLocalAddress(spec_.addresses[0]);
   std::vector<std::string> addresses = spec_.addresses;
   if (spec_.uses_dns()) {
     const Resolver& resolve =
@@ -443,30 +514,23 @@ absl::Status LoaderCore::Open() {
         "protocol error from batchd at ", options_.endpoint,
         ": max_batch_bytes ", max_batch_bytes, " does not fit in memory"));
   }
-  // With one daemon more slots than its window would never fill; with
-  // several the window is the client's choice.
-  const uint64_t daemons = std::max<size_t>(1, addresses.size());
-  uint64_t window = options_.prefetch > 0 ? options_.prefetch
-                                          : opened_.window() * daemons;
-  window = std::min<uint64_t>(window, uint64_t{opened_.window()} * daemons);
-
-  // auto_prefetch may grow the ring up to its memory cap and the grants.
-  uint64_t most_slots = window;
-  if (options_.auto_prefetch) {
-    most_slots = std::max<uint64_t>(
-        window, std::min<uint64_t>(
-                    options_.auto_prefetch_max_bytes / max_batch_bytes,
-                    uint64_t{opened_.window()} * daemons));
+  const RingSize ring =
+      SizeRing(options_, opened_, std::max<size_t>(1, addresses.size()));
+  const uint64_t window = ring.window;
+  bool shared = false;
+  {
+    absl::MutexLock lock(&mu_);
+    shared = daemons_[0].ring != nullptr;
   }
 
   // The reader threads touch slots only for requested batches, and nothing
   // has been requested yet, so the ring can be built without holding mu_.
-  std::vector<Slot> slots(most_slots);
+  // Over shared memory the slots' bytes are the attached ring's.
+  std::vector<Slot> slots(ring.most);
   for (size_t i = window; i < slots.size(); ++i) {
     slots[i].state = SlotState::kInactive;
   }
-  allocator_ = allocator;
-  for (size_t i = 0; i < window; ++i) {
+  for (size_t i = 0; i < (shared ? 0 : window); ++i) {
     Slot& slot = slots[i];
     absl::StatusOr<std::unique_ptr<HostBuffer>> buffer =
         allocator->Allocate(static_cast<size_t>(max_batch_bytes));
@@ -500,6 +564,7 @@ void LoaderCore::ConnectLocked(int id) {
   StreamRequest open;
   *open.mutable_open()->mutable_plan() = options_.plan;
   open.mutable_open()->set_window(AskedWindow(options_));
+  open.mutable_open()->set_offer_shared_memory(offer_shared_memory_);
   d.state = DaemonState::kConnecting;
   d.opened = false;
   d.stalled = false;
@@ -703,6 +768,23 @@ size_t LoaderCore::PrefetchGrowthLocked(absl::Time now) {
 
 void LoaderCore::GrowRing(size_t count) {
   const uint64_t bytes = opened_.max_batch_bytes();
+  bool shared = false;
+  {
+    absl::MutexLock lock(&mu_);
+    shared = daemons_[0].ring != nullptr;
+  }
+  if (shared) {
+    // The attached ring already has every slot the ring may grow to.
+    {
+      absl::MutexLock lock(&mu_);
+      for (size_t i = 0; i < count && active_slots_ < slots_.size(); ++i) {
+        slots_[active_slots_++].state = SlotState::kFree;
+      }
+      ++stats_.prefetch_grows;
+    }
+    RequestMore();
+    return;
+  }
   std::vector<std::unique_ptr<HostBuffer>> buffers;
   for (size_t i = 0; i < count; ++i) {
     absl::StatusOr<std::unique_ptr<HostBuffer>> buffer =
@@ -778,13 +860,40 @@ std::vector<LoaderCore::Outgoing> LoaderCore::ScheduleLocked() {
     outgoing.push_back(std::move(out));
   }
   for (RequestScheduler::Request& r : scheduler_.Schedule(absl::Now())) {
+    Daemon& d = daemons_[r.daemon];
     Outgoing out;
-    out.stream = daemons_[r.daemon].stream;
+    out.stream = d.stream;
     if (out.stream == nullptr) continue;  // DaemonDown() follows at once
     batchd::v1::BatchRequest* request = out.request.mutable_request();
     request->set_epoch(r.epoch);
-    for (uint64_t index : r.indices) request->add_batch_indices(index);
-    outgoing.push_back(std::move(out));
+    for (uint64_t index : r.indices) {
+      // Every wanted batch has a slot (RequestMore reserves it first).
+      const int slot_index = FindLocked(Key{r.epoch, index});
+      if (slot_index < 0) continue;
+      request->add_batch_indices(index);
+      Slot& slot = slots_[slot_index];
+      if (d.ring != nullptr) {
+        // Granted to this stream until its header or rejection arrives.
+        slot.ring = d.ring;
+        slot.shared = d.ring->slot(static_cast<uint32_t>(slot_index));
+        request->add_slots(static_cast<uint32_t>(slot_index));
+        continue;
+      }
+      slot.ring.reset();
+      slot.shared = nullptr;
+      if (slot.buffer == nullptr) {
+        // This slot has only lived in shared memory so far, and its daemon
+        // now streams bytes.
+        absl::StatusOr<std::unique_ptr<HostBuffer>> buffer =
+            allocator_->Allocate(static_cast<size_t>(opened_.max_batch_bytes()));
+        if (!buffer.ok()) {
+          error_ = buffer.status();
+          return {};
+        }
+        slot.buffer = *std::move(buffer);
+      }
+    }
+    if (request->batch_indices_size() > 0) outgoing.push_back(std::move(out));
   }
   return outgoing;
 }
@@ -831,11 +940,17 @@ void LoaderCore::CheckAllFailedLocked() {
 // ---- Stream events, on the daemons' reader threads ----
 
 absl::Status LoaderCore::OnResponse(int daemon, StreamResponse& response) {
+  std::shared_ptr<SharedRing> ring;
+  absl::Status why_bytes;
+  if (response.kind_case() == StreamResponse::kOpened) {
+    ring = AttachRing(response.opened(), &why_bytes);
+  }
   absl::MutexLock lock(&mu_);
   daemons_[daemon].last_message = absl::Now();
   switch (response.kind_case()) {
     case StreamResponse::kOpened:
-      return HandleOpened(daemon, response.opened());
+      return HandleOpened(daemon, response.opened(), std::move(ring),
+                          why_bytes);
     case StreamResponse::kHeader:
       return HandleHeader(daemon, *response.mutable_header());
     case StreamResponse::kChunk:
@@ -852,9 +967,75 @@ absl::Status LoaderCore::OnResponse(int daemon, StreamResponse& response) {
   return ProtocolError(daemon, "an empty or unknown response message");
 }
 
-absl::Status LoaderCore::HandleOpened(int daemon, const PlanOpened& opened) {
+std::shared_ptr<SharedRing> LoaderCore::AttachRing(const PlanOpened& opened,
+                                                   absl::Status* why) {
+  if (!offer_shared_memory_) {
+    *why = absl::FailedPreconditionError(
+        !options_.shared_memory
+            ? "LoaderOptions.shared_memory is off"
+            : spec_.addresses.size() != 1
+                  ? "shared memory needs a single daemon endpoint"
+                  : "the endpoint is not a unix: or loopback address");
+    return nullptr;
+  }
+  const batchd::v1::SharedMemoryInvite& invite = opened.shared_memory();
+  if (!opened.has_shared_memory()) {
+    *why = absl::FailedPreconditionError(
+        "the daemon does not offer shared memory (an older batchd)");
+    return nullptr;
+  }
+  if (!invite.declined().empty()) {
+    *why = absl::FailedPreconditionError(
+        absl::StrCat("the daemon declined: ", invite.declined()));
+    return nullptr;
+  }
+  uint32_t slots = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ring_slots_ == 0) {
+      ring_slots_ = static_cast<uint32_t>(
+          std::max<uint64_t>(1, SizeRing(options_, opened, 1).most));
+    }
+    slots = ring_slots_;
+  }
+  absl::StatusOr<std::shared_ptr<SharedRing>> ring =
+      AttachSharedRing(invite, slots, allocator_, kAttachTimeout);
+  if (!ring.ok()) {
+    *why = ring.status();
+    return nullptr;
+  }
+  return *std::move(ring);
+}
+
+void LoaderCore::NoteTransportLocked(const absl::Status& why) {
+  bool shared = false;
+  for (const Daemon& d : daemons_) shared |= d.ring != nullptr;
+  if (shared) {
+    stats_.transport = "shared-memory";
+    stats_.transport_note.clear();
+    return;
+  }
+  stats_.transport =
+      absl::StartsWith(daemons_[0].endpoint, "unix:") ? "unix" : "tcp";
+  stats_.transport_note = std::string(why.message());
+  // Said once per reason; switching it off on purpose needs no line.
+  if (options_.shared_memory && !why.ok() &&
+      stats_.transport_note != logged_transport_note_) {
+    logged_transport_note_ = stats_.transport_note;
+    std::fprintf(stderr,
+                 "batchd: shared memory off for %s: %s; batches come as "
+                 "bytes\n",
+                 options_.endpoint.c_str(), logged_transport_note_.c_str());
+  }
+}
+
+absl::Status LoaderCore::HandleOpened(int daemon, const PlanOpened& opened,
+                                      std::shared_ptr<SharedRing> ring,
+                                      const absl::Status& why) {
   Daemon& d = daemons_[daemon];
   if (d.opened) return ProtocolError(daemon, "a second `opened` message");
+  d.ring = std::move(ring);
+  NoteTransportLocked(why);
   if (opened.window() == 0) {
     return ProtocolError(daemon, "the granted window is 0");
   }
@@ -904,6 +1085,16 @@ absl::Status LoaderCore::HandleHeader(int daemon, BatchHeader& header) {
         BatchName(key.first, key.second), " has ", header.total_bytes(),
         " bytes, more than max_batch_bytes ", opened_.max_batch_bytes()));
   }
+  const bool in_shared_memory = header.in_shared_memory();
+  if (in_shared_memory != (d.ring != nullptr)) {
+    return ProtocolError(
+        daemon, absl::StrCat(BatchName(key.first, key.second),
+                             in_shared_memory
+                                 ? " is in shared memory, which this stream "
+                                   "has not attached"
+                                 : " comes as bytes on a stream with shared "
+                                   "memory attached"));
+  }
   if (header.shape_size() > 0) {
     uint64_t elements = 1;
     for (uint64_t dim : header.shape()) {
@@ -936,7 +1127,13 @@ absl::Status LoaderCore::HandleHeader(int daemon, BatchHeader& header) {
     slot.daemon = daemon;
     receipt.slot = index;
   }
-  if (receipt.total == 0) FinishReceiptLocked(daemon);
+  if (in_shared_memory) {
+    // The daemon's workers wrote the pixels into the granted slot; the
+    // header completes the batch.
+    receipt.received = receipt.total;
+    stats_.received_bytes += receipt.total;
+  }
+  if (receipt.received == receipt.total) FinishReceiptLocked(daemon);
   return absl::OkStatus();
 }
 
@@ -973,7 +1170,7 @@ absl::StatusOr<uint8_t*> LoaderCore::ChunkDestination(
     return d.scratch.data();
   }
   // The slot's bytes belong to this reader thread while it is kReceiving.
-  return slots_[receipt.slot].buffer->data() + receipt.received;
+  return slots_[receipt.slot].data() + receipt.received;
 }
 
 absl::Status LoaderCore::OnChunk(int daemon, const common::ChunkInfo& chunk,
@@ -1046,6 +1243,12 @@ absl::Status LoaderCore::HandleRejected(int daemon,
   if (index < 0 || slots_[index].state != SlotState::kRequested) {
     return absl::OkStatus();
   }
+  if (slots_[index].orphaned) {
+    // Nobody waits for it; its slot is ours again.
+    scheduler_.Unwant(key);
+    FreeLocked(index);
+    return absl::OkStatus();
+  }
   absl::StatusCode code = static_cast<absl::StatusCode>(rejected.code());
   if (rejected.code() <= 0 || rejected.code() > 16) {
     code = absl::StatusCode::kUnknown;
@@ -1073,6 +1276,20 @@ void LoaderCore::OnStreamEnd(int daemon, const grpc::Status& status,
       slots_[index].state = SlotState::kRequested;
       slots_[index].header.Clear();
     }
+  }
+  if (d.ring != nullptr) {
+    // Unwanted batches it was to write: their slots are free, and will be
+    // bound to fresh memory when next granted (its workers may still
+    // write the old ring for a while).
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& slot = slots_[i];
+      if (slot.state == SlotState::kRequested && slot.orphaned &&
+          slot.ring == d.ring) {
+        scheduler_.Unwant(slot.key);
+        FreeLocked(static_cast<int>(i));
+      }
+    }
+    d.ring.reset();
   }
   d.receipt = Receipt{};
   kick_ = true;
@@ -1193,7 +1410,10 @@ absl::Status LoaderCore::StartEpoch(uint64_t epoch, uint64_t first_batch) {
     if (!error_.ok()) return error_;
     for (size_t i = 0; i < slots_.size(); ++i) {
       Slot& slot = slots_[i];
-      if (slot.state == SlotState::kReceiving) {
+      if (slot.state == SlotState::kReceiving ||
+          (slot.state == SlotState::kRequested && slot.ring != nullptr)) {
+        // Its bytes are being written (by the stream, or by a daemon's
+        // workers into shared memory) until its batch arrives.
         slot.orphaned = true;
       } else if (slot.state == SlotState::kRequested ||
                  slot.state == SlotState::kReady ||
@@ -1379,7 +1599,7 @@ absl::StatusOr<Batch> LoaderCore::NextImpl(std::shared_ptr<LoaderCore> self) {
                                  header.substitutions().end());
       batch.core_ = std::move(self);
       batch.slot_ = index;
-      batch.data_ = slot.buffer->data();
+      batch.data_ = slot.data();
       batch.size_ = static_cast<size_t>(header.total_bytes());
       slot.header.Clear();
       ++next_batch_;
@@ -1480,6 +1700,9 @@ Loader::Stats LoaderCore::stats() const {
     out.cancelled = c.cancelled;
     out.latency = c.latency_ewma;
     out.last_error = d.last_error;
+    out.transport = d.ring != nullptr ? "shared-memory"
+                    : absl::StartsWith(d.endpoint, "unix:") ? "unix"
+                                                            : "tcp";
     stats.daemons.push_back(std::move(out));
   }
   return stats;

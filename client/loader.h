@@ -73,6 +73,13 @@ struct LoaderOptions {
   std::string endpoint;
   // What to stream; validated by the daemon.
   batchd::v1::Plan plan;
+  // Same-host shared memory (docs/design-choices.md): with one endpoint
+  // that is a unix: socket or a loopback address, offer the daemon the
+  // ring as a sealed memfd, so that its workers decode straight into the
+  // slots and only headers cross the stream. When the daemon declines or
+  // the side channel fails, the loader streams bytes and logs one line
+  // saying why; Stats::transport says which is in use. false: bytes always.
+  bool shared_memory = true;
   // TLS and the bearer token, for every daemon (client/channel_security.h).
   // The default is plaintext with $BATCHD_TOKEN, if set.
   SecurityOptions security;
@@ -149,6 +156,9 @@ struct DaemonStats {
   absl::Duration latency;
   // Why it last went down; OK if it never did.
   absl::Status last_error;
+  // How its current stream carries pixels: "shared-memory", "unix" or
+  // "tcp".
+  std::string transport;
 };
 
 // Which samples a batch holds, as the daemon's header says; shared by Batch
@@ -326,6 +336,12 @@ class Loader {
     // grew the ring (differenced).
     uint32_t prefetch = 0;
     uint64_t prefetch_grows = 0;
+    // How pixels arrive now (not differenced): "shared-memory" (the
+    // daemon writes them into the ring), or bytes over "unix" or "tcp";
+    // empty before the first daemon answered. `transport_note` says why
+    // shared memory is not in use, when it is not.
+    std::string transport;
+    std::string transport_note;
     // Per daemon, now (not differenced by Since()).
     std::vector<DaemonStats> daemons;
     // The last step (not differenced by Since()).

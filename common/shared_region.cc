@@ -4,9 +4,11 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -22,7 +24,75 @@ absl::Status Errno(absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(error)));
 }
 
+// `address` as a sockaddr_un (see ListenUnix); `length` is what to pass to
+// bind/connect.
+absl::Status UnixAddress(absl::string_view address, sockaddr_un* out,
+                         socklen_t* length) {
+  *out = sockaddr_un{};
+  out->sun_family = AF_UNIX;
+  if (address.empty() || address == "@") {
+    return absl::InvalidArgumentError("an empty Unix socket address");
+  }
+  if (address.size() >= sizeof(out->sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the Unix socket address \"", address, "\" is longer than ",
+        sizeof(out->sun_path) - 1, " bytes"));
+  }
+  std::memcpy(out->sun_path, address.data(), address.size());
+  const bool abstract = address[0] == '@';
+  if (abstract) out->sun_path[0] = '\0';
+  // An abstract name is exactly its bytes; a path ends at its NUL.
+  *length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) +
+                                   address.size() + (abstract ? 0 : 1));
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status SetSocketTimeout(int socket, absl::Duration timeout) {
+  const timeval tv = absl::ToTimeval(timeout);
+  if (setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
+      setsockopt(socket, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
+    return Errno("setting the socket's timeout");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UniqueFd> ListenUnix(absl::string_view address) {
+  sockaddr_un addr;
+  socklen_t length;
+  if (absl::Status s = UnixAddress(address, &addr, &length); !s.ok()) return s;
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return Errno("socket(AF_UNIX)");
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
+    return Errno(absl::StrCat("binding the Unix socket ", address));
+  }
+  if (listen(fd.get(), 16) != 0) {
+    return Errno(absl::StrCat("listening on ", address));
+  }
+  return fd;
+}
+
+absl::StatusOr<UniqueFd> ConnectUnix(absl::string_view address,
+                                     absl::Duration timeout) {
+  sockaddr_un addr;
+  socklen_t length;
+  if (absl::Status s = UnixAddress(address, &addr, &length); !s.ok()) return s;
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return Errno("socket(AF_UNIX)");
+  if (absl::Status s = SetSocketTimeout(fd.get(), timeout); !s.ok()) return s;
+  int rc;
+  do {
+    rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), length);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int error = errno;
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect to the Unix socket ", address, ": ",
+        std::strerror(error)));
+  }
+  return fd;
+}
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
   if (this != &other) {

@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace batchd::common {
 
@@ -104,6 +105,20 @@ struct ReceivedDescriptor {
 // carries no descriptor (or more than one: the extras are closed), or is
 // too long; UNAVAILABLE when the peer closed the socket.
 absl::StatusOr<ReceivedDescriptor> ReceiveDescriptor(int socket);
+
+// Unix stream sockets named like SharedMemoryInvite.socket: "@name" is a
+// Linux abstract socket (the @ stands for the leading NUL; no file, gone
+// with its owner), anything else a filesystem path. INVALID_ARGUMENT for an
+// empty or over-long (> 107 bytes) address.
+//
+// ListenUnix binds and listens (backlog 16); a path must not exist yet.
+absl::StatusOr<UniqueFd> ListenUnix(absl::string_view address);
+// ConnectUnix connects, with `timeout` for every later read and write on
+// the socket (SO_RCVTIMEO / SO_SNDTIMEO). UNAVAILABLE when nobody listens.
+absl::StatusOr<UniqueFd> ConnectUnix(absl::string_view address,
+                                     absl::Duration timeout);
+// Sets `timeout` for reads and writes on `socket`.
+absl::Status SetSocketTimeout(int socket, absl::Duration timeout);
 
 // PERMISSION_DENIED unless the peer of the Unix socket `socket` runs as one
 // of `allowed` (SO_PEERCRED).

@@ -10,8 +10,10 @@ BatchBuffer& BatchBuffer::operator=(BatchBuffer&& other) {
   if (this != &other) {
     Release();
     memory_ = std::move(other.memory_);
+    external_ = std::exchange(other.external_, nullptr);
     size_ = other.size_;
     pool_ = std::move(other.pool_);
+    owner_ = std::move(other.owner_);
   }
   return *this;
 }
@@ -24,6 +26,8 @@ void BatchBuffer::Release() {
   }
   memory_.reset();
   pool_.reset();
+  external_ = nullptr;
+  owner_.reset();
 }
 
 std::shared_ptr<BatchBufferPool> BatchBufferPool::Create(

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -30,16 +31,29 @@ namespace batchd::server {
 class BatchBufferPool;
 
 // A batch's pixel memory. Move-only; gives its memory back to the pool it
-// came from when destroyed.
+// came from when destroyed. Or memory someone else provides (a client's
+// shared-memory slot): then `owner` keeps it mapped while the buffer lives.
 class BatchBuffer {
  public:
   BatchBuffer() = default;
-  BatchBuffer(BatchBuffer&&) = default;
+  BatchBuffer(uint8_t* external, size_t size,
+              std::shared_ptr<const void> owner)
+      : external_(external), size_(size), owner_(std::move(owner)) {}
+  BatchBuffer(BatchBuffer&& other) noexcept
+      : memory_(std::move(other.memory_)),
+        external_(std::exchange(other.external_, nullptr)),
+        size_(other.size_),
+        pool_(std::move(other.pool_)),
+        owner_(std::move(other.owner_)) {}
   BatchBuffer& operator=(BatchBuffer&& other);
   ~BatchBuffer();
 
-  uint8_t* data() const { return memory_.get(); }
+  uint8_t* data() const {
+    return external_ != nullptr ? external_ : memory_.get();
+  }
   size_t size() const { return size_; }
+  // Whether the memory is someone else's (the constructor above).
+  bool external() const { return external_ != nullptr; }
 
  private:
   friend class BatchBufferPool;
@@ -49,8 +63,10 @@ class BatchBuffer {
   void Release();
 
   common::LargeBuffer memory_;
+  uint8_t* external_ = nullptr;
   size_t size_ = 0;
   std::shared_ptr<BatchBufferPool> pool_;
+  std::shared_ptr<const void> owner_;
 };
 
 class BatchBufferPool : public std::enable_shared_from_this<BatchBufferPool> {

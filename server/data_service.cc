@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunk_codec.h"
+#include "common/local_address.h"
 #include "common/sampler.h"
 
 namespace batchd::server {
@@ -72,9 +73,12 @@ class DataServiceImpl::BatchStream final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `caller` is who the call's token says; its error refuses the stream.
-  BatchStream(DataServiceImpl* service, absl::StatusOr<Caller> caller)
+  // `peer` is gRPC's name for the client's address.
+  BatchStream(DataServiceImpl* service, absl::StatusOr<Caller> caller,
+              std::string peer)
       : service_(service),
         caller_(caller.ok() ? *caller : Caller{}),
+        peer_(std::move(peer)),
         cancelled_(std::make_shared<std::atomic<bool>>(false)) {
     // Read first: once registered, a drain may finish the stream from another
     // thread, and a read must not be started after Finish.
@@ -206,6 +210,18 @@ class DataServiceImpl::BatchStream final
       if (plan_ != nullptr) service_->stats_->StreamClosed(plan_->job);
     }
     if (report_id_ != 0) service_->reports_->Close(report_id_);
+    if (!ticket_.empty()) service_->options_.shared_memory->Withdraw(ticket_);
+    {
+      absl::MutexLock lock(&mu_);
+      // Batches still being built keep the mapping alive until they finish.
+      if (region_ != nullptr) {
+        if (ServerMetrics* metrics = service_->options_.metrics) {
+          metrics->shared_memory_bytes().Add(
+              -static_cast<double>(region_->size()));
+        }
+        region_.reset();
+      }
+    }
     if (plan_ != nullptr) service_->RemoveJobStream(plan_->job);
     service_->RemoveStream(this);
     Unref();
@@ -298,6 +314,9 @@ class DataServiceImpl::BatchStream final
     opened->set_dtype(batchd::v1::DTYPE_UINT8);
     opened->set_layout(p.layout);
     *opened->mutable_daemon() = service_->options_.daemon_info;
+    if (open.offer_shared_memory()) {
+      InviteSharedMemory(max_batch_bytes, opened->mutable_shared_memory());
+    }
     service_->stats_->StreamOpened(p.job);
     report_id_ =
         service_->reports_->Open(p.job, p.shard.batch_size, absl::Now());
@@ -308,6 +327,62 @@ class DataServiceImpl::BatchStream final
     reserved_bytes_ = uint64_t{window} * max_batch_bytes;
     queue_.push_back(Outgoing{std::move(response)});
     return true;
+  }
+
+  // Answers an offer of shared memory: a ticket for the broker, or why not.
+  void InviteSharedMemory(uint64_t max_batch_bytes,
+                          batchd::v1::SharedMemoryInvite* invite) {
+    SharedMemoryBroker* broker = service_->options_.shared_memory;
+    if (broker == nullptr) {
+      invite->set_declined("the daemon runs with --shm=false");
+      return;
+    }
+    if (!common::IsLocalPeer(peer_)) {
+      invite->set_declined(absl::StrCat(
+          "the client connects from ", peer_,
+          ", not over a Unix socket or the loopback, so it is not on this "
+          "host"));
+      return;
+    }
+    // Every slot starts on a page: the decoder's and the copy engine's
+    // accesses stay aligned.
+    const uint64_t slot_bytes = (max_batch_bytes + 4095) / 4096 * 4096;
+    auto ref = std::make_shared<Ref>(this);
+    ticket_ = broker->Invite(
+        slot_bytes, [ref, slot_bytes](
+                        std::shared_ptr<common::SharedRegion> region,
+                        uint32_t slots) {
+          return ref->stream->AttachSharedMemory(std::move(region), slots,
+                                                 slot_bytes);
+        });
+    invite->set_socket(broker->socket());
+    invite->set_ticket(ticket_);
+    invite->set_slot_bytes(slot_bytes);
+  }
+
+  // Runs on the broker's thread once the client's region is mapped.
+  absl::Status AttachSharedMemory(std::shared_ptr<common::SharedRegion> region,
+                                  uint32_t slots, uint64_t slot_bytes)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || finish_status_) {
+      return absl::FailedPreconditionError("the stream has already ended");
+    }
+    if (requested_ > 0) {
+      return absl::FailedPreconditionError(
+          "the stream already asked for batches as bytes; attach shared "
+          "memory before the first BatchRequest");
+    }
+    if (ServerMetrics* metrics = service_->options_.metrics) {
+      metrics->shared_memory_bytes().Add(static_cast<double>(region->size()));
+    }
+    region_ = std::move(region);
+    slot_bytes_ = slot_bytes;
+    slot_granted_.assign(slots, false);
+    // The batches go into the client's memory, which the daemon's budget
+    // does not count.
+    ReleaseBudgetLocked();
+    return absl::OkStatus();
   }
 
   // Why a stream of `job` whose batches need `batch_bytes` each got no
@@ -381,10 +456,28 @@ class DataServiceImpl::BatchStream final
                        " batches but the window is ", window,
                        "; ask for at most window batches at a time")));
     }
-    std::vector<std::pair<uint64_t, BatchCancellation>> accepted;
+    if (request.slots_size() != 0 &&
+        request.slots_size() != request.batch_indices_size()) {
+      return FailStream(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("a BatchRequest names ", request.batch_indices_size(),
+                       " batches and ", request.slots_size(),
+                       " slots; give one slot per batch, or none")));
+    }
+    struct Accepted {
+      uint64_t index;
+      BatchCancellation cancellation;
+      BatchDestination destination;
+    };
+    std::vector<Accepted> accepted;
     {
       absl::MutexLock lock(&mu_);
-      for (uint64_t index : request.batch_indices()) {
+      ++requested_;
+      for (int i = 0; i < request.batch_indices_size(); ++i) {
+        const uint64_t index = request.batch_indices(i);
+        const std::optional<uint32_t> slot =
+            request.slots_size() > 0 ? std::optional<uint32_t>(request.slots(i))
+                                     : std::nullopt;
         if (epoch > 0xFFFFFFFFull) {
           queue_.push_back(Outgoing{Rejected(
               epoch, index, grpc::StatusCode::INVALID_ARGUMENT,
@@ -413,30 +506,81 @@ class DataServiceImpl::BatchStream final
               absl::StrCat("more than window=", window_,
                            " batches outstanding; request another batch only "
                            "after one has fully arrived"))});
+        } else if (std::string wrong = SlotProblemLocked(slot); !wrong.empty()) {
+          queue_.push_back(Outgoing{Rejected(
+              epoch, index, grpc::StatusCode::INVALID_ARGUMENT,
+              absl::StrCat("batch ", index, " of epoch ", epoch, ": ",
+                           wrong))});
         } else {
           auto cancelled = std::make_shared<std::atomic<bool>>(false);
           outstanding_.emplace(Key{epoch, index}, cancelled);
-          accepted.emplace_back(index,
-                                BatchCancellation{cancelled_, cancelled});
+          BatchDestination destination;
+          if (slot.has_value()) {
+            slot_granted_[*slot] = true;
+            slot_of_[Key{epoch, index}] = *slot;
+            destination.data = region_->data() + *slot * slot_bytes_;
+            destination.capacity = slot_bytes_;
+            destination.owner = region_;
+          }
+          accepted.push_back(Accepted{index,
+                                      BatchCancellation{cancelled_, cancelled},
+                                      std::move(destination)});
           if (ServerMetrics* metrics = service_->options_.metrics) {
             metrics->batches_outstanding().Add(1);
           }
         }
       }
     }
-    for (auto& [index, cancellation] : accepted) {
+    for (Accepted& a : accepted) {
       auto ref = std::make_shared<Ref>(this);
       const absl::Status started = service_->pipeline_->BuildBatch(
-          plan_, epoch, index, std::move(cancellation),
-          [ref, key = Key{epoch, index}](std::unique_ptr<BuiltBatch> batch) {
+          plan_, epoch, a.index, std::move(a.cancellation),
+          [ref, key = Key{epoch, a.index}](std::unique_ptr<BuiltBatch> batch) {
             ref->stream->OnBatchBuilt(key, std::move(batch));
-          });
+          },
+          std::move(a.destination));
       if (!started.ok()) {
         return FailStream(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                        std::string(started.message())));
       }
     }
     return true;
+  }
+
+  // Why `slot` cannot be granted now ("" when it can): shared memory needs
+  // a free slot in range for every batch, the bytes path none.
+  std::string SlotProblemLocked(std::optional<uint32_t> slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (region_ == nullptr) {
+      if (!slot.has_value()) return "";
+      return "BatchRequest.slots names a slot but no shared memory is "
+             "attached to this stream; attach it first "
+             "(PlanOpened.shared_memory), or leave slots empty";
+    }
+    if (!slot.has_value()) {
+      return "this stream has shared memory attached: name a slot for each "
+             "batch in BatchRequest.slots";
+    }
+    if (*slot >= slot_granted_.size()) {
+      return absl::StrCat("slot ", *slot, " is beyond the attached ring's ",
+                          slot_granted_.size(), " slots (0..",
+                          slot_granted_.size() - 1, ")");
+    }
+    if (slot_granted_[*slot]) {
+      return absl::StrCat("slot ", *slot,
+                          " is already granted to another batch; grant it "
+                          "again only after that batch's header arrived");
+    }
+    return "";
+  }
+
+  // The daemon is done writing `key`'s slot, if it had one: the slot is
+  // the client's again.
+  void ReleaseSlotLocked(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = slot_of_.find(key);
+    if (it == slot_of_.end()) return;
+    slot_granted_[it->second] = false;
+    slot_of_.erase(it);
   }
 
   // Withdraws requested batches whose header is not sent yet: queued ones
@@ -507,6 +651,8 @@ class DataServiceImpl::BatchStream final
   // REQUIRES: mu_ held; `key` outstanding and not in queue_.
   void WithdrawLocked(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     outstanding_.erase(key);
+    // Its work is over (the pipeline gave it back, or it was queued whole).
+    ReleaseSlotLocked(key);
     if (ServerMetrics* metrics = service_->options_.metrics) {
       metrics->batches_outstanding().Add(-1);
     }
@@ -560,9 +706,13 @@ class DataServiceImpl::BatchStream final
       for (const auto& sub : batch.substitutions) {
         *header->add_substitutions() = sub;
       }
+      header->set_in_shared_memory(batch.pixels.external());
       current_ = common::EncodeMessage(response);
       front.header_sent = true;
       ++headers_sent_;
+      // In shared memory the pixels are already the client's: the header
+      // completes the batch.
+      if (batch.pixels.external()) CompleteFrontLocked();
       return true;
     }
     const uint64_t length =
@@ -572,18 +722,24 @@ class DataServiceImpl::BatchStream final
                                    batch.pixels.data() + front.offset, length,
                                    front.batch);
     front.offset += length;
-    if (front.offset == batch.pixels.size()) {
-      written_batch_ = CompletedBatch{batch.sample_indices.size(),
-                                      batch.pixels.size(),
-                                      batch.substitutions.size(),
-                                      batch.finished};
-      outstanding_.erase(Key{batch.epoch, batch.batch_index});
-      queue_.pop_front();
-      if (ServerMetrics* metrics = service_->options_.metrics) {
-        metrics->batches_outstanding().Add(-1);
-      }
-    }
+    if (front.offset == batch.pixels.size()) CompleteFrontLocked();
     return true;
+  }
+
+  // The front batch's last message is being written: it stops being
+  // outstanding. REQUIRES: mu_ held; queue_.front() is a batch.
+  void CompleteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const BuiltBatch& batch = *queue_.front().batch;
+    const Key key{batch.epoch, batch.batch_index};
+    written_batch_ =
+        CompletedBatch{batch.sample_indices.size(), batch.pixels.size(),
+                       batch.substitutions.size(), batch.finished};
+    outstanding_.erase(key);
+    ReleaseSlotLocked(key);
+    queue_.pop_front();
+    if (ServerMetrics* metrics = service_->options_.metrics) {
+      metrics->batches_outstanding().Add(-1);
+    }
   }
 
   void ReleaseBudgetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -635,6 +791,7 @@ class DataServiceImpl::BatchStream final
   DataServiceImpl* const service_;
   // Who opened the stream (from its token), checked against the plan's job.
   const Caller caller_;
+  const std::string peer_;
   const std::shared_ptr<std::atomic<bool>> cancelled_;
   std::atomic<int> refs_{1};  // gRPC's, until OnDone
 
@@ -649,6 +806,19 @@ class DataServiceImpl::BatchStream final
   // The stream's id in the service's TrainerReports, set with plan_; 0
   // before.
   uint64_t report_id_ = 0;
+  // The shared-memory ticket offered to the client, set by HandleOpen;
+  // empty when none was.
+  std::string ticket_;
+  // Same-host shared memory, once attached (AttachSharedMemory): the
+  // client's ring, its slot size, which slots are granted to a batch that
+  // has not had its header sent (the daemon writes no others), and the slot
+  // of each such batch.
+  std::shared_ptr<common::SharedRegion> region_ ABSL_GUARDED_BY(mu_);
+  uint64_t slot_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<bool> slot_granted_ ABSL_GUARDED_BY(mu_);
+  std::map<Key, uint32_t> slot_of_ ABSL_GUARDED_BY(mu_);
+  // BatchRequests received; shared memory attaches only before the first.
+  uint64_t requested_ ABSL_GUARDED_BY(mu_) = 0;
   // Batch headers written, which bounds the batches a report may count.
   uint64_t headers_sent_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t window_ ABSL_GUARDED_BY(mu_) = 0;
@@ -706,7 +876,7 @@ grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 DataServiceImpl::StreamBatches(grpc::CallbackServerContext* context) {
-  return new BatchStream(this, Authenticate(*context));
+  return new BatchStream(this, Authenticate(*context), context->peer());
 }
 
 absl::StatusOr<Caller> DataServiceImpl::Authenticate(

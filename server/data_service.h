@@ -35,6 +35,7 @@
 #include "server/pipeline.h"
 #include "server/resolved_plan.h"
 #include "server/server_metrics.h"
+#include "server/shared_memory_broker.h"
 #include "server/trainer_reports.h"
 
 namespace batchd::server {
@@ -70,6 +71,9 @@ struct DataServiceOptions {
   // Where send times, outstanding batches and rejections are recorded;
   // nullptr records nothing. Not owned; must outlive the service.
   ServerMetrics* metrics = nullptr;
+  // The side channel for same-host shared memory; nullptr declines every
+  // offer (--shm=false). Not owned; must outlive the service.
+  SharedMemoryBroker* shared_memory = nullptr;
 };
 
 // Counts reserved batch-buffer bytes against a limit over all jobs and a

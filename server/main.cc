@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/cpu_count.h"
@@ -69,6 +70,19 @@ ABSL_FLAG(int, port, 7070,
 ABSL_FLAG(std::string, unix_socket, "",
           "Also listen on this Unix socket path (plaintext), for trainers on "
           "this host: connect to unix:PATH.");
+ABSL_FLAG(bool, shm, true,
+          "Offer same-host shared memory to trainers that connect over a "
+          "Unix socket or the loopback: workers decode straight into the "
+          "trainer's ring, and only headers cross the stream. false: bytes "
+          "always.");
+ABSL_FLAG(std::string, shm_socket, "",
+          "The shared-memory side channel's Unix socket: a path, or @name "
+          "for an abstract socket. Default: an abstract name unique to this "
+          "process. Give a path when trainers run in another network "
+          "namespace (another pod) on the same host.");
+ABSL_FLAG(std::string, shm_allowed_uids, "",
+          "Comma-separated uids that may attach shared memory "
+          "(SO_PEERCRED). Default: the daemon's own uid.");
 ABSL_FLAG(std::string, tls_cert, "",
           "Serve TLS on the TCP port with this PEM certificate chain (with "
           "--tls-key). The files are read again every "
@@ -327,6 +341,19 @@ int main(int argc, char** argv) {
     options.listen_address.clear();
   }
   options.unix_socket = absl::GetFlag(FLAGS_unix_socket);
+  options.shm = absl::GetFlag(FLAGS_shm);
+  options.shared_memory.socket = absl::GetFlag(FLAGS_shm_socket);
+  for (absl::string_view uid_text :
+       absl::StrSplit(absl::GetFlag(FLAGS_shm_allowed_uids), ',',
+                      absl::SkipWhitespace())) {
+    uint32_t uid = 0;
+    if (!absl::SimpleAtoi(uid_text, &uid)) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--shm-allowed-uids: \"", uid_text,
+          "\" is not a uid; give numbers separated by commas, e.g. 1000,1001")));
+    }
+    options.shared_memory.allowed_uids.push_back(uid);
+  }
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
@@ -440,6 +467,11 @@ int main(int argc, char** argv) {
   if (!options.unix_socket.empty()) {
     std::fprintf(stderr, "batchd: serving on unix:%s with %s\n",
                  options.unix_socket.c_str(), workers_text.c_str());
+  }
+  if (const std::string shm = (*server)->shared_memory_socket(); !shm.empty()) {
+    std::fprintf(stderr,
+                 "batchd: shared memory for local trainers via %s\n",
+                 shm.c_str());
   }
   if (security.insecure()) {
     std::fprintf(stderr,

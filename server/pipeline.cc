@@ -88,7 +88,8 @@ PipelineCounters Pipeline::counters() const {
 absl::Status Pipeline::BuildBatch(
     std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
     uint64_t batch_index, BatchCancellation cancelled,
-    std::function<void(std::unique_ptr<BuiltBatch>)> done) {
+    std::function<void(std::unique_ptr<BuiltBatch>)> done,
+    BatchDestination destination) {
   const common::ShardSpec& shard = plan->shard;
   std::shared_ptr<const std::vector<uint64_t>> order =
       orders_.Get(shard.num_samples, shard.seed, shard.shuffle, epoch);
@@ -96,7 +97,19 @@ absl::Status Pipeline::BuildBatch(
       BatchIndicesFromOrder(shard, *order, batch_index);
   const size_t n = sample_indices.size();
   // Uninitialised on purpose: every byte is written by a sample task.
-  absl::StatusOr<BatchBuffer> pixels = buffers_->Acquire(plan->batch_bytes(n));
+  const uint64_t bytes = plan->batch_bytes(n);
+  absl::StatusOr<BatchBuffer> pixels;
+  if (destination.data != nullptr) {
+    if (bytes > destination.capacity) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch ", batch_index, " needs ", bytes, " bytes; its destination "
+          "holds ", destination.capacity));
+    }
+    pixels = BatchBuffer(destination.data, bytes,
+                         std::move(destination.owner));
+  } else {
+    pixels = buffers_->Acquire(bytes);
+  }
   if (!pixels.ok()) return pixels.status();
   auto job = std::make_shared<BatchJob>();
   job->batch = std::make_unique<BuiltBatch>();

@@ -80,6 +80,15 @@ struct BatchCancellation {
   }
 };
 
+// Memory a batch is to be written into instead of the pipeline's own
+// buffers: a client's shared-memory slot. `owner` keeps it mapped until the
+// last task that writes it is done, even if the stream ends first.
+struct BatchDestination {
+  uint8_t* data = nullptr;
+  size_t capacity = 0;
+  std::shared_ptr<const void> owner;
+};
+
 class Pipeline {
  public:
   explicit Pipeline(const PipelineOptions& options);
@@ -89,12 +98,15 @@ class Pipeline {
   // `done` once, on a pool thread: with the batch, or with nullptr when
   // `cancelled` was seen first (the remaining work was skipped).
   // RESOURCE_EXHAUSTED, with nothing started and `done` never called, when
-  // there is no memory for the batch.
+  // there is no memory for the batch. With a `destination`, the pixels are
+  // written there (BuiltBatch::pixels is a view of it) and nothing else;
+  // INVALID_ARGUMENT when the batch does not fit it.
   // REQUIRES: batch_index < the plan's BatchesPerEpoch, epoch < 2^32.
   absl::Status BuildBatch(std::shared_ptr<const ResolvedPlan> plan,
                           uint64_t epoch, uint64_t batch_index,
                           BatchCancellation cancelled,
-                          std::function<void(std::unique_ptr<BuiltBatch>)> done);
+                          std::function<void(std::unique_ptr<BuiltBatch>)> done,
+                          BatchDestination destination = {});
 
   WorkerPool& workers() { return workers_; }
   // Samples waiting for a reader thread.

@@ -180,6 +180,15 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   server->metrics_ = std::make_unique<ServerMetrics>();
   options.pipeline.metrics = server->metrics_.get();
   options.service.metrics = server->metrics_.get();
+  if (options.shm) {
+    options.shared_memory.max_slots = options.service.max_window;
+    options.shared_memory.metrics = server->metrics_.get();
+    absl::StatusOr<std::unique_ptr<SharedMemoryBroker>> broker =
+        SharedMemoryBroker::Start(options.shared_memory);
+    if (!broker.ok()) return broker.status();
+    server->shared_memory_ = *std::move(broker);
+    options.service.shared_memory = server->shared_memory_.get();
+  }
   server->pipeline_ = std::make_unique<Pipeline>(options.pipeline);
   server->autoscaler_ = std::make_unique<Autoscaler>(
       options.autoscale, server->pipeline_.get(), &server->reports_);

@@ -37,6 +37,7 @@
 #include "server/metrics/metrics_http_server.h"
 #include "server/pipeline.h"
 #include "server/server_metrics.h"
+#include "server/shared_memory_broker.h"
 #include "server/trainer_reports.h"
 #include "server/transport_security.h"
 
@@ -60,6 +61,11 @@ struct ServerOptions {
   // check them.
   std::string auth_token_file;
   DatasetMap datasets;
+  // Same-host shared memory (--shm, --shm-socket, --shm-allowed-uids):
+  // offered to clients on a Unix socket or the loopback; false declines
+  // every offer. `shared_memory.max_slots` follows service.max_window.
+  bool shm = true;
+  SharedMemoryBrokerOptions shared_memory;
   PipelineOptions pipeline;
   DataServiceOptions service;
   // Bound on SetWorkers, and on the pool under --workers auto.
@@ -121,6 +127,10 @@ class BatchdServer {
 
   // The bound TCP port; 0 with no TCP listener.
   int port() const { return port_; }
+  // The shared-memory side channel's address; "" with --shm=false.
+  std::string shared_memory_socket() const {
+    return shared_memory_ == nullptr ? "" : shared_memory_->socket();
+  }
 
   // Reads --auth-token-file again (SIGHUP): new calls are checked against
   // the new tokens, streams already open continue. On error the old tokens
@@ -173,6 +183,8 @@ class BatchdServer {
   TrainerReports reports_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<Autoscaler> autoscaler_;
+  // Outlives the data service: streams withdraw their tickets as they end.
+  std::unique_ptr<SharedMemoryBroker> shared_memory_;
   std::unique_ptr<DataServiceImpl> data_;
   std::unique_ptr<AdminServiceImpl> admin_;
   std::unique_ptr<grpc::Server> server_;

@@ -37,7 +37,23 @@ ServerMetrics::ServerMetrics()
                        .AddGauge("batchd_batches_outstanding",
                                  "Batches accepted and not yet fully sent, "
                                  "over all streams.")
-                       .With({})) {}
+                       .With({})),
+      shared_memory_bytes_(
+          registry_
+              .AddGauge("batchd_shared_memory_bytes",
+                        "Trainer memory mapped for same-host shared memory "
+                        "over all streams, bytes (apart from the buffer "
+                        "budget).")
+              .With({})),
+      shared_memory_attach_(registry_.AddCounter(
+          "batchd_shared_memory_attach_total",
+          "Shared-memory side-channel handshakes, by result: attached, or "
+          "the refusal's gRPC status code.",
+          {"result"})) {}
+
+void ServerMetrics::SharedMemoryAttach(const char* result) {
+  shared_memory_attach_.With({result}).Increment();
+}
 
 void ServerMetrics::SampleSubstituted(batchd::v1::SubstitutionReason reason) {
   substitutions_

@@ -38,6 +38,13 @@ class ServerMetrics {
   // batchd_batches_outstanding: batches accepted and not yet fully sent.
   Gauge& batches_outstanding() { return outstanding_; }
 
+  // batchd_shared_memory_bytes: client memory mapped for same-host shared
+  // memory, over all streams (not counted in the buffer budget).
+  Gauge& shared_memory_bytes() { return shared_memory_bytes_; }
+  // batchd_shared_memory_attach_total{result}: side-channel handshakes,
+  // "attached" or the refusal's gRPC code name.
+  void SharedMemoryAttach(const char* result);
+
   // batchd_substitutions_total{reason}.
   void SampleSubstituted(batchd::v1::SubstitutionReason reason);
   // batchd_damaged_samples_decoded_total{reason}: with --corrupt-policy
@@ -64,6 +71,8 @@ class ServerMetrics {
   Histogram& assemble_;
   Histogram& send_;
   Gauge& outstanding_;
+  Gauge& shared_memory_bytes_;
+  Family<Counter>& shared_memory_attach_;
 };
 
 // The name of a gRPC status code as gRPC spells it (INVALID_ARGUMENT);

@@ -1,9 +1,8 @@
 #include "server/transport_security.h"
 
-#include <arpa/inet.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/local_address.h"
 #include "common/text_file.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
@@ -24,22 +23,6 @@ absl::Status CheckPemFile(absl::string_view flag, const std::string& path) {
         "PEM file (scripts/make_test_certs.sh makes some for local use)"));
   }
   return absl::OkStatus();
-}
-
-// The host part of "host:port", "[v6]:port" or a bare host.
-absl::string_view HostOf(absl::string_view address) {
-  if (absl::StartsWith(address, "[")) {
-    const size_t end = address.find(']');
-    return end == absl::string_view::npos ? address.substr(1)
-                                          : address.substr(1, end - 1);
-  }
-  const size_t colon = address.rfind(':');
-  // More than one colon and no brackets: a bare IPv6 address.
-  if (colon != absl::string_view::npos &&
-      address.find(':') == colon) {
-    return address.substr(0, colon);
-  }
-  return address;
 }
 
 }  // namespace
@@ -89,29 +72,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return grpc::experimental::TlsServerCredentials(options);
 }
 
-bool IsLocalAddress(absl::string_view address) {
-  if (absl::StartsWith(address, "unix:") ||
-      absl::StartsWith(address, "unix-abstract:")) {
-    return true;
-  }
-  const std::string host(HostOf(address));
-  if (host == "localhost") return true;
-  in_addr v4;
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
-    return (ntohl(v4.s_addr) >> 24) == 127;
-  }
-  in6_addr v6;
-  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
-    return IN6_IS_ADDR_LOOPBACK(&v6);
-  }
-  return false;
-}
-
 absl::Status CheckPlaintextAllowed(
     const std::vector<std::string>& plaintext_addresses, bool insecure) {
   if (insecure) return absl::OkStatus();
   for (const std::string& address : plaintext_addresses) {
-    if (IsLocalAddress(address)) continue;
+    if (common::IsLocalAddress(address)) continue;
     return absl::FailedPreconditionError(absl::StrCat(
         "refusing to serve plaintext on ", address,
         ", which other hosts can reach: anyone there could read the "

@@ -42,10 +42,6 @@ struct TlsFiles {
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& tls);
 
-// Whether `address` ("host:port", "[::1]:port", "unix:/path") can only be
-// reached from this host: a Unix socket, "localhost", 127.0.0.0/8 or ::1.
-bool IsLocalAddress(absl::string_view address);
-
 // OK when every address in `plaintext_addresses` is local, or `insecure`;
 // otherwise FAILED_PRECONDITION saying how to secure or restrict it.
 absl::Status CheckPlaintextAllowed(

@@ -56,6 +56,8 @@ class DiagnosisE2eTest : public ::testing::Test {
     options.plan = plan;
     options.prefetch = 4;
     options.max_receive_bytes_per_second = max_bytes_per_second;
+    // The paced link paces chunks, which only the bytes path has.
+    options.shared_memory = max_bytes_per_second == 0;
     options.report = [&reported](const std::string& line) {
       reported.push_back(line);
     };

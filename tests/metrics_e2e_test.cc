@@ -82,6 +82,8 @@ TEST_F(MetricsE2eTest, PageParsesAndMatchesTheRun) {
     LoaderOptions options;
     options.endpoint = daemon->endpoint();
     options.plan = plan;
+    // The bytes path: its batch buffers are what the idle pool counts.
+    options.shared_memory = false;
     E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                              Loader::Create(std::move(options)));
     for (uint64_t epoch = 0; epoch < kEpochs; ++epoch) {

@@ -33,6 +33,12 @@ Status PinnedBuffer::Allocate(size_t, std::unique_ptr<PinnedBuffer>*) {
   return NotBuilt();
 }
 PinnedBuffer::~PinnedBuffer() = default;
+Status HostRegistration::Register(void*, size_t,
+                                  std::unique_ptr<HostRegistration>*) {
+  return NotBuilt();
+}
+HostRegistration::~HostRegistration() = default;
+bool HostRegistration::IsRegistered(const void*) { return false; }
 size_t PinnedBuffer::LiveCount() { return 0; }
 size_t PinnedBuffer::LiveBytes() { return 0; }
 

@@ -17,6 +17,7 @@
 #include "client/cuda/runtime.h"
 #include "client/cuda/testing/mini_test.h"
 #include "client/cuda/testing/test_kernels.h"
+#include "common/shared_region.h"
 
 namespace batchd::cuda {
 namespace {
@@ -83,6 +84,39 @@ MINI_TEST(CopyEngine, RawCopiesAreExact) {
   MINI_EXPECT_EQ(engine->Release(0, nullptr).code(),
                  StatusCode::kFailedPrecondition);
   MINI_EXPECT_EQ(engine->free_slots(), 3);
+}
+
+// Same-host shared memory: the ring a daemon decodes into is a memfd
+// mapping; registered with cudaHostRegister, the copy engine DMAs from it.
+MINI_TEST(CopyEngine, CopiesFromARegisteredSharedRegion) {
+  REQUIRE_DEVICE();
+  const size_t slot_bytes = size_t{3} << 20;
+  auto region = common::SharedRegion::Create(2 * slot_bytes);
+  MINI_ASSERT_EQ(region.ok(), true);
+  MINI_EXPECT_TRUE(!HostRegistration::IsRegistered(region->data()));
+  std::unique_ptr<HostRegistration> registration;
+  MINI_ASSERT_OK(HostRegistration::Register(region->data(), region->size(),
+                                            &registration));
+  MINI_EXPECT_TRUE(HostRegistration::IsRegistered(region->data()));
+  CopyEngineOptions options;
+  options.depth = 2;
+  options.max_input_bytes = slot_bytes;
+  std::unique_ptr<CopyEngine> engine;
+  MINI_ASSERT_OK(CopyEngine::Create(options, &engine));
+  for (int slot = 0; slot < 2; ++slot) {
+    uint8_t* host = region->data() + slot * slot_bytes;
+    FillRandom(host, slot_bytes, static_cast<uint32_t>(slot + 1));
+    CopyTicket ticket;
+    MINI_ASSERT_OK(engine->Submit(host, slot_bytes, nullptr, &ticket));
+    MINI_ASSERT_OK(SynchronizeEvent(ticket.ready));
+    std::vector<uint8_t> back(slot_bytes);
+    CUDA_OK(cudaMemcpy(back.data(), ticket.output, slot_bytes,
+                       cudaMemcpyDeviceToHost));
+    MINI_EXPECT_TRUE(std::memcmp(back.data(), host, slot_bytes) == 0);
+    MINI_ASSERT_OK(engine->Release(ticket.slot, nullptr));
+  }
+  registration.reset();
+  MINI_EXPECT_TRUE(!HostRegistration::IsRegistered(region->data()));
 }
 
 MINI_TEST(CopyEngine, FullRingIsAnErrorNotAHang) {

@@ -92,6 +92,28 @@ class PinnedBuffer {
   const size_t size_;
 };
 
+// Host memory someone else allocated (a shared-memory ring the daemon
+// writes into), page-locked with cudaHostRegister for as long as this
+// object lives, so that the copy engine DMAs from it as from a
+// PinnedBuffer. The memory must outlive the registration.
+class HostRegistration {
+ public:
+  // RESOURCE_EXHAUSTED when the memory cannot be pinned; UNAVAILABLE
+  // without a device.
+  static Status Register(void* data, size_t bytes,
+                         std::unique_ptr<HostRegistration>* out);
+  ~HostRegistration();
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+
+  // Whether the CUDA runtime sees `data` as page-locked host memory.
+  static bool IsRegistered(const void* data);
+
+ private:
+  explicit HostRegistration(void* data) : data_(data) {}
+  void* const data_;
+};
+
 }  // namespace batchd::cuda
 
 #endif  // BATCHD_CLIENT_CUDA_RUNTIME_H_

@@ -160,6 +160,34 @@ PinnedBuffer::~PinnedBuffer() {
   live_bytes.fetch_sub(size_);
 }
 
+Status HostRegistration::Register(void* data, size_t bytes,
+                                  std::unique_ptr<HostRegistration>* out) {
+  BATCHD_CUDA_RETURN_IF_ERROR(ProbeDevice());
+  const cudaError_t error =
+      cudaHostRegister(data, bytes, cudaHostRegisterPortable);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return ResourceExhaustedError("cannot pin " + std::to_string(bytes) +
+                                  " bytes of shared memory: " +
+                                  cudaGetErrorString(error));
+  }
+  out->reset(new HostRegistration(data));
+  return OkStatus();
+}
+
+HostRegistration::~HostRegistration() {
+  CheckInDestructor(cudaHostUnregister(data_), "cudaHostUnregister");
+}
+
+bool HostRegistration::IsRegistered(const void* data) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeHost;
+}
+
 size_t PinnedBuffer::LiveCount() { return live_count.load(); }
 size_t PinnedBuffer::LiveBytes() { return live_bytes.load(); }
 

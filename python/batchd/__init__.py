@@ -148,6 +148,13 @@ class Loader:
         :meth:`stats` says how many slots are in use (``prefetch``).
       prefetch_memory: the cap of ``prefetch="auto"``, bytes (default
         1 GiB).
+      shared_memory: with one ``unix:`` or loopback endpoint, let the
+        daemon's workers decode straight into this process's ring (a sealed
+        memfd shared with the daemon; pinned on the device backend), so no
+        pixel crosses the socket. Falls back to bytes, with one log line,
+        when the daemon declines; ``stats()["transport"]`` says which is in
+        use. False: bytes always. Tensors from a slot live by the same
+        rules either way.
       device: where tensors are yielded. ``"cpu"``: uint8 tensors wrapping the
         slot (float when ``normalize`` or a float ``dtype`` is given).
         ``"cuda[:n]"``: device tensors, copied asynchronously on the current
@@ -199,7 +206,7 @@ class Loader:
                  size=224, scale=None, ratio=None, flip=None,
                  resize_shorter=None, layout="nchw", seed=0, shuffle=True,
                  drop_last=False, rank=None, world_size=None, prefetch=4,
-                 prefetch_memory=1 << 30,
+                 prefetch_memory=1 << 30, shared_memory=True,
                  device="cpu", normalize=None, dtype=None, job="",
                  connect_timeout=10.0, unavailable_timeout=30.0,
                  hedge_factor=3.0, backend="auto", depth=3,
@@ -251,6 +258,7 @@ class Loader:
             ratio=None if ratio is None else tuple(ratio), flip=flip,
             resize_shorter=resize_shorter or 0, layout=layout,
             prefetch=prefetch, prefetch_max_bytes=prefetch_max_bytes,
+            shared_memory=bool(shared_memory),
             connect_timeout=connect_timeout,
             unavailable_timeout=unavailable_timeout,
             hedge_factor=hedge_factor,
@@ -578,11 +586,14 @@ class Loader:
         now) and ``prefetch_grows`` (times ``prefetch="auto"`` grew it);
         ``reports_sent`` and ``reports_rejected`` (the trainer's
         wait/compute reports to the daemons, which size their workers by
-        them under ``--workers auto``); and ``daemons``, one dict per
+        them under ``--workers auto``); ``transport`` (``"shared-memory"``,
+        or bytes over ``"unix"`` or ``"tcp"``) and ``transport_note`` (why
+        not shared memory, if not); and ``daemons``, one dict per
         daemon: ``endpoint``, ``state`` (connecting, up, draining, down,
         failed, removed), ``requested``, ``served``, ``lost``, ``hedges``,
         ``cancelled`` (losing copies withdrawn), ``discarded`` (losing copies
-        that arrived whole), ``latency_s`` and ``last_error``. Two
+        that arrived whole), ``latency_s``, ``last_error`` and
+        ``transport``. Two
         snapshots' differences give an interval's figures.
         """
         return self._require_open().stats()

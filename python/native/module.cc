@@ -98,8 +98,10 @@ client::LoaderOptions LoaderOptionsFromArgs(
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
     double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, const py::dict& security) {
+    uint64_t prefetch_max_bytes, bool shared_memory,
+    const py::dict& security) {
   client::LoaderOptions options;
+  options.shared_memory = shared_memory;
   options.endpoint = endpoint;
   options.prefetch = prefetch;
   // A memory cap turns on the growing ring (prefetch="auto").
@@ -174,12 +176,13 @@ std::unique_ptr<NativeLoader> MakeLoader(
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
     double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, const py::dict& security) {
+    uint64_t prefetch_max_bytes, bool shared_memory,
+    const py::dict& security) {
   client::LoaderOptions options = LoaderOptionsFromArgs(
       endpoint, dataset, batch_size, seed, shuffle, drop_last, rank,
       world_size, job, mode, size, scale, ratio, flip, resize_shorter, layout,
       prefetch, connect_timeout, unavailable_timeout, hedge_factor,
-      prefetch_max_bytes, security);
+      prefetch_max_bytes, shared_memory, security);
   absl::StatusOr<std::unique_ptr<NativeLoader>> loader;
   {
     py::gil_scoped_release release;
@@ -235,6 +238,7 @@ PYBIND11_MODULE(_native, m) {
              py::arg("prefetch") = 4, py::arg("connect_timeout") = 10.0,
              py::arg("unavailable_timeout") = 30.0,
              py::arg("hedge_factor") = 3.0, py::arg("prefetch_max_bytes") = 0,
+             py::arg("shared_memory") = true,
              py::arg("security") = py::dict());
   BindLoaderCommon(loader);
   loader.def(

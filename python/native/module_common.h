@@ -54,7 +54,8 @@ client::LoaderOptions LoaderOptionsFromArgs(
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
     double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, const py::dict& security);
+    uint64_t prefetch_max_bytes, bool shared_memory,
+    const py::dict& security);
 
 const char* LayoutName(batchd::v1::Layout layout);
 
@@ -166,6 +167,8 @@ void BindLoaderCommon(py::class_<L>& cls) {
             out["prefetch_grows"] = stats.prefetch_grows;
             out["reports_sent"] = stats.reports_sent;
             out["reports_rejected"] = stats.reports_rejected;
+            out["transport"] = stats.transport;
+            out["transport_note"] = stats.transport_note;
             py::list daemons;
             for (const client::DaemonStats& d : stats.daemons) {
               py::dict daemon;
@@ -179,6 +182,7 @@ void BindLoaderCommon(py::class_<L>& cls) {
               daemon["discarded"] = d.discarded;
               daemon["latency_s"] = seconds(d.latency);
               daemon["last_error"] = std::string(d.last_error.message());
+              daemon["transport"] = d.transport;
               daemons.append(daemon);
             }
             out["daemons"] = daemons;

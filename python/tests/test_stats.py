@@ -20,7 +20,7 @@ RATES = ("batches_per_second", "images_per_second", "bytes_per_second",
          "received_bytes_per_second")
 DAEMONS = ("rerequested", "hedged", "daemons")
 RING_AND_REPORTS = ("prefetch", "prefetch_grows", "reports_sent",
-                    "reports_rejected")
+                    "reports_rejected", "transport", "transport_note")
 
 
 def make(daemon, batch_size=4, **kwargs):

@@ -1,0 +1,81 @@
+#include "client/shared_ring.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <string>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace batchd::client {
+namespace {
+
+// The daemon's one-line answer: "0 attached" or "<code> <message>".
+absl::Status ReadAnswer(int socket) {
+  std::string answer;
+  char buffer[512];
+  while (answer.find('\n') == std::string::npos && answer.size() < 4096) {
+    const ssize_t got = recv(socket, buffer, sizeof(buffer), 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      return absl::UnavailableError(
+          "the daemon did not answer on the shared-memory side channel");
+    }
+    if (got == 0) break;
+    answer.append(buffer, static_cast<size_t>(got));
+  }
+  absl::string_view line(answer);
+  line = line.substr(0, line.find('\n'));
+  const size_t space = line.find(' ');
+  int code = 0;
+  if (space == absl::string_view::npos ||
+      !absl::SimpleAtoi(line.substr(0, space), &code) || code < 0 ||
+      code > 16) {
+    return absl::UnavailableError(absl::StrCat(
+        "the daemon's side channel answered \"", line.substr(0, 200), "\""));
+  }
+  if (code == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(code),
+                      absl::StrCat("the daemon refused the ring: ",
+                                   line.substr(space + 1)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<SharedRing>> AttachSharedRing(
+    const batchd::v1::SharedMemoryInvite& invite, uint32_t slots,
+    BufferAllocator* allocator, absl::Duration timeout) {
+  if (invite.socket().empty() || invite.slot_bytes() == 0 || slots == 0) {
+    return absl::InternalError("the daemon's invitation is incomplete");
+  }
+  auto ring = std::make_shared<SharedRing>();
+  ring->slot_bytes = invite.slot_bytes();
+  ring->slots = slots;
+  absl::StatusOr<common::SharedRegion> region =
+      common::SharedRegion::Create(uint64_t{slots} * invite.slot_bytes());
+  if (!region.ok()) return region.status();
+  ring->region = *std::move(region);
+  absl::StatusOr<std::shared_ptr<void>> registration =
+      allocator->Register(ring->region.data(), ring->region.size());
+  if (!registration.ok()) return registration.status();
+  ring->registration = *std::move(registration);
+
+  absl::StatusOr<common::UniqueFd> channel =
+      common::ConnectUnix(invite.socket(), timeout);
+  if (!channel.ok()) return channel.status();
+  if (absl::Status sent =
+          common::SendDescriptor(channel->get(), ring->region.fd(),
+                                 absl::StrCat(invite.ticket(), " ", slots));
+      !sent.ok()) {
+    return sent;
+  }
+  if (absl::Status answer = ReadAnswer(channel->get()); !answer.ok()) {
+    return answer;
+  }
+  return ring;
+}
+
+}  // namespace batchd::client
