@@ -3,11 +3,13 @@
     from daemon_launcher import Daemon
     with Daemon(build, {"bench": data}, ["--workers", "1"], cores="0") as d:
         run_client(d.endpoint)          # "127.0.0.1:PORT"
+        run_client(d.unix_endpoint)     # "unix:PATH", with unix_socket=True
         cpu = proc_cpu_seconds(d.pid)
         page = d.metrics()              # with metrics=True
 
-The daemon listens on a free loopback port (and, with metrics=True, serves
-/metrics on another), pinned to `cores` with taskset when given. Leaving the
+The daemon listens on a free loopback port (and, with unix_socket=True, on
+a Unix socket in its temporary directory; with metrics=True it serves
+/metrics on another port), pinned to `cores` with taskset when given. Leaving the
 block sends SIGTERM and waits for the drain (SIGKILL after 20 s); its
 stderr is kept in a temporary directory, `log()` reads it, and the
 directory is removed when the daemon stops (a failed start included).
@@ -22,7 +24,8 @@ import urllib.request
 
 
 class Daemon:
-    def __init__(self, build, datasets, flags=(), cores=None, metrics=False):
+    def __init__(self, build, datasets, flags=(), cores=None, metrics=False,
+                 unix_socket=False):
         self._tmp = tempfile.mkdtemp(prefix="batchd-bench-")
         port_file = os.path.join(self._tmp, "port")
         metrics_file = os.path.join(self._tmp, "metrics-port")
@@ -32,6 +35,10 @@ class Daemon:
             args += ["--dataset", f"{name}={path}"]
         if metrics:
             args += ["--metrics-port", "0", "--metrics-port-file", metrics_file]
+        socket_path = os.path.join(self._tmp, "batchd.sock")
+        self.unix_endpoint = f"unix:{socket_path}" if unix_socket else None
+        if unix_socket:
+            args += ["--unix-socket", socket_path]
         if cores is not None and shutil.which("taskset"):
             args = ["taskset", "-c", cores] + args
         self._log_path = os.path.join(self._tmp, "batchd.log")

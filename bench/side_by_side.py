@@ -6,10 +6,12 @@ variant), pinned to the same number of cores (taskset).
 
 Configurations, interleaved in each repeat so that they share the machine's
 noise:
-  batchd   w=1 on 1 core, w=2 on 2 cores: daemon + batchd-client on loopback,
-           both pinned to the same cores; CPU = daemon + client (the
-           client's own per-epoch figure, which, like the DataLoader's,
-           leaves out process start-up).
+  batchd   w=1 on 1 core, w=2 on 2 cores: daemon + batchd-client on the
+           same host, both pinned to the same cores; CPU = daemon + client
+           (the client's own per-epoch figure, which, like the DataLoader's,
+           leaves out process start-up). w=1 runs over each transport: shared
+           memory (the default on one host), bytes over a Unix socket, bytes
+           over loopback TCP.
   torchvision DataLoader num_workers 0 and 1 on 1 core, 2 on 2 cores, uint8
            and normalize.
   decode limit: region + DCT-scaled decode of the same crops, no resize,
@@ -87,18 +89,32 @@ EPOCH_RE = re.compile(r"epoch (\d+): .*? (\d+) images in [\d.]+ s: ([\d.]+) imag
                       r".*, client CPU ([\d.]+) s")
 
 
-def batchd(build, data, workers, cores, epochs):
-    """Daemon + CLI client on loopback, both pinned to `cores`."""
+# transport -> (over the Unix socket?, batchd-client --shm)
+TRANSPORTS = {"shared memory": (False, True), "unix bytes": (True, False),
+              "tcp bytes": (False, False)}
+TRANSPORT_RE = re.compile(r"transport (\S+)")
+
+
+def batchd(build, data, workers, cores, epochs, transport="shared memory"):
+    """Daemon + CLI client on one host, both pinned to `cores`."""
+    over_unix, shm = TRANSPORTS[transport]
     with Daemon(build, {"bench": data}, ["--workers", str(workers)],
-                cores=cores) as daemon:
+                cores=cores, unix_socket=over_unix) as daemon:
         client = taskset(cores) + [
             os.path.join(build, "client", "batchd-client"),
-            "--endpoint", daemon.endpoint, "--dataset", "bench",
-            "--batch_size", "64", "--size", "224", "--prefetch", "8"]
+            "--endpoint", daemon.unix_endpoint if over_unix else daemon.endpoint,
+            "--dataset", "bench", "--batch_size", "64", "--size", "224",
+            "--prefetch", "8", f"--shm={str(shm).lower()}"]
         run(client + ["--epochs", "1", "--first_epoch", "0"])  # warm-up
         daemon_cpu = proc_cpu_seconds(daemon.pid)
         out, _ = run(client + ["--epochs", str(epochs), "--first_epoch", "1"])
         daemon_cpu = proc_cpu_seconds(daemon.pid) - daemon_cpu
+    # A row must measure the transport it is named after, not a fallback.
+    used = TRANSPORT_RE.search(out)
+    expected = ("shared-memory" if shm else "unix" if over_unix else "tcp")
+    if not used or used.group(1) != expected:
+        raise RuntimeError(f"batchd {transport}: the client reports "
+                           f"{used.group(1) if used else 'no transport'}:\n{out}")
     matches = [EPOCH_RE.search(line) for line in out.splitlines()]
     rates = [float(m.group(3)) for m in matches if m]
     images = sum(int(m.group(2)) for m in matches if m)
@@ -146,7 +162,12 @@ def decode_limit(build, data, mode, cores, epochs):
 def configurations(build, data, epochs, smoke):
     """(name, cores, thunk) in the order they run within a repeat."""
     configs = [
-        ("batchd w=1", 1, lambda: batchd(build, data, 1, "0", epochs)),
+        ("batchd w=1, shared memory", 1,
+         lambda: batchd(build, data, 1, "0", epochs)),
+        ("batchd w=1, unix bytes", 1,
+         lambda: batchd(build, data, 1, "0", epochs, "unix bytes")),
+        ("batchd w=1, tcp bytes", 1,
+         lambda: batchd(build, data, 1, "0", epochs, "tcp bytes")),
         ("decode limit (region+DCT, no resize)", 1,
          lambda: decode_limit(build, data, "limit", "0", epochs)),
         ("batchd decoder in-process (decode+resize+flip)", 1,
@@ -194,16 +215,23 @@ def fmt(s, digits=0, scale=1.0):
 # disturbs less than images/s does.
 TARGETS = [
     ("P1: batchd >= 2.5x torchvision uint8 DataLoader, per core",
-     "batchd w=1", "torchvision uint8 nw=0", 2.5, True),
+     "batchd w=1, shared memory", "torchvision uint8 nw=0", 2.5, True),
     ("P1: batchd >= 5x torchvision normalize DataLoader, per core",
-     "batchd w=1", "torchvision normalize nw=0", 5.0, True),
+     "batchd w=1, shared memory", "torchvision normalize nw=0", 5.0, True),
     ("P2: batchd >= 85 % of the decode-only limit, per core",
-     "batchd w=1", "decode limit (region+DCT, no resize)", 0.85, True),
+     "batchd w=1, shared memory", "decode limit (region+DCT, no resize)", 0.85, True),
     ("(diagnostic, not a target) the daemon's decoder in-process vs the "
      "decode-only limit", "batchd decoder in-process (decode+resize+flip)",
      "decode limit (region+DCT, no resize)", 0.85, True),
+    ("Shared memory: daemon + client >= in-process decoder / 1.1, per core",
+     "batchd w=1, shared memory", "batchd decoder in-process (decode+resize+flip)",
+     1 / 1.1, True),
+    ("(diagnostic, not a target) shared memory vs bytes over a Unix socket",
+     "batchd w=1, shared memory", "batchd w=1, unix bytes", 1.0, True),
+    ("(diagnostic, not a target) shared memory vs bytes over loopback TCP",
+     "batchd w=1, shared memory", "batchd w=1, tcp bytes", 1.0, True),
     ("Scaling: batchd 2 workers >= 1.9x one worker",
-     "batchd w=2", "batchd w=1", 1.9, False),
+     "batchd w=2", "batchd w=1, shared memory", 1.9, False),
 ]
 
 
@@ -286,6 +314,14 @@ def main():
                      f"{'met' if entry['cpu_met'] else 'NOT met'}")
         summary["targets"].append(entry)
         print(line)
+    for name in results:
+        if "client_cpu_per_image" in results[name][0]:
+            split = {key: summarise([r[key] for r in results[name]])
+                     for key in ("daemon_cpu_per_image", "client_cpu_per_image")}
+            summary["configs"][name].update(split)
+            print(f"- {name}: ms CPU/image daemon "
+                  f"{fmt(split['daemon_cpu_per_image'], 3, 1e3)}, client "
+                  f"{fmt(split['client_cpu_per_image'], 3, 1e3)}")
     for name, s in summary["configs"].items():
         for key in ("images_per_s", "cpu_per_image"):
             if not all(math.isfinite(v) and v > 0 for v in

@@ -13,22 +13,25 @@
 namespace batchd::client {
 namespace {
 
-// The daemon's one-line answer: "0 attached" or "<code> <message>".
-absl::Status ReadAnswer(int socket) {
+// The daemon's one-line answer, or "" when none came.
+std::string ReadAnswerLine(int socket) {
   std::string answer;
   char buffer[512];
   while (answer.find('\n') == std::string::npos && answer.size() < 4096) {
     const ssize_t got = recv(socket, buffer, sizeof(buffer), 0);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      return absl::UnavailableError(
-          "the daemon did not answer on the shared-memory side channel");
-    }
-    if (got == 0) break;
+    if (got <= 0) break;
     answer.append(buffer, static_cast<size_t>(got));
   }
-  absl::string_view line(answer);
-  line = line.substr(0, line.find('\n'));
+  return answer.substr(0, answer.find('\n'));
+}
+
+// "0 attached" or "<code> <message>".
+absl::Status ParseAnswer(absl::string_view line) {
+  if (line.empty()) {
+    return absl::UnavailableError(
+        "the daemon did not answer on the shared-memory side channel");
+  }
   const size_t space = line.find(' ');
   int code = 0;
   if (space == absl::string_view::npos ||
@@ -66,14 +69,16 @@ absl::StatusOr<std::shared_ptr<SharedRing>> AttachSharedRing(
   absl::StatusOr<common::UniqueFd> channel =
       common::ConnectUnix(invite.socket(), timeout);
   if (!channel.ok()) return channel.status();
-  if (absl::Status sent =
-          common::SendDescriptor(channel->get(), ring->region.fd(),
-                                 absl::StrCat(invite.ticket(), " ", slots));
-      !sent.ok()) {
-    return sent;
-  }
-  if (absl::Status answer = ReadAnswer(channel->get()); !answer.ok()) {
-    return answer;
+  const absl::Status sent =
+      common::SendDescriptor(channel->get(), ring->region.fd(),
+                             absl::StrCat(invite.ticket(), " ", slots));
+  // The daemon may refuse before it reads (a uid it does not allow) and
+  // close, so the send can fail with a broken pipe while its answer, which
+  // says why, is already waiting to be read.
+  const std::string answer = ReadAnswerLine(channel->get());
+  if (!sent.ok() && answer.empty()) return sent;
+  if (absl::Status refused = ParseAnswer(answer); !refused.ok()) {
+    return refused;
   }
   return ring;
 }

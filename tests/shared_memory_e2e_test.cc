@@ -107,6 +107,30 @@ class SharedMemoryTest : public ::testing::Test {
     EXPECT_EQ(*shared, *bytes);
   }
 
+  // Offering shared memory over `endpoint` still yields the bytes path's
+  // batches, over `transport`; Stats.transport_note holds `note`, and the
+  // client logs one line that says why.
+  void ExpectFallsBackToBytes(const std::string& endpoint,
+                              const std::string& transport,
+                              const std::string& note, uint64_t seed) {
+    const v1::Plan plan = TrainPlan("d", 8, kSize, seed);
+    absl::StatusOr<std::vector<BatchRecord>> bytes =
+        Read(unix_endpoint_, plan, /*shared_memory=*/false, nullptr);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    Loader::Stats stats;
+    ::testing::internal::CaptureStderr();
+    absl::StatusOr<std::vector<BatchRecord>> got =
+        Read(endpoint, plan, /*shared_memory=*/true, &stats);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, *bytes);
+    EXPECT_EQ(stats.transport, transport);
+    EXPECT_THAT(stats.transport_note, HasSubstr(note));
+    EXPECT_THAT(log, HasSubstr("batchd: shared memory off for " + endpoint));
+    EXPECT_THAT(log, HasSubstr(note));
+    EXPECT_THAT(log, HasSubstr("batches come as bytes"));
+  }
+
   static std::string* dataset_;
   std::string socket_dir_;
   std::string unix_endpoint_;
@@ -387,37 +411,13 @@ TEST_F(SharedMemoryTest, AClientKilledMidBatchHarmsNothing) {
 TEST_F(SharedMemoryTest, APeerWhoseUidIsNotAllowedStreamsBytes) {
   ASSERT_NO_FATAL_FAILURE(
       StartDaemon({"--shm-allowed-uids", std::to_string(getuid() + 1)}));
-  const v1::Plan plan = TrainPlan("d", 8, kSize, 6);
-  Loader::Stats bytes_stats, stats;
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> bytes,
-                           Read(unix_endpoint_, plan, false, &bytes_stats));
-  ::testing::internal::CaptureStderr();
-  absl::StatusOr<std::vector<BatchRecord>> got =
-      Read(unix_endpoint_, plan, true, &stats);
-  const std::string log = ::testing::internal::GetCapturedStderr();
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(*got, bytes);
-  EXPECT_EQ(stats.transport, "unix");
-  EXPECT_THAT(stats.transport_note, HasSubstr("may not share memory"));
-  EXPECT_THAT(log, HasSubstr("batchd: shared memory off for " + unix_endpoint_));
+  ExpectFallsBackToBytes(unix_endpoint_, "unix", "may not share memory", 6);
   EXPECT_THAT(daemon_->Log(), HasSubstr("shared memory refused: uid"));
 }
 
 TEST_F(SharedMemoryTest, FallsBackToBytesWhenTheDaemonHasShmOff) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon({"--shm=false"}));
-  const v1::Plan plan = TrainPlan("d", 8, kSize, 7);
-  Loader::Stats bytes_stats, stats;
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> bytes,
-                           Read(unix_endpoint_, plan, false, &bytes_stats));
-  ::testing::internal::CaptureStderr();
-  absl::StatusOr<std::vector<BatchRecord>> got =
-      Read(unix_endpoint_, plan, true, &stats);
-  const std::string log = ::testing::internal::GetCapturedStderr();
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(*got, bytes);
-  EXPECT_EQ(stats.transport, "unix");
-  EXPECT_THAT(stats.transport_note, HasSubstr("--shm=false"));
-  EXPECT_THAT(log, HasSubstr("--shm=false; batches come as bytes"));
+  ExpectFallsBackToBytes(unix_endpoint_, "unix", "--shm=false", 7);
 }
 
 TEST_F(SharedMemoryTest, FallsBackToBytesWhenTheSideChannelFails) {
@@ -426,19 +426,7 @@ TEST_F(SharedMemoryTest, FallsBackToBytesWhenTheSideChannelFails) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon({"--shm-socket", side}));
   ExpectStillServing();  // the path socket works while it exists
   ASSERT_EQ(unlink(side.c_str()), 0);
-  const v1::Plan plan = TrainPlan("d", 8, kSize, 8);
-  Loader::Stats bytes_stats, stats;
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> bytes,
-                           Read(unix_endpoint_, plan, false, &bytes_stats));
-  ::testing::internal::CaptureStderr();
-  absl::StatusOr<std::vector<BatchRecord>> got =
-      Read(daemon_->endpoint(), plan, true, &stats);
-  const std::string log = ::testing::internal::GetCapturedStderr();
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(*got, bytes);
-  EXPECT_EQ(stats.transport, "tcp");
-  EXPECT_THAT(stats.transport_note, HasSubstr("cannot connect"));
-  EXPECT_THAT(log, HasSubstr("batches come as bytes"));
+  ExpectFallsBackToBytes(daemon_->endpoint(), "tcp", "cannot connect", 8);
 }
 
 TEST_F(SharedMemoryTest, NoOfferToAnEndpointOffThisHost) {

@@ -108,6 +108,18 @@ def fnv1a64(data):
     return h
 
 
+def collect(loader, epoch, limit=None):
+    """[(fnv of the images, labels)] of one iteration of `epoch`, batch by
+    batch, stopping after `limit` batches when given."""
+    loader.set_epoch(epoch)
+    out = []
+    for images, labels in loader:
+        out.append((fnv1a64(images.numpy().tobytes()), labels.tolist()))
+        if limit is not None and len(out) == limit:
+            break
+    return out
+
+
 def python_env():
     """Environment for child Python processes: this one's sys.path."""
     env = dict(os.environ)

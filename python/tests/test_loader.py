@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import batchd
-from conftest import fnv1a64
+from conftest import collect, fnv1a64
 
 SIZE = 32
 BATCH = 8  # 48 images: 6 batches per epoch
@@ -16,17 +16,6 @@ def make(daemon, **kwargs):
     options.update(kwargs)
     return batchd.Loader(daemon.endpoint, "tiny", options.pop("batch_size",
                                                               BATCH), **options)
-
-
-def collect(loader, epoch, limit=None):
-    """[(batch index within the epoch, fnv, labels)] of one iteration."""
-    loader.set_epoch(epoch)
-    out = []
-    for images, labels in loader:
-        out.append((fnv1a64(images.numpy().tobytes()), labels.tolist()))
-        if limit is not None and len(out) == limit:
-            break
-    return out
 
 
 def test_shapes_dtypes_and_len(daemon):

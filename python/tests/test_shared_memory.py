@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 import batchd
-from conftest import Daemon, fnv1a64, python_env
+from conftest import Daemon, collect, fnv1a64, python_env
 
 SIZE = 32
 BATCH = 8  # 48 images: 6 batches per epoch
@@ -19,16 +19,6 @@ def make(endpoint, **kwargs):
     options = dict(size=SIZE, seed=13, rank=0, world_size=1)
     options.update(kwargs)
     return batchd.Loader(endpoint, "tiny", BATCH, **options)
-
-
-def collect(loader, epoch, limit=None):
-    loader.set_epoch(epoch)
-    out = []
-    for images, labels in loader:
-        out.append((fnv1a64(images.numpy().tobytes()), labels.tolist()))
-        if limit is not None and len(out) == limit:
-            break
-    return out
 
 
 @pytest.fixture
