@@ -113,12 +113,18 @@ absl::StatusOr<SharedRegion> SharedRegion::Create(size_t bytes) {
   if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
     return Errno("ftruncate of the memfd");
   }
+  // Allocates every page now, in one call, rather than one fault at a time
+  // (~13 us each on a VM) while the daemon writes its first batches; a
+  // host that cannot back the ring says so here.
+  if (fallocate(fd.get(), 0, 0, static_cast<off_t>(bytes)) != 0) {
+    return Errno("allocating the memfd's pages");
+  }
   if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
       0) {
     return Errno("sealing the memfd");
   }
-  void* data =
-      mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_POPULATE, fd.get(), 0);
   if (data == MAP_FAILED) return Errno("mmap of the memfd");
   return SharedRegion(std::move(fd), static_cast<uint8_t*>(data), bytes);
 }
@@ -147,8 +153,10 @@ absl::StatusOr<SharedRegion> SharedRegion::MapSealed(UniqueFd fd,
         "the shared-memory region has ", st.st_size, " bytes; the plan's "
         "slots need exactly ", expected_bytes));
   }
+  // MAP_POPULATE: the page-table entries in one call, not one fault per
+  // page as the workers first write each slot.
   void* data = mmap(nullptr, expected_bytes, PROT_READ | PROT_WRITE,
-                    MAP_SHARED, fd.get(), 0);
+                    MAP_SHARED | MAP_POPULATE, fd.get(), 0);
   if (data == MAP_FAILED) return Errno("mmap of the client's region");
   return SharedRegion(std::move(fd), static_cast<uint8_t*>(data),
                       expected_bytes);

@@ -61,8 +61,8 @@ class SharedRegion {
   // The seals a region must carry before a daemon maps it.
   static constexpr int kRequiredSeals = 0x0002 | 0x0004;  // SHRINK | GROW
 
-  // A new memfd of `bytes` (> 0), sealed against shrinking, growing and
-  // further sealing, mapped read-write.
+  // A new memfd of `bytes` (> 0), its pages allocated, sealed against
+  // shrinking, growing and further sealing, mapped read-write.
   static absl::StatusOr<SharedRegion> Create(size_t bytes);
   // Maps a descriptor received from a client, after checking that it is a
   // memfd sealed against shrinking and growing (FAILED_PRECONDITION
