@@ -20,21 +20,27 @@ using ::batchd::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // A side channel that answers each of `connections` connections with
-// `answer` as soon as it accepts it, reading nothing, and closes it: what
-// the daemon does for a peer whose uid it refuses.
+// `answer` and closes it: as soon as it accepts it, reading nothing (what
+// the daemon does for a peer whose uid it refuses), or once it has read
+// the client's descriptor message (`read_request`).
 class AnsweringBroker {
  public:
-  AnsweringBroker(std::string answer, int connections)
+  AnsweringBroker(std::string answer, int connections,
+                  bool read_request = false)
       : address_(absl::StrCat("@batchd-shared-ring-test-", getpid(), "-",
                               reinterpret_cast<uintptr_t>(this))) {
     absl::StatusOr<common::UniqueFd> listener = common::ListenUnix(address_);
     EXPECT_TRUE(listener.ok()) << listener.status();
     if (!listener.ok()) return;
     listener_ = *std::move(listener);
-    thread_ = std::thread([this, answer = std::move(answer), connections] {
+    thread_ = std::thread([this, answer = std::move(answer), connections,
+                           read_request] {
       for (int i = 0; i < connections; ++i) {
         common::UniqueFd connection(accept(listener_.get(), nullptr, nullptr));
         if (connection.get() < 0) return;
+        if (read_request) {
+          EXPECT_TRUE(common::ReceiveDescriptor(connection.get()).ok());
+        }
         (void)!send(connection.get(), answer.data(), answer.size(),
                     MSG_NOSIGNAL);
       }
@@ -59,7 +65,7 @@ class AnsweringBroker {
 };
 
 TEST(SharedRingTest, AttachesWhenTheDaemonSaysSo) {
-  AnsweringBroker broker("0 attached\n", 1);
+  AnsweringBroker broker("0 attached\n", 1, /*read_request=*/true);
   std::unique_ptr<BufferAllocator> allocator = NewHeapAllocator();
   absl::StatusOr<std::shared_ptr<SharedRing>> ring = AttachSharedRing(
       broker.Invite(), 3, allocator.get(), absl::Seconds(5));
@@ -92,14 +98,14 @@ TEST(SharedRingTest, ARefusalBeforeTheDescriptorIsReadIsReportedAsSuch) {
 TEST(SharedRingTest, ASideChannelThatSaysNothingOrNonsenseIsUnavailable) {
   std::unique_ptr<BufferAllocator> allocator = NewHeapAllocator();
   {
-    AnsweringBroker silent("", 1);
+    AnsweringBroker silent("", 1, /*read_request=*/true);
     EXPECT_THAT(AttachSharedRing(silent.Invite(), 2, allocator.get(),
                                  absl::Seconds(5))
                     .status(),
                 StatusIs(absl::StatusCode::kUnavailable,
                          HasSubstr("did not answer")));
   }
-  AnsweringBroker nonsense("attached, probably\n", 1);
+  AnsweringBroker nonsense("attached, probably\n", 1, /*read_request=*/true);
   EXPECT_THAT(AttachSharedRing(nonsense.Invite(), 2, allocator.get(),
                                absl::Seconds(5))
                   .status(),

@@ -148,6 +148,13 @@ bool FakeStream::SendBatch(const Key& key) {
   return true;
 }
 
+bool FakeStream::ReadBatchRequest() {
+  while (pending_.empty()) {
+    if (!ReadRequest()) return false;
+  }
+  return true;
+}
+
 bool FakeStream::Reject(const Key& key, int code, const std::string& message) {
   StreamResponse response;
   response.mutable_rejected()->set_epoch(key.first);

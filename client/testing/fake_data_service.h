@@ -52,6 +52,9 @@ class FakeStream {
   // window, recording the latter as violations. False when the client has
   // half-closed or the call is cancelled.
   bool ReadRequest();
+  // Reads client messages until a batch is pending (a report or a stray
+  // `open` adds none). False when the stream ends first.
+  bool ReadBatchRequest();
   // Requested batches not yet answered, in arrival order.
   std::deque<Key>& pending() { return pending_; }
   // Sends the header and chunks of a batch and removes it from pending().
