@@ -11,6 +11,7 @@
 #include "common/chunk_codec.h"
 #include "common/local_address.h"
 #include "common/sampler.h"
+#include "common/tsan_handoff.h"
 
 namespace batchd::server {
 
@@ -82,6 +83,7 @@ class DataServiceImpl::BatchStream final
         cancelled_(std::make_shared<std::atomic<bool>>(false)) {
     // Read first: once registered, a drain may finish the stream from another
     // thread, and a read must not be started after Finish.
+    HandToGrpc();
     StartRead(&request_bytes_);
     grpc::Status refused =
         caller.ok() ? service_->AddStream(this) : ToGrpc(caller.status());
@@ -89,6 +91,7 @@ class DataServiceImpl::BatchStream final
       FailStream(std::move(refused));
       Pump();
     }
+    HandToGrpc();
   }
 
   void AddRef() { refs_.fetch_add(1, std::memory_order_relaxed); }
@@ -112,6 +115,7 @@ class DataServiceImpl::BatchStream final
   }
 
   void OnReadDone(bool ok) override {
+    TakeFromGrpc();
     bool failed = false;
     {
       absl::MutexLock lock(&mu_);
@@ -152,12 +156,17 @@ class DataServiceImpl::BatchStream final
               "`cancel` or `report`"));
           break;
       }
-      if (keep_reading) StartRead(&request_bytes_);
+      if (keep_reading) {
+        HandToGrpc();
+        StartRead(&request_bytes_);
+      }
     }
     Pump();
+    HandToGrpc();
   }
 
   void OnWriteDone(bool ok) override {
+    TakeFromGrpc();
     {
       absl::MutexLock lock(&mu_);
       write_in_flight_ = false;
@@ -181,9 +190,11 @@ class DataServiceImpl::BatchStream final
       written_batch_.reset();
     }
     Pump();
+    HandToGrpc();
   }
 
   void OnCancel() override {
+    TakeFromGrpc();
     cancelled_->store(true);
     {
       absl::MutexLock lock(&mu_);
@@ -193,9 +204,11 @@ class DataServiceImpl::BatchStream final
       }
     }
     Pump();
+    HandToGrpc();
   }
 
   void OnDone() override {
+    TakeFromGrpc();
     cancelled_->store(true);
     {
       absl::MutexLock lock(&mu_);
@@ -782,11 +795,19 @@ class DataServiceImpl::BatchStream final
       }
     }
     if (write) {
+      HandToGrpc();
       StartWrite(&current_);
     } else if (finish) {
+      HandToGrpc();
       Finish(*finish);
     }
   }
+
+  // gRPC orders the stream's construction, its Start* calls and Finish
+  // before the reactions they lead to, with synchronisation of its own
+  // that ThreadSanitizer cannot see (common/tsan_handoff.h).
+  void HandToGrpc() { common::TsanHandOff(this); }
+  void TakeFromGrpc() { common::TsanTakeBack(this); }
 
   DataServiceImpl* const service_;
   // Who opened the stream (from its token), checked against the plan's job.
