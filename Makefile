@@ -37,12 +37,17 @@ SANITIZER_ENV := \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
+# The clang checking builds (test-asan, fuzz, test-tsan): optimised enough
+# to run the e2e tests, line tables for the reports, no CUDA, no Python
+# module or benchmarks (their tests run in `make test`).
+CHECK_CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
+  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CUDA_COMPILER=NOTFOUND -DBATCHD_PYTHON=OFF -DBATCHD_BENCH=OFF
+
 $(ASAN_BUILD_DIR)/build.ninja:
-	cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
-	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
-	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-	  -DCMAKE_CUDA_COMPILER=NOTFOUND -DBATCHD_PYTHON=OFF -DBATCHD_BENCH=OFF \
+	cmake -S . -B $(ASAN_BUILD_DIR) $(CHECK_CMAKE_FLAGS) \
 	  -DBATCHD_THREAD_SAFETY=ON -DBATCHD_SANITIZE=address,undefined \
 	  -DBATCHD_FUZZ=ON
 
@@ -78,12 +83,7 @@ empty :=
 space := $(empty) $(empty)
 
 $(TSAN_BUILD_DIR)/build.ninja:
-	cmake -S . -B $(TSAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
-	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
-	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-	  -DCMAKE_CUDA_COMPILER=NOTFOUND -DBATCHD_PYTHON=OFF -DBATCHD_BENCH=OFF \
-	  -DBATCHD_SANITIZE=thread
+	cmake -S . -B $(TSAN_BUILD_DIR) $(CHECK_CMAKE_FLAGS) -DBATCHD_SANITIZE=thread
 
 test-tsan: setup $(TSAN_BUILD_DIR)/build.ninja
 	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target $(TSAN_TESTS)

@@ -35,9 +35,10 @@ class Daemon:
             args += ["--dataset", f"{name}={path}"]
         if metrics:
             args += ["--metrics-port", "0", "--metrics-port-file", metrics_file]
-        socket_path = os.path.join(self._tmp, "batchd.sock")
-        self.unix_endpoint = f"unix:{socket_path}" if unix_socket else None
+        self.unix_endpoint = None
         if unix_socket:
+            socket_path = os.path.join(self._tmp, "batchd.sock")
+            self.unix_endpoint = f"unix:{socket_path}"
             args += ["--unix-socket", socket_path]
         if cores is not None and shutil.which("taskset"):
             args = ["taskset", "-c", cores] + args

@@ -89,15 +89,17 @@ EPOCH_RE = re.compile(r"epoch (\d+): .*? (\d+) images in [\d.]+ s: ([\d.]+) imag
                       r".*, client CPU ([\d.]+) s")
 
 
-# transport -> (over the Unix socket?, batchd-client --shm)
-TRANSPORTS = {"shared memory": (False, True), "unix bytes": (True, False),
-              "tcp bytes": (False, False)}
+# transport -> (over the Unix socket?, batchd-client --shm, the transport
+# the client must then report)
+TRANSPORTS = {"shared memory": (False, True, "shared-memory"),
+              "unix bytes": (True, False, "unix"),
+              "tcp bytes": (False, False, "tcp")}
 TRANSPORT_RE = re.compile(r"transport (\S+)")
 
 
 def batchd(build, data, workers, cores, epochs, transport="shared memory"):
     """Daemon + CLI client on one host, both pinned to `cores`."""
-    over_unix, shm = TRANSPORTS[transport]
+    over_unix, shm, expected = TRANSPORTS[transport]
     with Daemon(build, {"bench": data}, ["--workers", str(workers)],
                 cores=cores, unix_socket=over_unix) as daemon:
         client = taskset(cores) + [
@@ -111,7 +113,6 @@ def batchd(build, data, workers, cores, epochs, transport="shared memory"):
         daemon_cpu = proc_cpu_seconds(daemon.pid) - daemon_cpu
     # A row must measure the transport it is named after, not a fallback.
     used = TRANSPORT_RE.search(out)
-    expected = ("shared-memory" if shm else "unix" if over_unix else "tcp")
     if not used or used.group(1) != expected:
         raise RuntimeError(f"batchd {transport}: the client reports "
                            f"{used.group(1) if used else 'no transport'}:\n{out}")

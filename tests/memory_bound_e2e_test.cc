@@ -79,8 +79,7 @@ uint64_t TrimLargeFiles(const std::string& root) {
   return largest;
 }
 
-std::unique_ptr<Loader> OpenStalled(const std::string& endpoint, int i,
-                                    const std::string& dataset) {
+std::unique_ptr<Loader> OpenStalled(const std::string& endpoint, int i) {
   LoaderOptions options;
   options.endpoint = endpoint;
   options.plan = TrainPlan("d", kBatch, kSize, 100 + i);
@@ -126,7 +125,7 @@ TEST(MemoryBoundTest, RssStaysWithinTheFormulaAndIsGivenBackWhenIdle) {
   int refused = 0;
   for (int i = 0; i < kConsumers; ++i) {
     std::unique_ptr<Loader> loader =
-        OpenStalled(daemon->endpoint(), i, dataset);
+        OpenStalled(daemon->endpoint(), i);
     if (loader == nullptr) ++refused;
     consumers.push_back(std::move(loader));
     peak = std::max(peak, RssBytes(daemon->pid()));

@@ -5,8 +5,9 @@
 // are not, so TSan sees none of the happens-before edges they create and
 // reports every access they order as a race. Every binary of a TSan build
 // (BATCHD_SANITIZE=thread, `make test-tsan`) links this file, and the link
-// reroutes each call to these functions (ld --wrap, the list in
-// CMakeLists.txt) through a wrapper that tells TSan what the call means:
+// reroutes each call to these functions (ld --wrap, for every WRAP line
+// below; CMakeLists.txt reads them from here) through a wrapper that tells
+// TSan what the call means:
 // acquiring a mutex acquires its address, releasing releases it; a
 // condition wait releases before and acquires after; Notify releases, a
 // wait that saw the notification acquires.
