@@ -62,6 +62,9 @@ ABSL_FLAG(uint32_t, prefetch, 4, "batches outstanding (ring slots)");
 ABSL_FLAG(bool, shm, true,
           "with one unix: or loopback endpoint, let the daemon write batches "
           "straight into this process's ring (shared memory)");
+ABSL_FLAG(bool, next_epoch_prefetch, true,
+          "request the next epoch's first batches while the current one "
+          "ends");
 ABSL_FLAG(std::string, job, "", "job name for fair sharing and metrics");
 ABSL_FLAG(bool, verify, false,
           "check that each epoch covers exactly this shard's samples");
@@ -275,6 +278,7 @@ int Run() {
   options.prefetch = absl::GetFlag(FLAGS_prefetch);
   options.shared_memory = absl::GetFlag(FLAGS_shm);
   options.hedge_factor = absl::GetFlag(FLAGS_hedge_factor);
+  options.next_epoch_prefetch = absl::GetFlag(FLAGS_next_epoch_prefetch);
   options.max_receive_bytes_per_second =
       absl::GetFlag(FLAGS_max_receive_bytes_per_second);
   options.report = [](const std::string& line) {

@@ -314,11 +314,16 @@ class LoaderCore : public StreamSink {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeLocked(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int FindLocked(const Key& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The batch `ahead` places after the next one Next() returns: in the
+  // current epoch, then, with next_epoch_prefetch, in the next; nullopt
+  // beyond both.
+  std::optional<Key> AheadLocked(uint64_t ahead) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the sticky error once no daemon can serve any more.
   void CheckAllFailedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DaemonSummaryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reserves free slots for the next batches of the current epoch and lets
-  // the scheduler assign them; then sends. Sends without holding mu_.
+  // Reserves free slots for the next batches (AheadLocked) and lets the
+  // scheduler assign them; then sends. Sends without holding mu_.
   void RequestMore() ABSL_LOCKS_EXCLUDED(mu_);
   // Takes the scheduler's decisions under mu_, to be sent with Send().
   struct Outgoing {
@@ -1359,6 +1364,17 @@ void LoaderCore::FreeLocked(int index) {
   slot.error = absl::OkStatus();
 }
 
+std::optional<LoaderCore::Key> LoaderCore::AheadLocked(uint64_t ahead) const {
+  const uint64_t end = opened_.batches_per_epoch();
+  const uint64_t position = next_batch_ + ahead;
+  if (position < end) return Key{epoch_, position};
+  if (!options_.next_epoch_prefetch || position - end >= end ||
+      epoch_ >= std::numeric_limits<uint32_t>::max()) {
+    return std::nullopt;
+  }
+  return Key{epoch_ + 1, position - end};
+}
+
 int LoaderCore::FindLocked(const Key& key) const {
   auto it = pending_.find(key);
   return it == pending_.end() ? -1 : it->second;
@@ -1369,11 +1385,11 @@ void LoaderCore::RequestMore() {
   {
     absl::MutexLock lock(&mu_);
     if (!epoch_started_ || !ring_ready_ || shutdown_ || !error_.ok()) return;
-    const uint64_t end = opened_.batches_per_epoch();
     size_t free_slot = 0;
-    for (uint64_t index = next_batch_;
-         index < end && index - next_batch_ < active_slots_; ++index) {
-      const Key key{epoch_, index};
+    for (uint64_t ahead = 0; ahead < active_slots_; ++ahead) {
+      const std::optional<Key> wanted = AheadLocked(ahead);
+      if (!wanted.has_value()) break;
+      const Key& key = *wanted;
       const int existing = FindLocked(key);
       if (existing >= 0) {
         slots_[existing].orphaned = false;  // wanted again
@@ -1410,6 +1426,12 @@ absl::Status LoaderCore::StartEpoch(uint64_t epoch, uint64_t first_batch) {
     if (!error_.ok()) return error_;
     for (size_t i = 0; i < slots_.size(); ++i) {
       Slot& slot = slots_[i];
+      if (slot.state != SlotState::kFree && slot.state != SlotState::kLeased &&
+          slot.state != SlotState::kInactive && slot.key.first == epoch &&
+          slot.key.second >= first_batch &&
+          slot.key.second - first_batch < active_slots_) {
+        continue;  // read ahead into this epoch (next_epoch_prefetch)
+      }
       if (slot.state == SlotState::kReceiving ||
           (slot.state == SlotState::kRequested && slot.ring != nullptr)) {
         // Its bytes are being written (by the stream, or by a daemon's

@@ -105,6 +105,14 @@ struct LoaderOptions {
   // "epoch 0: input-bound: waited 43 % of wall time; ...". nullptr reports
   // nothing; epoch_diagnosis() has the line either way.
   std::function<void(const std::string& line)> report;
+  // Once every remaining batch of the epoch has been requested, free slots
+  // ask for the first batches of the next epoch, so that StartEpoch(epoch +
+  // 1) finds them built or on their way and the trainer does not wait for
+  // the pipeline to fill at every epoch. A batch is a pure function of
+  // (plan, epoch, index), so they are the batches it will get; a StartEpoch
+  // elsewhere drops them. The cost: up to `window` batches built for
+  // nothing after the last epoch.
+  bool next_epoch_prefetch = true;
   // Test and diagnostic knob: paces each receiving thread to at most this
   // many pixel bytes per second, as a slow network link would; 0 (the
   // default) does not pace. Used to rehearse the network-bound diagnosis.
@@ -247,8 +255,9 @@ class Loader {
   // Starts returning batches `first_batch`, `first_batch`+1, ... of `epoch`
   // and requests as many as there are free slots. Batches still outstanding
   // from before are no longer wanted: they still arrive (the daemon counts
-  // them against the window) and their slots are freed on arrival, or reused
-  // at once when the new range asks for the same batch. Batches already
+  // them against the window) and their slots are freed on arrival. Batches
+  // of the new range already requested or received (the next epoch's first
+  // batches, read ahead; see next_epoch_prefetch) are kept; other batches
   // received but not returned are dropped.
   // INVALID_ARGUMENT for `epoch` >= 2^32 or `first_batch` >
   // batches_per_epoch(); the sticky stream error if the stream has failed.
