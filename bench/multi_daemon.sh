@@ -2,15 +2,22 @@
 # Scale-out figures, side by side in one run (BENCHMARKS.md, "Many daemons"):
 #  1. one daemon vs two, each pinned to its own core with one worker, the
 #     client pinned to core 1; runs alternate, REPEATS times; prints the
-#     median images/s of each and the ratio;
+#     median images/s of each and the ratio. Both move batches as bytes
+#     over TCP: with one loopback endpoint the client would otherwise use
+#     shared memory, which two daemons (on two hosts, as scale-out is meant)
+#     cannot, and the ratio would compare transports, not daemons;
 #  2. a trainer with a 150 ms step over two daemons, one killed with -9
 #     mid-run: the longest wait for a batch, next to the same run without
 #     the kill.
 #   bench/multi_daemon.sh [build-dir]
+# BATCHD_BENCH_CLIENT_FLAGS adds client flags to every run (e.g.
+# --next_epoch_prefetch=false for the figure without read-ahead).
 set -euo pipefail
 BUILD=${1:-build}
 DATA=${BATCHD_BENCH_DATA:-data/demo}
 REPEATS=${BATCHD_BENCH_REPEATS:-3}
+EPOCHS=${BATCHD_BENCH_EPOCHS:-10}
+read -r -a CLIENT_FLAGS <<< "${BATCHD_BENCH_CLIENT_FLAGS:-}"
 if [ ! -f "$DATA/.complete" ]; then
   "$BUILD/tools/make_dataset" --out "$DATA" --images 1024 --classes 10 --seed 1
   touch "$DATA/.complete"
@@ -34,7 +41,7 @@ stop_all() { for p in "${PIDS[@]}"; do batchd_stop "$p"; done; PIDS=(); }
 client() {  # client ENDPOINTS EXTRA...
   local endpoints=$1; shift
   taskset -c 1 "$BUILD/client/batchd-client" --endpoint "$endpoints" --dataset bench \
-    --batch_size 64 --size 224 --prefetch 8 "$@"
+    --batch_size 64 --size 224 --prefetch 8 ${CLIENT_FLAGS[@]+"${CLIENT_FLAGS[@]}"} "$@"
 }
 rate() { sed -n 's/^total: .* \([0-9.]*\) images\/s,.*/\1/p' "$1"; }
 
@@ -42,10 +49,10 @@ echo "dataset: $DATA ($(find "$DATA" -name '*.jpg' | wc -l) images), batch 64, 2
 ones=(); twos=()
 for r in $(seq "$REPEATS"); do
   start_daemon 0 a; A=$PORT
-  client "127.0.0.1:$A" --epochs 3 > "$RUN/one.txt"; stop_all
+  client "127.0.0.1:$A" --epochs "$EPOCHS" --shm=false > "$RUN/one.txt"; stop_all
   ones+=("$(rate "$RUN/one.txt")")
   start_daemon 0 a; A=$PORT; start_daemon 1 b; B=$PORT
-  client "127.0.0.1:$A,127.0.0.1:$B" --epochs 3 > "$RUN/two.txt"; stop_all
+  client "127.0.0.1:$A,127.0.0.1:$B" --epochs "$EPOCHS" > "$RUN/two.txt"; stop_all
   twos+=("$(rate "$RUN/two.txt")")
   echo "repeat $r: one daemon ${ones[-1]} images/s, two daemons ${twos[-1]} images/s"
 done
