@@ -64,7 +64,7 @@ ABSL_FLAG(bool, shm, true,
           "straight into this process's ring (shared memory)");
 ABSL_FLAG(bool, next_epoch_prefetch, true,
           "request the next epoch's first batches while the current one "
-          "ends");
+          "ends (never past the last of --epochs)");
 ABSL_FLAG(std::string, job, "", "job name for fair sharing and metrics");
 ABSL_FLAG(bool, verify, false,
           "check that each epoch covers exactly this shard's samples");
@@ -279,6 +279,10 @@ int Run() {
   options.shared_memory = absl::GetFlag(FLAGS_shm);
   options.hedge_factor = absl::GetFlag(FLAGS_hedge_factor);
   options.next_epoch_prefetch = absl::GetFlag(FLAGS_next_epoch_prefetch);
+  if (absl::GetFlag(FLAGS_epochs) > 0) {  // nothing read ahead past the run
+    options.last_epoch =
+        absl::GetFlag(FLAGS_first_epoch) + absl::GetFlag(FLAGS_epochs) - 1;
+  }
   options.max_receive_bytes_per_second =
       absl::GetFlag(FLAGS_max_receive_bytes_per_second);
   options.report = [](const std::string& line) {

@@ -1368,8 +1368,10 @@ std::optional<LoaderCore::Key> LoaderCore::AheadLocked(uint64_t ahead) const {
   const uint64_t end = opened_.batches_per_epoch();
   const uint64_t position = next_batch_ + ahead;
   if (position < end) return Key{epoch_, position};
+  const uint64_t last_epoch = std::min<uint64_t>(
+      options_.last_epoch, std::numeric_limits<uint32_t>::max());
   if (!options_.next_epoch_prefetch || position - end >= end ||
-      epoch_ >= std::numeric_limits<uint32_t>::max()) {
+      epoch_ >= last_epoch) {
     return std::nullopt;
   }
   return Key{epoch_ + 1, position - end};

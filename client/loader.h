@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,8 +112,13 @@ struct LoaderOptions {
   // the pipeline to fill at every epoch. A batch is a pure function of
   // (plan, epoch, index), so they are the batches it will get; a StartEpoch
   // elsewhere drops them. The cost: up to `window` batches built for
-  // nothing after the last epoch.
+  // nothing after the last epoch, unless `last_epoch` says which it is.
   bool next_epoch_prefetch = true;
+  // The last epoch this trainer will start, when it knows: nothing of a
+  // later epoch is read ahead, so the daemons build nothing for nothing at
+  // the end of the run and their counts are the run's. The default (and
+  // anything beyond 2^32-1) sets no limit.
+  uint64_t last_epoch = std::numeric_limits<uint64_t>::max();
   // Test and diagnostic knob: paces each receiving thread to at most this
   // many pixel bytes per second, as a slow network link would; 0 (the
   // default) does not pace. Used to rehearse the network-bound diagnosis.

@@ -457,6 +457,24 @@ TEST(LoaderTest, ReadsTheNextEpochAheadAndKeepsIt) {
   EXPECT_LE(server.service().max_outstanding(), 4u);
 }
 
+TEST(LoaderTest, NothingIsReadAheadPastTheLastEpoch) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 6;
+  FakeServer server(fake, FakeDataService::ServeInOrder());
+  LoaderOptions options = OptionsFor(server);
+  options.last_epoch = 1;
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(options);
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  ExpectRestOfEpoch(**loader, 0, 0, server.service());
+  ASSERT_TRUE(server.service().WaitForRequested(6 + 4));  // before the last
+  ASSERT_OK((*loader)->StartEpoch(1));
+  ExpectRestOfEpoch(**loader, 1, 0, server.service());
+  loader->reset();  // closes the stream after any request still being sent
+  EXPECT_THAT(RequestsOf(server.service(), 1), ElementsAre(0, 1, 2, 3, 4, 5));
+  EXPECT_EQ(server.service().requested().size(), 12u);
+}
+
 TEST(LoaderTest, WithoutNextEpochPrefetchAnEpochEndsWithNothingAhead) {
   FakeDataService::Options fake;
   fake.batches_per_epoch = 6;

@@ -68,6 +68,7 @@ TEST_F(DeterminismTest, SameBytesForAnyWorkerCountAndAcrossRestarts) {
   E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
                            ReadEpochs(one->endpoint(), plan, 0, 2));
   // 2 epochs of ceil(50 / 8) = 7 batches; the last of each holds 2 samples.
+  // Epoch 1's first 4 (the window) are read ahead while epoch 0 ends.
   ASSERT_EQ(reference.size(), 14u);
   EXPECT_THAT(reference[0].shape, ElementsAre(8, kSize, kSize, kChannels));
   EXPECT_THAT(reference[6].shape, ElementsAre(2, kSize, kSize, kChannels));

@@ -101,6 +101,7 @@ absl::StatusOr<std::vector<BatchRecord>> ReadEpochs(
   options.endpoint = endpoint;
   options.plan = plan;
   options.prefetch = prefetch;
+  if (epochs > 0) options.last_epoch = first_epoch + epochs - 1;
   absl::StatusOr<std::unique_ptr<Loader>> loader =
       Loader::Create(std::move(options));
   if (!loader.ok()) return loader.status();

@@ -65,6 +65,9 @@ absl::StatusOr<std::vector<BatchRecord>> ReadFrom(
 
 // Opens `plan` at `endpoint` with a fresh Loader and reads batches
 // `first_batch`.. of each epoch in [first_epoch, first_epoch + epochs).
+// The next epoch's first batches are read ahead between those epochs,
+// never past the last (LoaderOptions::last_epoch), so the daemon's counts
+// are exactly the run's batches.
 absl::StatusOr<std::vector<BatchRecord>> ReadEpochs(
     const std::string& endpoint, const batchd::v1::Plan& plan,
     uint64_t first_epoch, uint64_t epochs = 1, uint64_t first_batch = 0,

@@ -84,6 +84,9 @@ TEST_F(MetricsE2eTest, PageParsesAndMatchesTheRun) {
     options.plan = plan;
     // The bytes path: its batch buffers are what the idle pool counts.
     options.shared_memory = false;
+    // The page must count exactly the run's batches: no read-ahead past
+    // the last epoch.
+    options.last_epoch = kEpochs - 1;
     E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                              Loader::Create(std::move(options)));
     for (uint64_t epoch = 0; epoch < kEpochs; ++epoch) {

@@ -148,6 +148,12 @@ class Loader:
         :meth:`stats` says how many slots are in use (``prefetch``).
       prefetch_memory: the cap of ``prefetch="auto"``, bytes (default
         1 GiB).
+      epochs: how many epochs the trainer runs (epochs 0..epochs-1), when
+        it knows. While an epoch ends, free slots already ask for the next
+        epoch's first batches, so the next epoch starts without waiting;
+        with ``epochs`` nothing past the last is read ahead. None (default):
+        no limit, and up to ``prefetch`` batches are built for nothing
+        after the last epoch.
       shared_memory: with one ``unix:`` or loopback endpoint, let the
         daemon's workers decode straight into this process's ring (a sealed
         memfd shared with the daemon; pinned on the device backend), so no
@@ -206,7 +212,7 @@ class Loader:
                  size=224, scale=None, ratio=None, flip=None,
                  resize_shorter=None, layout="nchw", seed=0, shuffle=True,
                  drop_last=False, rank=None, world_size=None, prefetch=4,
-                 prefetch_memory=1 << 30, shared_memory=True,
+                 prefetch_memory=1 << 30, epochs=None, shared_memory=True,
                  device="cpu", normalize=None, dtype=None, job="",
                  connect_timeout=10.0, unavailable_timeout=30.0,
                  hedge_factor=3.0, backend="auto", depth=3,
@@ -242,6 +248,9 @@ class Loader:
         elif isinstance(prefetch, str) or prefetch < 1:
             raise ValueError(f"prefetch must be >= 1 or \"auto\", not "
                              f"{prefetch!r}")
+        if epochs is not None and not (isinstance(epochs, int) and epochs >= 1):
+            raise ValueError(f"epochs must be a positive int or None, not "
+                             f"{epochs!r}")
         self.device = torch.device(device)
         self.layout = layout
         self.rank = rank
@@ -258,6 +267,7 @@ class Loader:
             ratio=None if ratio is None else tuple(ratio), flip=flip,
             resize_shorter=resize_shorter or 0, layout=layout,
             prefetch=prefetch, prefetch_max_bytes=prefetch_max_bytes,
+            last_epoch=None if epochs is None else epochs - 1,
             shared_memory=bool(shared_memory),
             connect_timeout=connect_timeout,
             unavailable_timeout=unavailable_timeout,

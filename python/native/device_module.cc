@@ -139,7 +139,8 @@ std::unique_ptr<DeviceFetchingLoader> MakeDeviceLoader(
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
     double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, bool shared_memory, const py::dict& security,
+    uint64_t prefetch_max_bytes, std::optional<uint64_t> last_epoch,
+    bool shared_memory, const py::dict& security,
     const std::string& dtype,
     std::vector<float> mean, std::vector<float> std, int depth,
     uintptr_t consumer_stream, bool force_host) {
@@ -148,7 +149,7 @@ std::unique_ptr<DeviceFetchingLoader> MakeDeviceLoader(
       endpoint, dataset, batch_size, seed, shuffle, drop_last, rank,
       world_size, job, mode, size, scale, ratio, flip, resize_shorter, layout,
       prefetch, connect_timeout, unavailable_timeout, hedge_factor,
-      prefetch_max_bytes, shared_memory, security);
+      prefetch_max_bytes, last_epoch, shared_memory, security);
   options.normalize.dtype = ParseDType(dtype);
   options.normalize.layout =
       layout == "nchw" ? cuda::Layout::kNCHW : cuda::Layout::kNHWC;
@@ -204,6 +205,7 @@ void BindDeviceLoader(py::module_& m) {
              py::arg("connect_timeout") = 10.0,
              py::arg("unavailable_timeout") = 30.0,
              py::arg("hedge_factor") = 3.0, py::arg("prefetch_max_bytes") = 0,
+             py::arg("last_epoch") = py::none(),
              py::arg("shared_memory") = true,
              py::arg("security") = py::dict(), py::arg("dtype") = "float32",
              py::arg("mean") = std::vector<float>(),

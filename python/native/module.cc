@@ -98,7 +98,8 @@ client::LoaderOptions LoaderOptionsFromArgs(
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
     double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, bool shared_memory,
+    uint64_t prefetch_max_bytes, std::optional<uint64_t> last_epoch,
+    bool shared_memory,
     const py::dict& security) {
   client::LoaderOptions options;
   options.shared_memory = shared_memory;
@@ -119,6 +120,7 @@ client::LoaderOptions LoaderOptionsFromArgs(
     throw py::value_error("hedge_factor must be >= 0 (0 turns hedging off)");
   }
   options.hedge_factor = hedge_factor;
+  if (last_epoch.has_value()) options.last_epoch = *last_epoch;
   options.security = SecurityOptionsFromDict(security);
   batchd::v1::Plan& plan = options.plan;
   plan.set_dataset(dataset);
@@ -176,13 +178,14 @@ std::unique_ptr<NativeLoader> MakeLoader(
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
     double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, bool shared_memory,
+    uint64_t prefetch_max_bytes, std::optional<uint64_t> last_epoch,
+    bool shared_memory,
     const py::dict& security) {
   client::LoaderOptions options = LoaderOptionsFromArgs(
       endpoint, dataset, batch_size, seed, shuffle, drop_last, rank,
       world_size, job, mode, size, scale, ratio, flip, resize_shorter, layout,
       prefetch, connect_timeout, unavailable_timeout, hedge_factor,
-      prefetch_max_bytes, shared_memory, security);
+      prefetch_max_bytes, last_epoch, shared_memory, security);
   absl::StatusOr<std::unique_ptr<NativeLoader>> loader;
   {
     py::gil_scoped_release release;
@@ -238,6 +241,7 @@ PYBIND11_MODULE(_native, m) {
              py::arg("prefetch") = 4, py::arg("connect_timeout") = 10.0,
              py::arg("unavailable_timeout") = 30.0,
              py::arg("hedge_factor") = 3.0, py::arg("prefetch_max_bytes") = 0,
+             py::arg("last_epoch") = py::none(),
              py::arg("shared_memory") = true,
              py::arg("security") = py::dict());
   BindLoaderCommon(loader);

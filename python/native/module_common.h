@@ -54,7 +54,8 @@ client::LoaderOptions LoaderOptionsFromArgs(
     std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
     uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
     double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, bool shared_memory,
+    uint64_t prefetch_max_bytes, std::optional<uint64_t> last_epoch,
+    bool shared_memory,
     const py::dict& security);
 
 const char* LayoutName(batchd::v1::Layout layout);

@@ -35,7 +35,9 @@ def two_daemons(binaries, dataset_dir, tmp_path):
 
 def test_list_of_daemons_gives_the_bytes_of_one(daemon, two_daemons):
     reference, _ = read_epoch(daemon.endpoint, epoch=1)
-    records, stats = read_epoch([d.endpoint for d in two_daemons], epoch=1)
+    # epochs=2: epoch 1 is the last, so served counts exactly its batches.
+    records, stats = read_epoch([d.endpoint for d in two_daemons], epoch=1,
+                                epochs=2)
     assert records == reference
     assert [d["endpoint"] for d in stats["daemons"]] == [
         d.endpoint for d in two_daemons]
@@ -73,3 +75,22 @@ def test_bad_endpoint_list_is_a_value_error():
     with pytest.raises(batchd.errors.InvalidArgumentError) as info:
         batchd.Loader("a:1,,b:2", "tiny", BATCH, rank=0, world_size=1)
     assert "empty entry" in info.value.message
+
+
+def test_next_epoch_read_ahead_keeps_the_bytes_and_stops_at_the_last(
+        daemon, two_daemons):
+    reference = [read_epoch(daemon.endpoint, epoch=e)[0] for e in (0, 1)]
+    loader = batchd.Loader([d.endpoint for d in two_daemons], "tiny", BATCH,
+                           size=SIZE, seed=3, rank=0, world_size=1,
+                           prefetch=4, epochs=2)
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        got = [(fnv1a64(images.numpy().tobytes()), labels.tolist())
+               for images, labels in loader]
+        assert got == reference[epoch], f"epoch {epoch}"
+    stats = loader.stats()
+    loader.close()
+    # Epoch 1's first batches were read ahead, once; nothing of epoch 2.
+    assert sum(d["served"] for d in stats["daemons"]) == 2 * len(reference[0])
+    with pytest.raises(ValueError, match="epochs must be a positive int"):
+        batchd.Loader(daemon.endpoint, "tiny", BATCH, size=SIZE, epochs=0)
