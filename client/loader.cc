@@ -315,8 +315,8 @@ class LoaderCore : public StreamSink {
   void FreeLocked(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int FindLocked(const Key& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The batch `ahead` places after the next one Next() returns: in the
-  // current epoch, then, with next_epoch_prefetch, in the next; nullopt
-  // beyond both.
+  // current epoch, then, with next_epoch_prefetch and before last_epoch,
+  // in the next; nullopt beyond both.
   std::optional<Key> AheadLocked(uint64_t ahead) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the sticky error once no daemon can serve any more.
