@@ -153,9 +153,12 @@ std::shared_ptr<grpc::Channel> NewBatchdChannel(
   // stream is tried again; the channel's must not add seconds to it, so it
   // starts at 100 ms and stays under 2 s. Connection attempts time out
   // after 5 s, shorter than the default 20 s, so an unroutable host is
-  // given up quickly and its batches go elsewhere.
+  // given up quickly and its batches go elsewhere. gRPC core reads that
+  // timeout from MIN_RECONNECT_BACKOFF (the connection-backoff spec's
+  // MIN_CONNECT_TIMEOUT; grpc/grpc#33423): at 100 ms, a TLS handshake over
+  // a slow link, or a loaded host's answer, never completes in time.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   // A standby daemon's channel stays connected however long it is idle
   // (gRPC's default drops it after 30 min), so failing over costs no

@@ -314,6 +314,29 @@ TEST_F(MultiDaemonTest, HedgingRoutesAroundAStalledDaemon) {
   }
 }
 
+// A daemon whose HTTP/2 handshake takes longer than the reconnect backoff
+// (here: stopped, so the kernel accepts the connection but nothing answers
+// for 0.5 s; in the field a TLS handshake over a slow link or a loaded host)
+// is waited for, up to the channel's connect timeout, and streams as usual.
+TEST_F(MultiDaemonTest, ASlowHandshakeIsWaitedFor) {
+  const std::vector<BatchRecord> reference = Reference(0);
+  std::vector<std::unique_ptr<DaemonProcess>> daemons;
+  StartDaemons(1, &daemons);
+  kill(daemons[0]->pid(), SIGSTOP);
+  std::thread resume([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    kill(daemons[0]->pid(), SIGCONT);
+  });
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(Options(daemons[0]->endpoint()));
+  resume.join();
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
+                           ReadFrom(**loader));
+  EXPECT_EQ(records, reference);
+}
+
 TEST_F(MultiDaemonTest, AllDaemonsDownIsUnavailableNamingEach) {
   std::vector<std::unique_ptr<DaemonProcess>> daemons;
   StartDaemons(2, &daemons);
