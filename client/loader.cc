@@ -163,7 +163,8 @@ bool SamePlan(const PlanOpened& a, const PlanOpened& b) {
 // A kRequested slot whose batch is no longer wanted (StartEpoch moved on) is
 // freed at once (copies still on their way are discarded as they arrive); a
 // kReceiving one is `orphaned` and freed when its batch completes, unless
-// a later request asks for the same batch and adopts it.
+// a later request asks for the same batch and adopts it. Slots holding
+// batches the new range wants (the next epoch's, read ahead) are kept.
 class LoaderCore : public StreamSink {
  public:
   explicit LoaderCore(LoaderOptions options)
@@ -1426,14 +1427,22 @@ absl::Status LoaderCore::StartEpoch(uint64_t epoch, uint64_t first_batch) {
           opened_.batches_per_epoch(), " batches"));
     }
     if (!error_.ok()) return error_;
+    epoch_started_ = true;
+    first_of_epoch_ = true;
+    epoch_ = epoch;
+    next_batch_ = first_batch;
+    // Batches the new range wants that are already requested or here (read
+    // ahead) stay; RequestMore asks for the rest.
+    std::vector<bool> wanted(slots_.size(), false);
+    for (uint64_t ahead = 0; ahead < active_slots_; ++ahead) {
+      const std::optional<Key> key = AheadLocked(ahead);
+      if (!key.has_value()) break;
+      const int existing = FindLocked(*key);
+      if (existing >= 0) wanted[existing] = true;
+    }
     for (size_t i = 0; i < slots_.size(); ++i) {
       Slot& slot = slots_[i];
-      if (slot.state != SlotState::kFree && slot.state != SlotState::kLeased &&
-          slot.state != SlotState::kInactive && slot.key.first == epoch &&
-          slot.key.second >= first_batch &&
-          slot.key.second - first_batch < active_slots_) {
-        continue;  // read ahead into this epoch (next_epoch_prefetch)
-      }
+      if (wanted[i]) continue;
       if (slot.state == SlotState::kReceiving ||
           (slot.state == SlotState::kRequested && slot.ring != nullptr)) {
         // Its bytes are being written (by the stream, or by a daemon's
@@ -1446,10 +1455,6 @@ absl::Status LoaderCore::StartEpoch(uint64_t epoch, uint64_t first_batch) {
         FreeLocked(static_cast<int>(i));
       }
     }
-    epoch_started_ = true;
-    first_of_epoch_ = true;
-    epoch_ = epoch;
-    next_batch_ = first_batch;
   }
   RequestMore();
   MarkEpochStart();
