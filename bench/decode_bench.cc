@@ -2,7 +2,7 @@
 // resize (with and without the flip, both layouts) and batch assembly
 // (a fresh buffer per batch against a reused one).
 //
-// Images are synthetic ImageNet-like JPEGs (tools/jpeg_synth.h: 500x375,
+// Images are synthetic ImageNet-like JPEGs (testing/jpeg_synth.h: 500x375,
 // quality 85, 4:2:0, about 100 KB) with the crops RandomResizedCrop(224)
 // draws for them, so the figures are comparable with the end-to-end harness
 // (bench/side_by_side.py).
@@ -29,7 +29,7 @@
 #include "server/decode/jpeg_decoder.h"
 #include "server/decode/resize.h"
 #include "server/plan/transform.h"
-#include "tools/jpeg_synth.h"
+#include "testing/jpeg_synth.h"
 
 #ifdef BATCHD_HAVE_LIBYUV
 #include "libyuv/scale.h"

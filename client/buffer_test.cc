@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace batchd::client {

@@ -10,9 +10,9 @@
 #include "absl/status/status.h"
 #include "client/cuda/normalize.h"
 #include "client/cuda/runtime.h"
-#include "client/testing/fake_data_service.h"
+#include "testing/fake_data_service.h"
 #include "common/status_macros.h"
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -26,15 +26,6 @@ using ::batchd::client::testing::FakeServer;
 using ::batchd::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// Evaluates `rexpr` (an absl::StatusOr<T>), asserts it is OK and moves its
-// value into `lhs`.
-#define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
-  ASSERT_OK_AND_ASSIGN_IMPL_(BATCHD_CONCAT_(statusor_, __LINE__), lhs, rexpr)
-#define ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, rexpr) \
-  auto statusor = (rexpr);                               \
-  ASSERT_TRUE(statusor.ok()) << statusor.status();       \
-  lhs = std::move(statusor).value()
 
 const std::vector<float> kMean = {0.485f, 0.456f, 0.406f};
 const std::vector<float> kStd = {0.229f, 0.224f, 0.225f};

@@ -1,6 +1,6 @@
 #include "client/endpoints.h"
 
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

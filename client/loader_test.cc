@@ -12,8 +12,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/buffer.h"
-#include "client/testing/fake_data_service.h"
-#include "common/status_matchers.h"
+#include "testing/fake_data_service.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

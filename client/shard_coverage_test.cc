@@ -3,7 +3,7 @@
 #include <numeric>
 #include <vector>
 
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/sampler.h"

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/buffer.h"
 #include "common/shared_region.h"
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

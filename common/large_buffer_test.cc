@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,5 +1,5 @@
 // Fuzz target: the client's receive path against a hostile server. An
-// in-process fake daemon (client/testing/fake_data_service.h) plays the
+// in-process fake daemon (testing/fake_data_service.h) plays the
 // input as a script of headers, chunks, rejections and stream ends, valid
 // or forged (wrong offsets, sizes, batch numbers, duplicates, reordering,
 // rejections of reports);
@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "batchd/v1/data.pb.h"
 #include "client/loader.h"
-#include "client/testing/fake_data_service.h"
+#include "testing/fake_data_service.h"
 
 namespace {
 

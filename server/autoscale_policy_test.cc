@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gtest/gtest.h"
 
 namespace batchd::server {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

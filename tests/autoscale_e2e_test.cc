@@ -20,8 +20,9 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_fixture.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -49,29 +50,20 @@ std::optional<absl::Duration> WaitFor(const std::string& endpoint,
   return std::nullopt;
 }
 
-class AutoscaleTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = MakeDataset(160, 4, 12);
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dataset_ = new std::string(*dir);
-  }
-  static void TearDownTestSuite() { delete dataset_; }
-  static std::string* dataset_;
-};
-
-std::string* AutoscaleTest::dataset_ = nullptr;
+class AutoscaleTest
+    : public DatasetSuite</*images=*/160, /*classes=*/4,
+                          /*seed=*/12> {};
 
 TEST_F(AutoscaleTest, FastConsumerGrowsThePoolAndASlowOneShrinksIt) {
   const std::string dir = MakeTempDir("autoscale");
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "auto",
                             "--min-workers", "1", "--max-workers", "2",
                             "--metrics-port", "0", "--metrics-port-file",
                             dir + "/metrics-port"}));
   v1::ServerStatus status;
-  E2E_ASSERT_OK_AND_ASSIGN(status, GetServerStatus(daemon->endpoint()));
+  ASSERT_OK_AND_ASSIGN(status, GetServerStatus(daemon->endpoint()));
   EXPECT_EQ(status.workers(), 1u);  // auto starts at --min-workers
   EXPECT_TRUE(status.autoscale().enabled());
   EXPECT_EQ(status.autoscale().min_workers(), 1u);
@@ -83,7 +75,7 @@ TEST_F(AutoscaleTest, FastConsumerGrowsThePoolAndASlowOneShrinksIt) {
   options.endpoint = daemon->endpoint();
   options.plan = TrainPlan("d", 16, 64, 3);
   options.plan.set_job("fast");
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> fast,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> fast,
                            Loader::Create(std::move(options)));
   std::atomic<bool> stop{false};
   std::atomic<int> fast_batches{0};
@@ -124,7 +116,7 @@ TEST_F(AutoscaleTest, FastConsumerGrowsThePoolAndASlowOneShrinksIt) {
   // The same figures on /metrics.
   const std::string port = ReadPortFile(dir + "/metrics-port");
   ASSERT_FALSE(port.empty());
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       Page page,
       ScrapeWithPrometheusParser("http://127.0.0.1:" + port + "/metrics"));
   EXPECT_GT(page["batchd_job_trainer_wait_ratio{job=\"fast\"}"], 0);
@@ -197,7 +189,7 @@ v1::StreamRequest Report(double wait, double compute, uint64_t batches) {
 }
 
 TEST_F(AutoscaleTest, BadReportsAreRefusedInBandAndMoveNothing) {
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "auto",
                             "--max-workers", "2"}));
@@ -250,7 +242,7 @@ TEST_F(AutoscaleTest, BadReportsAreRefusedInBandAndMoveNothing) {
                 HasSubstr("the report is ignored"));
   }
   // None of them counted.
-  E2E_ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
+  ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
                            GetServerStatus(daemon->endpoint()));
   const v1::JobStatus* job = FindJob(status, "liar");
   ASSERT_NE(job, nullptr);

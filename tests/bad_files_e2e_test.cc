@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -189,11 +189,11 @@ TEST_F(BadFilesTest, BadSamplesAreSubstitutedDeterministicallyAndCounted) {
   }
   ASSERT_EQ(expected_reason.size(), bad_files_->size());
 
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> first,
       DaemonProcess::Start({"--dataset", "bad=" + *bad_, "--dataset",
                             "clean=" + *clean_, "--workers", "2"}));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> second,
       DaemonProcess::Start({"--dataset", "bad=" + *bad_, "--workers", "1"}));
   // Indexed by both daemons; now unreadable.
@@ -205,11 +205,11 @@ TEST_F(BadFilesTest, BadSamplesAreSubstitutedDeterministicallyAndCounted) {
   clean_plan.set_dataset("clean");
   clean_plan.set_job("clean-job");
   constexpr uint64_t kEpochs = 2;
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> got,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> got,
                            ReadEpochs(first->endpoint(), plan, 0, kEpochs));
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> clean,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> clean,
                            ReadEpochs(first->endpoint(), clean_plan, 0, kEpochs));
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> again,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> again,
                            ReadEpochs(second->endpoint(), plan, 0, kEpochs));
   // The same substitutes, reasons, details and bytes on another daemon.
   EXPECT_EQ(again, got);
@@ -277,14 +277,14 @@ TEST_F(BadFilesTest, BadSamplesAreSubstitutedDeterministicallyAndCounted) {
   EXPECT_EQ(substitutions_seen, kEpochs * bad_files_->size());
 
   // The daemon is up and counted exactly what the headers said.
-  E2E_ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
+  ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
                            GetServerStatus(first->endpoint()));
   EXPECT_EQ(status.samples_substituted(), substitutions_seen);
   const v1::JobStatus* job = FindJob(status, "bad-job");
   ASSERT_NE(job, nullptr);
   EXPECT_EQ(job->substitutions(), substitutions_seen);
   EXPECT_EQ(job->images_sent(), kEpochs * kImages);
-  E2E_ASSERT_OK_AND_ASSIGN(status, GetServerStatus(second->endpoint()));
+  ASSERT_OK_AND_ASSIGN(status, GetServerStatus(second->endpoint()));
   EXPECT_EQ(status.samples_substituted(), substitutions_seen);
 
   // The CLI's coverage check passes on the bad dataset.
@@ -298,7 +298,7 @@ TEST_F(BadFilesTest, BadSamplesAreSubstitutedDeterministicallyAndCounted) {
   EXPECT_THAT(cli.output, HasSubstr(absl::StrCat("substituted samples ",
                                                 substitutions_seen)));
 
-  E2E_ASSERT_OK_AND_ASSIGN(status, GetServerStatus(first->endpoint()));
+  ASSERT_OK_AND_ASSIGN(status, GetServerStatus(first->endpoint()));
   EXPECT_EQ(status.samples_substituted(), 2 * substitutions_seen);
   EXPECT_EQ(first->Stop(), 0) << first->Log();
   EXPECT_EQ(second->Stop(), 0) << second->Log();
@@ -310,15 +310,15 @@ TEST_F(BadFilesTest, BadSamplesAreSubstitutedDeterministicallyAndCounted) {
 // still substituted.
 TEST_F(BadFilesTest, DecodePolicyDeliversDamagedJpegsAndCountsThem) {
   const std::string dir = MakeTempDir("metrics");
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "bad=" + *bad_, "--workers", "1",
                             "--corrupt-policy", "decode", "--metrics-port",
                             "0", "--metrics-port-file", dir + "/port"}));
   const v1::Plan plan = TrainPlan("bad", 8, kSize, 4);
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> got,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> got,
                            ReadEpochs(daemon->endpoint(), plan, 0));
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> again,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> again,
                            ReadEpochs(daemon->endpoint(), plan, 0));
   EXPECT_EQ(again, got);
   int substituted = 0;

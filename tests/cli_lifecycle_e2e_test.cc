@@ -17,8 +17,9 @@
 #include "client/loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_fixture.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -40,20 +41,12 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-class CliLifecycleTest : public ::testing::Test {
+class CliLifecycleTest
+    : public DatasetSuite</*images=*/kImages, /*classes=*/4,
+                          /*seed=*/77> {
  protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = MakeDataset(kImages, 4, 77);
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dataset_ = new std::string(*dir);
-  }
-  static void TearDownTestSuite() {
-    delete dataset_;
-    dataset_ = nullptr;
-  }
-
   void SetUp() override {
-    E2E_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(
         daemon_, DaemonProcess::Start(
                      {"--dataset", "d=" + *dataset_, "--workers", "1"}));
   }
@@ -116,11 +109,8 @@ class CliLifecycleTest : public ::testing::Test {
     return Loader::Create(std::move(options));
   }
 
-  static std::string* dataset_;
   std::unique_ptr<DaemonProcess> daemon_;
 };
-
-std::string* CliLifecycleTest::dataset_ = nullptr;
 
 TEST_F(CliLifecycleTest, CliStreamsVerifiesAndReportsThroughput) {
   const std::string dump1 = MakeTempDir("dump") + "/a.txt";
@@ -185,7 +175,7 @@ TEST_F(CliLifecycleTest, CliReportsTheDaemonsErrors) {
 }
 
 TEST_F(CliLifecycleTest, KilledDaemonGivesUnavailableNotAHang) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader, NewLoader(2));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader, NewLoader(2));
   ASSERT_EQ(loader->batches_per_epoch(), 10u);
   ASSERT_TRUE(loader->StartEpoch(0).ok());
   for (int i = 0; i < 2; ++i) {
@@ -215,7 +205,7 @@ TEST_F(CliLifecycleTest, KilledDaemonGivesUnavailableNotAHang) {
 }
 
 TEST_F(CliLifecycleTest, SigtermWithAnOpenStreamDrainsAndExitsZero) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader, NewLoader(3));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader, NewLoader(3));
   std::shared_ptr<Reader> reader = StartReader(std::move(loader));
   std::future<absl::Status> done = reader->result.get_future();
   // Wait until the stream is flowing.

@@ -15,8 +15,9 @@
 #include "client/loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_fixture.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -30,28 +31,16 @@ constexpr int kImages = 50;  // not divisible by 3 nor by the batch sizes
 constexpr uint32_t kSize = 32;
 constexpr uint64_t kChannels = 3;
 
-class DeterminismTest : public ::testing::Test {
+class DeterminismTest
+    : public DatasetSuite</*images=*/kImages, /*classes=*/5,
+                          /*seed=*/21> {
  protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = MakeDataset(kImages, 5, 21);
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dataset_ = new std::string(*dir);
-  }
-  static void TearDownTestSuite() {
-    delete dataset_;
-    dataset_ = nullptr;
-  }
-
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> StartDaemon(
       int workers) {
     return DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers",
                                  std::to_string(workers)});
   }
-
-  static std::string* dataset_;
 };
-
-std::string* DeterminismTest::dataset_ = nullptr;
 
 // Pixel bytes of sample `position` of `record`.
 std::string SampleBytes(const BatchRecord& record, size_t position) {
@@ -61,11 +50,11 @@ std::string SampleBytes(const BatchRecord& record, size_t position) {
 
 TEST_F(DeterminismTest, SameBytesForAnyWorkerCountAndAcrossRestarts) {
   const v1::Plan plan = TrainPlan("d", 8, kSize, 11);
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> one, StartDaemon(1));
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> three,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> one, StartDaemon(1));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> three,
                            StartDaemon(3));
 
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
                            ReadEpochs(one->endpoint(), plan, 0, 2));
   // 2 epochs of ceil(50 / 8) = 7 batches; the last of each holds 2 samples.
   // Epoch 1's first 4 (the window) are read ahead while epoch 0 ends.
@@ -76,15 +65,15 @@ TEST_F(DeterminismTest, SameBytesForAnyWorkerCountAndAcrossRestarts) {
   // Shuffled per epoch: epoch 1's order differs from epoch 0's.
   EXPECT_NE(reference[0].sample_indices, reference[7].sample_indices);
 
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> with_three,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> with_three,
                            ReadEpochs(three->endpoint(), plan, 0, 2));
   EXPECT_EQ(with_three, reference);
 
   // Stop and start again, twice: still the same bytes.
   for (int restart = 0; restart < 2; ++restart) {
     EXPECT_EQ(one->Stop(), 0) << one->Log();
-    E2E_ASSERT_OK_AND_ASSIGN(one, StartDaemon(1));
-    E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> again,
+    ASSERT_OK_AND_ASSIGN(one, StartDaemon(1));
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> again,
                              ReadEpochs(one->endpoint(), plan, 0, 2));
     EXPECT_EQ(again, reference) << "after restart " << restart;
   }
@@ -93,15 +82,15 @@ TEST_F(DeterminismTest, SameBytesForAnyWorkerCountAndAcrossRestarts) {
 }
 
 TEST_F(DeterminismTest, ADifferentSeedGivesDifferentBytes) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon(2));
   // Shuffled: the order changes.
   const v1::Plan plan = TrainPlan("d", 8, kSize, 11);
   v1::Plan reseeded = plan;
   reseeded.set_seed(12);
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> a,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> a,
                            ReadEpochs(daemon->endpoint(), plan, 0));
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> b,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> b,
                            ReadEpochs(daemon->endpoint(), reseeded, 0));
   ASSERT_EQ(a.size(), b.size());
   int same_order = 0;
@@ -116,8 +105,8 @@ TEST_F(DeterminismTest, ADifferentSeedGivesDifferentBytes) {
   ordered.set_shuffle(false);
   v1::Plan ordered_reseeded = ordered;
   ordered_reseeded.set_seed(12);
-  E2E_ASSERT_OK_AND_ASSIGN(a, ReadEpochs(daemon->endpoint(), ordered, 0));
-  E2E_ASSERT_OK_AND_ASSIGN(b,
+  ASSERT_OK_AND_ASSIGN(a, ReadEpochs(daemon->endpoint(), ordered, 0));
+  ASSERT_OK_AND_ASSIGN(b,
                            ReadEpochs(daemon->endpoint(), ordered_reseeded, 0));
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -129,16 +118,16 @@ TEST_F(DeterminismTest, ADifferentSeedGivesDifferentBytes) {
 }
 
 TEST_F(DeterminismTest, NchwIsTheTransposeOfNhwc) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon(2));
   for (bool train : {true, false}) {
     SCOPED_TRACE(train ? "train" : "eval");
     v1::Plan nhwc = train ? TrainPlan("d", 8, kSize, 5) : EvalPlan("d", 8, 24, 5);
     v1::Plan nchw = nhwc;
     nchw.mutable_pipeline()->set_layout(v1::LAYOUT_NCHW);
-    E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> a,
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> a,
                              ReadEpochs(daemon->endpoint(), nhwc, 0));
-    E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> b,
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> b,
                              ReadEpochs(daemon->endpoint(), nchw, 0));
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
@@ -216,7 +205,7 @@ std::vector<RankResult> ReadAllRanks(const std::string& endpoint,
 }
 
 TEST_F(DeterminismTest, ShardsCoverEachEpochExactlyOnce) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon(2));
   constexpr uint32_t kBatch = 4;
   for (uint32_t world_size : {1u, 3u}) {
@@ -291,11 +280,11 @@ TEST_F(DeterminismTest, ShardsCoverEachEpochExactlyOnce) {
 }
 
 TEST_F(DeterminismTest, RestoredLoaderContinuesByteForByte) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon(2));
   const v1::Plan plan = TrainPlan("d", 5, kSize, 3);
   constexpr uint64_t kEpoch = 1;
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
                            ReadEpochs(daemon->endpoint(), plan, kEpoch));
   ASSERT_EQ(reference.size(), 10u);
 
@@ -308,10 +297,10 @@ TEST_F(DeterminismTest, RestoredLoaderContinuesByteForByte) {
       options.endpoint = daemon->endpoint();
       options.plan = plan;
       options.prefetch = 4;
-      E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                                Loader::Create(std::move(options)));
       ASSERT_TRUE(loader->StartEpoch(kEpoch).ok());
-      E2E_ASSERT_OK_AND_ASSIGN(head, ReadFrom(*loader, k));
+      ASSERT_OK_AND_ASSIGN(head, ReadFrom(*loader, k));
       state = loader->state();
       // Destroyed with batches still outstanding.
     }
@@ -323,10 +312,10 @@ TEST_F(DeterminismTest, RestoredLoaderContinuesByteForByte) {
     options.endpoint = daemon->endpoint();
     options.plan = plan;
     options.prefetch = 2;  // a different ring size must not matter
-    E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                              Loader::Create(std::move(options)));
     ASSERT_TRUE(loader->Restore(state).ok());
-    E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> tail, ReadFrom(*loader));
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> tail, ReadFrom(*loader));
     ASSERT_EQ(tail.size(), reference.size() - k);
     for (size_t i = 0; i < k; ++i) EXPECT_EQ(head[i], reference[i]);
     for (size_t i = 0; i < tail.size(); ++i) {
@@ -338,10 +327,10 @@ TEST_F(DeterminismTest, RestoredLoaderContinuesByteForByte) {
 }
 
 TEST_F(DeterminismTest, RestartingOnTheSameLoaderDiscardsOutstandingBatches) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon(2));
   const v1::Plan plan = TrainPlan("d", 5, kSize, 3);
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
                            ReadEpochs(daemon->endpoint(), plan, 0, 2));
   ASSERT_EQ(reference.size(), 20u);
   {
@@ -349,30 +338,30 @@ TEST_F(DeterminismTest, RestartingOnTheSameLoaderDiscardsOutstandingBatches) {
     options.endpoint = daemon->endpoint();
     options.plan = plan;
     options.prefetch = 4;
-    E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                              Loader::Create(std::move(options)));
     // Epoch 1, batches 0..2 read and 3.. in flight; then back to batch 2
     // (already received), then to epoch 0 in the middle, then epoch 1 again
     // from the end of what is in flight.
     ASSERT_TRUE(loader->StartEpoch(1).ok());
-    E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> got,
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> got,
                              ReadFrom(*loader, 3));
     ASSERT_EQ(got.size(), 3u);
     for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got[i], reference[10 + i]);
 
     ASSERT_TRUE(loader->StartEpoch(1, 2).ok());
-    E2E_ASSERT_OK_AND_ASSIGN(got, ReadFrom(*loader, 2));
+    ASSERT_OK_AND_ASSIGN(got, ReadFrom(*loader, 2));
     ASSERT_EQ(got.size(), 2u);
     EXPECT_EQ(got[0], reference[12]);
     EXPECT_EQ(got[1], reference[13]);
 
     ASSERT_TRUE(loader->StartEpoch(0, 6).ok());
-    E2E_ASSERT_OK_AND_ASSIGN(got, ReadFrom(*loader));
+    ASSERT_OK_AND_ASSIGN(got, ReadFrom(*loader));
     ASSERT_EQ(got.size(), 4u);
     for (size_t i = 0; i < 4; ++i) EXPECT_EQ(got[i], reference[6 + i]);
 
     ASSERT_TRUE(loader->Restore({1, 7}).ok());
-    E2E_ASSERT_OK_AND_ASSIGN(got, ReadFrom(*loader));
+    ASSERT_OK_AND_ASSIGN(got, ReadFrom(*loader));
     ASSERT_EQ(got.size(), 3u);
     for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got[i], reference[17 + i]);
   }

@@ -16,8 +16,9 @@
 #include "client/loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_fixture.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -32,18 +33,10 @@ using ::testing::StartsWith;
 
 constexpr int kImages = 160;
 
-class DiagnosisE2eTest : public ::testing::Test {
+class DiagnosisE2eTest
+    : public DatasetSuite</*images=*/kImages, /*classes=*/4,
+                          /*seed=*/9> {
  protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = MakeDataset(kImages, 4, 9);
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dataset_ = new std::string(*dir);
-  }
-  static void TearDownTestSuite() {
-    delete dataset_;
-    dataset_ = nullptr;
-  }
-
   // Streams one epoch of `plan`, sleeping `step` after each batch, and
   // returns the line reported at the epoch's end.
   static absl::StatusOr<std::string> RunEpoch(const std::string& endpoint,
@@ -81,20 +74,16 @@ class DiagnosisE2eTest : public ::testing::Test {
     std::printf("reported: %s\n", reported[0].c_str());
     return reported[0];
   }
-
-  static std::string* dataset_;
 };
 
-std::string* DiagnosisE2eTest::dataset_ = nullptr;
-
 TEST_F(DiagnosisE2eTest, SlowConsumerIsComputeBound) {
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "2"}));
   // 20 batches of 8 small images; each step sleeps 120 ms, many times what
   // the daemon needs for 8 images, so after the first batch the window
   // stays full.
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::string line,
       RunEpoch(daemon->endpoint(), EvalPlan("d", 8, 32, 1),
                absl::Milliseconds(120), 0));
@@ -102,13 +91,13 @@ TEST_F(DiagnosisE2eTest, SlowConsumerIsComputeBound) {
 }
 
 TEST_F(DiagnosisE2eTest, OneWorkerAndAFastConsumerIsInputBoundOnWorkers) {
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "1"}));
   // 160 train crops at 224: the single worker decodes all the time (the
   // epoch is long against the idle tail after its last sample) while the
   // consumer only waits.
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::string line, RunEpoch(daemon->endpoint(), TrainPlan("d", 8, 224, 1),
                                  absl::ZeroDuration(), 0));
   EXPECT_THAT(line, StartsWith("epoch 0: input-bound: waited "));
@@ -116,12 +105,12 @@ TEST_F(DiagnosisE2eTest, OneWorkerAndAFastConsumerIsInputBoundOnWorkers) {
 }
 
 TEST_F(DiagnosisE2eTest, ThrottledLinkIsNetworkBound) {
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "2"}));
   // 10 batches of 16 x 32x32x3 = 49 KB at 200 KB/s: ~2.5 s on the link
   // for work the daemon's 2 workers do in a small fraction of that.
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::string line, RunEpoch(daemon->endpoint(), EvalPlan("d", 16, 32, 1),
                                  absl::ZeroDuration(), 200'000));
   EXPECT_THAT(line, StartsWith("epoch 0: network-bound: waited "));
@@ -129,13 +118,13 @@ TEST_F(DiagnosisE2eTest, ThrottledLinkIsNetworkBound) {
 }
 
 TEST_F(DiagnosisE2eTest, OnDemandDiagnosisUsesTheDaemonStatus) {
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "2"}));
   LoaderOptions options;
   options.endpoint = daemon->endpoint();
   options.plan = EvalPlan("d", 4, 32, 1);
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                            Loader::Create(std::move(options)));
   ASSERT_TRUE(loader->StartEpoch(0).ok());
   EXPECT_EQ(loader->Diagnose().verdict, Verdict::kUnknown);

@@ -10,8 +10,9 @@
 #include "client/loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_fixture.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -22,25 +23,12 @@ using ::testing::ElementsAre;
 
 constexpr int kImages = 60;
 
-class JobsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = MakeDataset(kImages, 6, 33);
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dataset_ = new std::string(*dir);
-  }
-  static void TearDownTestSuite() {
-    delete dataset_;
-    dataset_ = nullptr;
-  }
-
-  static std::string* dataset_;
-};
-
-std::string* JobsTest::dataset_ = nullptr;
+class JobsTest
+    : public DatasetSuite</*images=*/kImages, /*classes=*/6,
+                          /*seed=*/33> {};
 
 TEST_F(JobsTest, ConcurrentJobsGetTheirSoloBytesAndSeparateCounts) {
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "2"}));
   // Different batch sizes, output sizes, transforms and layouts.
@@ -52,9 +40,9 @@ TEST_F(JobsTest, ConcurrentJobsGetTheirSoloBytesAndSeparateCounts) {
   // Alone, one after the other, under other job names.
   train.set_job("alpha-solo");
   eval.set_job("beta-solo");
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> train_solo,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> train_solo,
                            ReadEpochs(daemon->endpoint(), train, 0, kEpochs));
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> eval_solo,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> eval_solo,
                            ReadEpochs(daemon->endpoint(), eval, 0, kEpochs));
   ASSERT_EQ(train_solo.size(), kEpochs * 8);   // ceil(60 / 8)
   ASSERT_EQ(eval_solo.size(), kEpochs * 12);   // 60 / 5
@@ -81,7 +69,7 @@ TEST_F(JobsTest, ConcurrentJobsGetTheirSoloBytesAndSeparateCounts) {
   EXPECT_EQ(*train_shared, train_solo);
   EXPECT_EQ(*eval_shared, eval_solo);
 
-  E2E_ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
+  ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
                            GetServerStatus(daemon->endpoint()));
   struct Expected {
     std::string job;
@@ -107,16 +95,16 @@ TEST_F(JobsTest, ConcurrentJobsGetTheirSoloBytesAndSeparateCounts) {
 }
 
 TEST_F(JobsTest, ChangingWorkersMidStreamKeepsTheBytes) {
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "1",
                             "--max-workers", "4"}));
   const v1::Plan plan = TrainPlan("d", 4, 32, 9);
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
                            ReadEpochs(daemon->endpoint(), plan, 0));
   ASSERT_EQ(reference.size(), 15u);
 
-  E2E_ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
+  ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
                            GetServerStatus(daemon->endpoint()));
   EXPECT_EQ(status.workers(), 1u);
 
@@ -126,29 +114,29 @@ TEST_F(JobsTest, ChangingWorkersMidStreamKeepsTheBytes) {
     options.endpoint = daemon->endpoint();
     options.plan = plan;
     options.prefetch = 4;  // batches are in flight at each change
-    E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                              Loader::Create(std::move(options)));
     ASSERT_TRUE(loader->StartEpoch(0).ok());
-    E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> part,
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> part,
                              ReadFrom(*loader, 5));
     got.insert(got.end(), part.begin(), part.end());
 
-    E2E_ASSERT_OK_AND_ASSIGN(v1::SetWorkersResponse grown,
+    ASSERT_OK_AND_ASSIGN(v1::SetWorkersResponse grown,
                              SetWorkers(daemon->endpoint(), 3));
     EXPECT_EQ(grown.previous(), 1u);
     EXPECT_EQ(grown.workers(), 3u);
-    E2E_ASSERT_OK_AND_ASSIGN(status, GetServerStatus(daemon->endpoint()));
+    ASSERT_OK_AND_ASSIGN(status, GetServerStatus(daemon->endpoint()));
     EXPECT_EQ(status.workers(), 3u);
-    E2E_ASSERT_OK_AND_ASSIGN(part, ReadFrom(*loader, 5));
+    ASSERT_OK_AND_ASSIGN(part, ReadFrom(*loader, 5));
     got.insert(got.end(), part.begin(), part.end());
 
-    E2E_ASSERT_OK_AND_ASSIGN(v1::SetWorkersResponse shrunk,
+    ASSERT_OK_AND_ASSIGN(v1::SetWorkersResponse shrunk,
                              SetWorkers(daemon->endpoint(), 1));
     EXPECT_EQ(shrunk.previous(), 3u);
     EXPECT_EQ(shrunk.workers(), 1u);
-    E2E_ASSERT_OK_AND_ASSIGN(status, GetServerStatus(daemon->endpoint()));
+    ASSERT_OK_AND_ASSIGN(status, GetServerStatus(daemon->endpoint()));
     EXPECT_EQ(status.workers(), 1u);
-    E2E_ASSERT_OK_AND_ASSIGN(part, ReadFrom(*loader));
+    ASSERT_OK_AND_ASSIGN(part, ReadFrom(*loader));
     got.insert(got.end(), part.begin(), part.end());
   }
   EXPECT_EQ(got, reference);
@@ -157,7 +145,7 @@ TEST_F(JobsTest, ChangingWorkersMidStreamKeepsTheBytes) {
   absl::StatusOr<v1::SetWorkersResponse> too_many =
       SetWorkers(daemon->endpoint(), 5);
   EXPECT_TRUE(absl::IsInvalidArgument(too_many.status())) << too_many.status();
-  E2E_ASSERT_OK_AND_ASSIGN(status, GetServerStatus(daemon->endpoint()));
+  ASSERT_OK_AND_ASSIGN(status, GetServerStatus(daemon->endpoint()));
   EXPECT_EQ(status.workers(), 1u);
   EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
 }

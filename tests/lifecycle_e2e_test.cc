@@ -25,7 +25,8 @@
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_fixture.h"
 
 namespace batchd::testing {
 namespace {
@@ -166,20 +167,10 @@ absl::StatusOr<HealthCheckResponse::ServingStatus> Check(
   return response.status();
 }
 
-class LifecycleTest : public ::testing::Test {
+class LifecycleTest
+    : public DatasetSuite</*images=*/48, /*classes=*/3,
+                          /*seed=*/9> {
  protected:
-  static void SetUpTestSuite() {
-    dataset_ = new std::string(MakeTempDir("dataset"));
-    CommandResult made = RunCommand({BuiltBinary("tools/make_dataset"),
-                                     "--out", *dataset_, "--images", "48",
-                                     "--classes", "3", "--seed", "9"});
-    ASSERT_EQ(made.exit_code, 0) << made.output;
-  }
-  static void TearDownTestSuite() {
-    delete dataset_;
-    dataset_ = nullptr;
-  }
-
   // Starts a daemon serving the dataset as "d", with `extra` flags.
   std::unique_ptr<DaemonProcess> StartDaemon(
       std::vector<std::string> extra = {}) {
@@ -191,11 +182,7 @@ class LifecycleTest : public ::testing::Test {
     EXPECT_TRUE(daemon.ok()) << daemon.status();
     return daemon.ok() ? *std::move(daemon) : nullptr;
   }
-
-  static std::string* dataset_;
 };
-
-std::string* LifecycleTest::dataset_ = nullptr;
 
 TEST_F(LifecycleTest, HealthCheckAnswersServingForTheDaemonAndDataService) {
   std::unique_ptr<DaemonProcess> daemon = StartDaemon();

@@ -19,8 +19,8 @@
 #include "absl/time/time.h"
 #include "client/loader.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -98,10 +98,10 @@ std::unique_ptr<Loader> OpenStalled(const std::string& endpoint, int i) {
 }
 
 TEST(MemoryBoundTest, RssStaysWithinTheFormulaAndIsGivenBackWhenIdle) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::string dataset, MakeDataset(96, 4, 61));
+  ASSERT_OK_AND_ASSIGN(std::string dataset, MakeDataset(96, 4, 61));
   const uint64_t largest_file = TrimLargeFiles(dataset);
   ASSERT_GT(largest_file, 0u);
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start(
           {"--dataset", "d=" + dataset, "--workers", "2",
@@ -111,7 +111,7 @@ TEST(MemoryBoundTest, RssStaysWithinTheFormulaAndIsGivenBackWhenIdle) {
 
   // Start-up RSS, after one stream has run and gone, so that gRPC's threads
   // and the code that serves a stream are in it.
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::vector<BatchRecord> warm,
       ReadEpochs(daemon->endpoint(), TrainPlan("d", kBatch, kSize, 1), 0));
   ASSERT_FALSE(warm.empty());

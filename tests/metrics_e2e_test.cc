@@ -1,5 +1,5 @@
 // End-to-end: the daemon's /metrics page, parsed by the real Prometheus
-// parser (python3-prometheus-client, via tests/metrics_page.py), carries the
+// parser (python3-prometheus-client, via testing/metrics_page.py), carries the
 // known numbers of a run: batches, images, bytes, substitutions by reason,
 // rejected requests by code, stage sample counts.
 #include <chrono>
@@ -15,8 +15,9 @@
 #include "client/loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_fixture.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -35,30 +36,24 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
-class MetricsE2eTest : public ::testing::Test {
+class MetricsE2eTest
+    : public DatasetSuite</*images=*/kImages, /*classes=*/4,
+                          /*seed=*/5> {
  protected:
   static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = MakeDataset(kImages, 4, 5);
-    ASSERT_TRUE(dir.ok()) << dir.status();
+    DatasetSuite::SetUpTestSuite();
+    ASSERT_NE(dataset_, nullptr);
     // Bad samples whose verdict does not depend on the crop.
-    const std::vector<std::string> order = ImageFolderOrder(*dir);
+    const std::vector<std::string> order = ImageFolderOrder(*dataset_);
     WriteFile(order[3], "");
     WriteFile(order[17], "");
     WriteFile(order[30], "not a JPEG at all\n");
-    dataset_ = new std::string(*dir);
   }
-  static void TearDownTestSuite() {
-    delete dataset_;
-    dataset_ = nullptr;
-  }
-  static std::string* dataset_;
 };
-
-std::string* MetricsE2eTest::dataset_ = nullptr;
 
 TEST_F(MetricsE2eTest, PageParsesAndMatchesTheRun) {
   const std::string dir = MakeTempDir("metrics-port");
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "2",
                             "--metrics-port", "0", "--metrics-port-file",
@@ -87,7 +82,7 @@ TEST_F(MetricsE2eTest, PageParsesAndMatchesTheRun) {
     // The page must count exactly the run's batches: no read-ahead past
     // the last epoch.
     options.last_epoch = kEpochs - 1;
-    E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                              Loader::Create(std::move(options)));
     for (uint64_t epoch = 0; epoch < kEpochs; ++epoch) {
       ASSERT_TRUE(loader->StartEpoch(epoch).ok());
@@ -119,7 +114,7 @@ TEST_F(MetricsE2eTest, PageParsesAndMatchesTheRun) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 
-  E2E_ASSERT_OK_AND_ASSIGN(Page page, ScrapeWithPrometheusParser(url));
+  ASSERT_OK_AND_ASSIGN(Page page, ScrapeWithPrometheusParser(url));
   const std::string job = "{job=\"metrics-job\"}";
   EXPECT_EQ(page["batchd_job_batches_total" + job], batches);
   EXPECT_EQ(page["batchd_job_images_total" + job], images);
@@ -162,7 +157,7 @@ TEST_F(MetricsE2eTest, BadMetricsPortsAreClearErrors) {
 
   // A metrics port already in use: a clear error, not a silent share.
   const std::string dir = MakeTempDir("metrics-busy");
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> first,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--metrics-port",
                             "0", "--metrics-port-file", dir + "/port"}));

@@ -17,8 +17,9 @@
 #include "client/loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_fixture.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -31,18 +32,10 @@ constexpr int kImages = 240;
 constexpr uint32_t kBatch = 8;  // 30 batches per epoch
 constexpr uint32_t kSize = 32;
 
-class MultiDaemonTest : public ::testing::Test {
+class MultiDaemonTest
+    : public DatasetSuite</*images=*/kImages, /*classes=*/6,
+                          /*seed=*/5> {
  protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = MakeDataset(kImages, 6, 5);
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dataset_ = new std::string(*dir);
-  }
-  static void TearDownTestSuite() {
-    delete dataset_;
-    dataset_ = nullptr;
-  }
-
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> StartDaemon() {
     return DaemonProcess::Start(
         {"--dataset", "d=" + *dataset_, "--workers", "1"});
@@ -86,11 +79,7 @@ class MultiDaemonTest : public ::testing::Test {
     options.reconnect_backoff_max = absl::Milliseconds(500);
     return options;
   }
-
-  static std::string* dataset_;
 };
-
-std::string* MultiDaemonTest::dataset_ = nullptr;
 
 TEST_F(MultiDaemonTest, ThreeDaemonsGiveTheBytesOfOne) {
   const std::vector<BatchRecord> reference = Reference(0);
@@ -99,10 +88,10 @@ TEST_F(MultiDaemonTest, ThreeDaemonsGiveTheBytesOfOne) {
   StartDaemons(3, &daemons);
   LoaderOptions options = Options(Endpoints(daemons));
   options.last_epoch = 0;  // served counts exactly this epoch
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                            Loader::Create(std::move(options)));
   ASSERT_TRUE(loader->StartEpoch(0).ok());
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records, ReadFrom(*loader));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records, ReadFrom(*loader));
   EXPECT_EQ(records, reference);
   const Loader::Stats stats = loader->stats();
   ASSERT_EQ(stats.daemons.size(), 3u);
@@ -120,17 +109,17 @@ TEST_F(MultiDaemonTest, KillNineMidEpochLosesNothing) {
   const std::vector<BatchRecord> reference = Reference(1);
   std::vector<std::unique_ptr<DaemonProcess>> daemons;
   StartDaemons(3, &daemons);
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                            Loader::Create(Options(Endpoints(daemons))));
   ASSERT_TRUE(loader->StartEpoch(1).ok());
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
                            ReadFrom(*loader, /*max_batches=*/8));
   daemons[0]->Kill();  // one of three, with batches outstanding
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> more,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> more,
                            ReadFrom(*loader, /*max_batches=*/8));
   records.insert(records.end(), more.begin(), more.end());
   daemons[1]->Kill();  // two of three
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> rest, ReadFrom(*loader));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> rest, ReadFrom(*loader));
   records.insert(records.end(), rest.begin(), rest.end());
   EXPECT_EQ(records, reference);
   const Loader::Stats stats = loader->stats();
@@ -144,10 +133,10 @@ TEST_F(MultiDaemonTest, SigtermDrainsWithoutLossAndExitsZero) {
   const std::vector<BatchRecord> reference = Reference(2);
   std::vector<std::unique_ptr<DaemonProcess>> daemons;
   StartDaemons(2, &daemons);
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                            Loader::Create(Options(Endpoints(daemons))));
   ASSERT_TRUE(loader->StartEpoch(2).ok());
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
                            ReadFrom(*loader, /*max_batches=*/6));
   // Drained while the client keeps reading; Stop() waits for the exit.
   int exit_code = -2;
@@ -157,7 +146,7 @@ TEST_F(MultiDaemonTest, SigtermDrainsWithoutLossAndExitsZero) {
     exit_code = daemons[0]->Stop();
     stop_took = absl::Now() - stop_start;
   });
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> rest, ReadFrom(*loader));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> rest, ReadFrom(*loader));
   stopper.join();
   records.insert(records.end(), rest.begin(), rest.end());
   EXPECT_EQ(records, reference);
@@ -198,16 +187,16 @@ TEST_F(MultiDaemonTest, DaemonsAppearingAndLeavingDnsGetAndStopGettingWork) {
   LoaderOptions options = Options("dns:///batchd.test:7070");
   options.resolver = dns.resolver();
   options.resolve_interval = absl::Milliseconds(200);
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                            Loader::Create(std::move(options)));
   ASSERT_TRUE(loader->StartEpoch(3).ok());
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
                            ReadFrom(*loader, /*max_batches=*/4));
   // A second daemon appears: it is used within one period (the reads below
   // take longer than that on one worker per daemon).
   StartDaemons(1, &daemons);
   dns.Set({daemons[0]->endpoint(), daemons[1]->endpoint()});
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> more,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> more,
                            ReadFrom(*loader, /*max_batches=*/12));
   records.insert(records.end(), more.begin(), more.end());
   // The first one leaves DNS: drained (within a period or two), then
@@ -221,7 +210,7 @@ TEST_F(MultiDaemonTest, DaemonsAppearingAndLeavingDnsGetAndStopGettingWork) {
   }
   EXPECT_NE(loader->stats().daemons[0].state, "up")
       << "not drained within 5 s of leaving DNS (period 200 ms)";
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> rest, ReadFrom(*loader));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> rest, ReadFrom(*loader));
   records.insert(records.end(), rest.begin(), rest.end());
   EXPECT_EQ(records, reference);
   const Loader::Stats stats = loader->stats();
@@ -237,12 +226,12 @@ TEST_F(MultiDaemonTest, DnsNameResolvesThroughTheSystemResolver) {
   StartDaemons(1, &daemons);
   // "localhost" gives 127.0.0.1 (the daemon listens there) and, where the
   // host has it, ::1; an address that does not answer is only down.
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<Loader> loader,
       Loader::Create(Options(absl::StrCat("dns:///localhost:",
                                           daemons[0]->port()))));
   ASSERT_TRUE(loader->StartEpoch(0).ok());
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records, ReadFrom(*loader));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records, ReadFrom(*loader));
   EXPECT_EQ(records, reference);
   const Loader::Stats stats = loader->stats();
   ASSERT_GE(stats.daemons.size(), 1u);
@@ -295,7 +284,7 @@ TEST_F(MultiDaemonTest, HedgingRoutesAroundAStalledDaemon) {
     // is not hedged (its bytes go straight into the slot; stall_timeout
     // catches a daemon frozen mid-batch).
     options.next_epoch_prefetch = false;
-    E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                              Loader::Create(std::move(options)));
     // Epoch 0 teaches the loader the usual latency.
     ASSERT_TRUE(loader->StartEpoch(0).ok());
@@ -332,7 +321,7 @@ TEST_F(MultiDaemonTest, ASlowHandshakeIsWaitedFor) {
   resume.join();
   ASSERT_TRUE(loader.ok()) << loader.status();
   ASSERT_TRUE((*loader)->StartEpoch(0).ok());
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
                            ReadFrom(**loader));
   EXPECT_EQ(records, reference);
 }
@@ -342,7 +331,7 @@ TEST_F(MultiDaemonTest, AllDaemonsDownIsUnavailableNamingEach) {
   StartDaemons(2, &daemons);
   LoaderOptions options = Options(Endpoints(daemons));
   options.unavailable_timeout = absl::Seconds(1);
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                            Loader::Create(std::move(options)));
   ASSERT_TRUE(loader->StartEpoch(0).ok());
   ASSERT_TRUE(ReadFrom(*loader, /*max_batches=*/2).ok());

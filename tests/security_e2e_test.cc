@@ -30,8 +30,9 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_fixture.h"
+#include "testing/e2e_helpers.h"
 
 #ifndef BATCHD_SOURCE_DIR
 #error "BATCHD_SOURCE_DIR must be defined (tests/CMakeLists.txt sets it)"
@@ -85,12 +86,13 @@ std::string ReadWhole(const std::string& path) {
   return common::ReadTextFile(path).value();
 }
 
-class SecurityTest : public ::testing::Test {
+class SecurityTest
+    : public DatasetSuite</*images=*/24, /*classes=*/2,
+                          /*seed=*/11> {
  protected:
   static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dataset = MakeDataset(24, 2, 11);
-    ASSERT_TRUE(dataset.ok()) << dataset.status();
-    dataset_ = new std::string(*dataset);
+    DatasetSuite::SetUpTestSuite();
+    ASSERT_NE(dataset_, nullptr);
     certs_a_ = new Certs(MakeCerts("ca-a"));
     certs_b_ = new Certs(MakeCerts("ca-b"));
     tokens_ = new std::string(MakeTempDir("tokens") + "/tokens");
@@ -103,10 +105,10 @@ class SecurityTest : public ::testing::Test {
       std::filesystem::remove_all(*dir);
     }
     std::filesystem::remove_all(std::filesystem::path(*tokens_).parent_path());
-    delete dataset_;
     delete certs_a_;
     delete certs_b_;
     delete tokens_;
+    DatasetSuite::TearDownTestSuite();
   }
 
   void TearDown() override {
@@ -171,22 +173,20 @@ class SecurityTest : public ::testing::Test {
   }
 
   std::vector<std::string> dirs_;
-  static std::string* dataset_;
   static Certs* certs_a_;
   static Certs* certs_b_;
   static std::string* tokens_;
 };
 
-std::string* SecurityTest::dataset_ = nullptr;
 Certs* SecurityTest::certs_a_ = nullptr;
 Certs* SecurityTest::certs_b_ = nullptr;
 std::string* SecurityTest::tokens_ = nullptr;
 
 TEST_F(SecurityTest, TlsWithTheRightCaStreamsTheSameBytes) {
   const std::vector<BatchRecord> reference = Reference();
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon(TlsArgs(*certs_a_)));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::vector<BatchRecord> records,
       ReadEpoch(Options(daemon->endpoint(), Trusting(*certs_a_))));
   EXPECT_EQ(records, reference);
@@ -194,7 +194,7 @@ TEST_F(SecurityTest, TlsWithTheRightCaStreamsTheSameBytes) {
 }
 
 TEST_F(SecurityTest, TlsWithAnotherCaOrInPlaintextFailsSayingWhy) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon(TlsArgs(*certs_a_)));
   absl::StatusOr<std::unique_ptr<Loader>> wrong_ca =
       Loader::Create(Options(daemon->endpoint(), Trusting(*certs_b_)));
@@ -216,7 +216,7 @@ TEST_F(SecurityTest, TlsWithAnotherCaOrInPlaintextFailsSayingWhy) {
 TEST_F(SecurityTest, MutualTlsRejectsClientsWithoutACertificateOrFromAnotherCa) {
   std::vector<std::string> args = TlsArgs(*certs_a_);
   args.insert(args.end(), {"--tls-client-ca", certs_a_->ca()});
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon(args));
   EXPECT_THAT(daemon->Log(), HasSubstr("(mutual TLS)"));
 
@@ -239,7 +239,7 @@ TEST_F(SecurityTest, MutualTlsRejectsClientsWithoutACertificateOrFromAnotherCa) 
   SecurityOptions right = Trusting(*certs_a_);
   right.tls_cert = certs_a_->client_cert();
   right.tls_key = certs_a_->client_key();
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
                            ReadEpoch(Options(daemon->endpoint(), right)));
   EXPECT_EQ(records.size(), 3u);
 }
@@ -323,7 +323,7 @@ std::shared_ptr<grpc::Channel> ChannelWithToken(const std::string& endpoint,
 }
 
 TEST_F(SecurityTest, EveryRpcNeedsATokenButHealth) {
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       StartDaemon({"--auth-token-file", *tokens_}));
   const std::map<std::string, RpcCall> calls = AllRpcs();
@@ -380,7 +380,7 @@ TEST_F(SecurityTest, EveryRpcNeedsATokenButHealth) {
 }
 
 TEST_F(SecurityTest, JobBoundTokensStreamOnlyTheirJob) {
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       StartDaemon({"--auth-token-file", *tokens_}));
   const std::string token_file = TempDir("client") + "/token";
@@ -395,7 +395,7 @@ TEST_F(SecurityTest, JobBoundTokensStreamOnlyTheirJob) {
   EXPECT_THAT(other_job.status().message(),
               HasSubstr("may only stream for job \"job-a\", not \"job-b\""));
 
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::vector<BatchRecord> records,
       ReadEpoch(Options(daemon->endpoint(), job_token, "job-a")));
   EXPECT_EQ(records.size(), 3u);
@@ -432,7 +432,7 @@ bool WaitForLog(const DaemonProcess& daemon, const std::string& text) {
 TEST_F(SecurityTest, SighupReloadsTheTokenFile) {
   const std::string tokens = TempDir("reload") + "/tokens";
   WriteFile(tokens, absl::StrCat(kAdminToken, "\n"));
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon({"--auth-token-file", tokens}));
   const RpcCall get_status = AllRpcs().at("batchd.v1.AdminService.GetStatus");
   ASSERT_TRUE(get_status(ChannelWithToken(daemon->endpoint(), kAdminToken)).ok());
@@ -460,7 +460,7 @@ TEST_F(SecurityTest, PlaintextOffTheLoopbackNeedsInsecure) {
 
   // With --insecure it serves, warns, and says so in its status. Tokens
   // are required meanwhile, and the test talks to it on the loopback only.
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       StartDaemon({"--host", "0.0.0.0", "--insecure", "--auth-token-file",
                    *tokens_}));
@@ -480,14 +480,14 @@ TEST_F(SecurityTest, UnixSocketServesTheSameBytes) {
   const std::vector<BatchRecord> reference = Reference();
   const std::string socket = TempDir("unix") + "/batchd.sock";
   {
-    E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                              StartDaemon({"--unix-socket", socket}));
-    E2E_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(
         std::vector<BatchRecord> records,
         ReadEpoch(Options(absl::StrCat("unix:", socket), {})));
     EXPECT_EQ(records, reference);
     // A TLS client still reaches the socket: it is served in plaintext.
-    E2E_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(
         std::vector<BatchRecord> tls_client,
         ReadEpoch(Options(absl::StrCat("unix:", socket), Trusting(*certs_a_))));
     EXPECT_EQ(tls_client, reference);
@@ -504,15 +504,15 @@ TEST_F(SecurityTest, ReplacedCertificatesServeNewConnectionsAndKeepStreams) {
   const std::string key = dir + "/server.key";
   WriteFile(cert, ReadWhole(certs_a_->server_cert()));
   WriteFile(key, ReadWhole(certs_a_->server_key()));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       StartDaemon({"--tls-cert", cert, "--tls-key", key,
                    "--tls-reload-interval", "1"}));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<Loader> running,
       Loader::Create(Options(daemon->endpoint(), Trusting(*certs_a_))));
   ASSERT_TRUE(running->StartEpoch(0).ok());
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> before,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> before,
                            ReadFrom(*running, /*max_batches=*/1));
 
   // Rotate to CA B's certificate; the key first, so that a reload between
@@ -540,11 +540,11 @@ TEST_F(SecurityTest, ReplacedCertificatesServeNewConnectionsAndKeepStreams) {
 
   // The stream opened before the rotation delivers the rest of its epoch
   // and a whole new one, without ever going down.
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> after, ReadFrom(*running));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> after, ReadFrom(*running));
   before.insert(before.end(), after.begin(), after.end());
   EXPECT_EQ(before, reference);
   ASSERT_TRUE(running->StartEpoch(1).ok());
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> next, ReadFrom(*running));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> next, ReadFrom(*running));
   EXPECT_EQ(next.size(), 3u);
   const Loader::Stats stats = running->stats();
   ASSERT_EQ(stats.daemons.size(), 1u);
@@ -595,7 +595,7 @@ class GreedyStreams {
 };
 
 TEST_F(SecurityTest, AJobOverItsStreamLimitIsRefusedAndOthersStream) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon({"--max-streams-per-job", "2"}));
   GreedyStreams greedy(daemon->endpoint(), "greedy", 3);
   EXPECT_EQ(greedy.opened(), 2);
@@ -606,7 +606,7 @@ TEST_F(SecurityTest, AJobOverItsStreamLimitIsRefusedAndOthersStream) {
               HasSubstr("job \"greedy\" already has 2 streams open"));
   EXPECT_THAT(greedy.refusals()[0].error_message(),
               HasSubstr("--max-streams-per-job"));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::vector<BatchRecord> records,
       ReadEpoch(Options(daemon->endpoint(), {}, "well-behaved")));
   EXPECT_EQ(records.size(), 3u);
@@ -621,7 +621,7 @@ TEST_F(SecurityTest, AJobOverItsBufferShareIsRefusedAndAnotherJobStreams) {
   const std::string budget = std::to_string(64 * batch_bytes);
   for (const char* share : {"1", "0.2"}) {
     SCOPED_TRACE(absl::StrCat("--max-job-buffer-share ", share));
-    E2E_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(
         std::unique_ptr<DaemonProcess> daemon,
         StartDaemon({"--max-buffer-bytes", budget, "--max-window", "4",
                      "--max-job-buffer-share", share}));

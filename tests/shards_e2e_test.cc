@@ -16,11 +16,11 @@
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/dataset/tar_builder_for_test.h"
-#include "server/decode/png_test_util.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
-#include "tools/jpeg_synth.h"
+#include "testing/tar_builder.h"
+#include "testing/png_synth.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_helpers.h"
+#include "testing/jpeg_synth.h"
 
 namespace batchd::testing {
 namespace {
@@ -85,7 +85,7 @@ std::string* ShardsTest::shards_ = nullptr;
 std::string* ShardsTest::capped_ = nullptr;
 
 TEST_F(ShardsTest, SameBatchesFromImageFolderAndPreparedShards) {
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "folder=" + *folder_, "--dataset",
                             "shards=" + *shards_, "--workers", "2"}));
@@ -95,10 +95,10 @@ TEST_F(ShardsTest, SameBatchesFromImageFolderAndPreparedShards) {
       return train ? TrainPlan(dataset, 8, kSize, 5)
                    : EvalPlan(dataset, 8, kSize, 5);
     };
-    E2E_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(
         std::vector<BatchRecord> from_folder,
         ReadEpochs(daemon->endpoint(), plan("folder"), 0, 2));
-    E2E_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(
         std::vector<BatchRecord> from_shards,
         ReadEpochs(daemon->endpoint(), plan("shards"), 0, 2));
     ASSERT_EQ(from_folder.size(), 2u * 6u);  // ceil(45 / 8) per epoch
@@ -115,16 +115,16 @@ TEST_F(ShardsTest, SameBatchesFromImageFolderAndPreparedShards) {
     has_cache |= entry.path().filename().string().rfind(".batchd-index-", 0) == 0;
   }
   EXPECT_TRUE(has_cache);
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> again,
       DaemonProcess::Start({"--dataset", "shards=" + *shards_}));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::vector<BatchRecord> restarted,
       ReadEpochs(again->endpoint(), TrainPlan("shards", 8, kSize, 5), 1, 1));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> folder_daemon,
       DaemonProcess::Start({"--dataset", "folder=" + *folder_}));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::vector<BatchRecord> expected,
       ReadEpochs(folder_daemon->endpoint(), TrainPlan("folder", 8, kSize, 5), 1,
                  1));
@@ -151,14 +151,14 @@ TEST_F(ShardsTest, CappedShardsServeCloseButSmallerImages) {
   const std::string manifest = ReadAll(*capped_ + "/manifest.json");
   EXPECT_THAT(manifest, HasSubstr("\"samples_written\": 45"));
   EXPECT_THAT(manifest, ::testing::Not(HasSubstr("\"resized\": 0,")));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "folder=" + *folder_, "--dataset",
                             "capped=" + *capped_}));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::vector<BatchRecord> original,
       ReadEpochs(daemon->endpoint(), EvalPlan("folder", 16, kSize, 1), 0, 1));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::vector<BatchRecord> capped,
       ReadEpochs(daemon->endpoint(), EvalPlan("capped", 16, kSize, 1), 0, 1));
   ASSERT_EQ(capped.size(), original.size());
@@ -221,14 +221,14 @@ TEST(ShardSamplesTest, BadSamplesInShardsAreSubstitutedWithTheReason) {
   damaged_bytes[damaged_bytes.size() - 512 + 5] ^= 1;
   server::WriteFileForTest(dir + "/b.tar", damaged_bytes + std::string(512, 'x'));
 
-  E2E_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            DaemonProcess::Start({"--dataset", "d=" + dir}));
   // Cut a.tar inside sample 6's image after the daemon indexed it.
   const size_t sample6 = bytes.find("006.jpg");
   ASSERT_NE(sample6, std::string::npos);
   server::WriteFileForTest(dir + "/a.tar", bytes.substr(0, sample6 + 512 + 10));
 
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::vector<BatchRecord> records,
       ReadEpochs(daemon->endpoint(), EvalPlan("d", 8, kSize, 3), 0, 1));
   ASSERT_EQ(records.size(), 1u);

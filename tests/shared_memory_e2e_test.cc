@@ -26,8 +26,9 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_fixture.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -69,18 +70,10 @@ absl::StatusOr<std::vector<BatchRecord>> Read(const std::string& endpoint,
   return records;
 }
 
-class SharedMemoryTest : public ::testing::Test {
+class SharedMemoryTest
+    : public DatasetSuite</*images=*/kImages, /*classes=*/4,
+                          /*seed=*/31> {
  protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = MakeDataset(kImages, 4, 31);
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dataset_ = new std::string(*dir);
-  }
-  static void TearDownTestSuite() {
-    delete dataset_;
-    dataset_ = nullptr;
-  }
-
   // A daemon on a free TCP port and on a Unix socket; `extra` flags added.
   void StartDaemon(std::vector<std::string> extra = {}) {
     socket_dir_ = MakeTempDir("shm");
@@ -134,13 +127,10 @@ class SharedMemoryTest : public ::testing::Test {
     EXPECT_THAT(log, HasSubstr("batches come as bytes"));
   }
 
-  static std::string* dataset_;
   std::string socket_dir_;
   std::string unix_endpoint_;
   std::unique_ptr<DaemonProcess> daemon_;
 };
-
-std::string* SharedMemoryTest::dataset_ = nullptr;
 
 TEST_F(SharedMemoryTest, ByteIdenticalToTheBytesPathForSeveralPlans) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
@@ -162,13 +152,13 @@ TEST_F(SharedMemoryTest, ByteIdenticalToTheBytesPathForSeveralPlans) {
   for (const auto& [name, plan] : plans) {
     SCOPED_TRACE(name);
     Loader::Stats bytes_stats, unix_stats, loopback_stats;
-    E2E_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(
         std::vector<BatchRecord> bytes,
         Read(unix_endpoint_, plan, /*shared_memory=*/false, &bytes_stats));
-    E2E_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(
         std::vector<BatchRecord> over_unix,
         Read(unix_endpoint_, plan, /*shared_memory=*/true, &unix_stats));
-    E2E_ASSERT_OK_AND_ASSIGN(
+    ASSERT_OK_AND_ASSIGN(
         std::vector<BatchRecord> over_loopback,
         Read(daemon_->endpoint(), plan, /*shared_memory=*/true,
              &loopback_stats));
@@ -303,7 +293,7 @@ TEST_F(SharedMemoryTest, BadSlotsAreRejectedInBand) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const v1::Plan plan = TrainPlan("d", 8, kSize, 5);
   Loader::Stats ignored;
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
                            Read(unix_endpoint_, plan, false, &ignored, 1));
   RawStream stream(unix_endpoint_);
   const v1::PlanOpened opened = stream.Open(plan);

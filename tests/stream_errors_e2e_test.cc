@@ -9,11 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "batchd/v1/admin.grpc.pb.h"
 #include "batchd/v1/data.grpc.pb.h"
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
+#include "testing/daemon_process.h"
 
 namespace batchd::testing {
 namespace {

@@ -9,8 +9,8 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_helpers.h"
 
 namespace batchd::testing {
 namespace {
@@ -23,16 +23,16 @@ std::vector<std::string> Lines(const std::string& text) {
 }
 
 TEST(TopE2eTest, OnceRendersLiveDaemonsAndTheirJobs) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::string dataset, MakeDataset(24, 3, 2));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(std::string dataset, MakeDataset(24, 3, 2));
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> a,
       DaemonProcess::Start({"--dataset", "d=" + dataset, "--workers", "2"}));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> b,
       DaemonProcess::Start({"--dataset", "d=" + dataset, "--workers", "1"}));
   v1::Plan plan = EvalPlan("d", 8, 32, 1);
   plan.set_job("top-job");
-  E2E_ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
                            ReadEpochs(a->endpoint(), plan, 0));
   ASSERT_EQ(records.size(), 3u);
 
@@ -86,8 +86,8 @@ TEST(TopE2eTest, OnceWithNoDaemonReachableFails) {
 }
 
 TEST(TopE2eTest, LiveModeRedrawsInPlace) {
-  E2E_ASSERT_OK_AND_ASSIGN(std::string dataset, MakeDataset(8, 2, 3));
-  E2E_ASSERT_OK_AND_ASSIGN(
+  ASSERT_OK_AND_ASSIGN(std::string dataset, MakeDataset(8, 2, 3));
+  ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + dataset, "--workers", "1"}));
   // Two frames (timeout stops it), not a terminal: the 80x24 default.

@@ -6,7 +6,7 @@
 #include "gtest/gtest.h"
 #include "server/decode/image_probe.h"
 #include "server/decode/jpeg_decoder.h"
-#include "tools/jpeg_synth.h"
+#include "testing/jpeg_synth.h"
 
 namespace batchd::tools {
 namespace {

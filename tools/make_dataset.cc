@@ -21,7 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "common/random.h"
-#include "tools/jpeg_synth.h"
+#include "testing/jpeg_synth.h"
 
 namespace batchd::tools {
 namespace {

@@ -18,8 +18,8 @@
 #include "server/dataset/dataset.h"
 #include "server/decode/image_decoder.h"
 #include "server/decode/image_probe.h"
-#include "server/decode/png_test_util.h"
-#include "tools/jpeg_synth.h"
+#include "testing/png_synth.h"
+#include "testing/jpeg_synth.h"
 
 namespace batchd::tools {
 namespace {

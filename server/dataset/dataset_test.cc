@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_matchers.h"
+#include "testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -78,12 +78,6 @@ class DatasetTest : public ::testing::Test {
   std::string dir_;
 };
 
-// Gives the test a `std::shared_ptr<const Dataset> name` or fails it.
-#define ASSERT_OK_AND_ASSIGN_DATASET(name, expr)            \
-  auto name##_or = (expr);                                  \
-  ASSERT_TRUE(name##_or.ok()) << name##_or.status().ToString(); \
-  std::shared_ptr<const Dataset> name = *std::move(name##_or)
-
 TEST_F(DatasetTest, ImageFolderOrderLabelsAndClassNames) {
   Write("root/dog/b.jpg");
   Write("root/dog/a.jpg");
@@ -105,7 +99,7 @@ TEST_F(DatasetTest, ImageFolderOrderLabelsAndClassNames) {
   Write("root/cat/.cache/d.jpg");  // hidden directory
   const std::string root = Path("root");
 
-  ASSERT_OK_AND_ASSIGN_DATASET(dataset, Dataset::LoadImageFolder("pets", root));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> dataset, Dataset::LoadImageFolder("pets", root));
   EXPECT_EQ(dataset->name(), "pets");
   EXPECT_THAT(dataset->class_names(),
               ElementsAre("bird", "cat", "dog", "empty"));
@@ -129,7 +123,7 @@ TEST_F(DatasetTest, ImageFolderFollowsSymlinksWithoutLooping) {
   Symlink(Path("root/cat"), "root/cat/loop");           // cycle
   Symlink(Path("root"), "root/dog");                    // cycle to the root
   const std::string root = Path("root");
-  ASSERT_OK_AND_ASSIGN_DATASET(dataset, Dataset::LoadImageFolder("s", root));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> dataset, Dataset::LoadImageFolder("s", root));
   EXPECT_THAT(dataset->class_names(), ElementsAre("cat", "dog", "fish"));
   EXPECT_THAT(Samples(*dataset, root),
               ElementsAre(Pair("cat/a.jpg", 0), Pair("cat/link.jpg", 0),
@@ -145,7 +139,7 @@ TEST_F(DatasetTest, ImageFolderExtensions) {
        {"m.jpgx", "jpg", "n.txt", "o.jpg.bak", "p.", "q.JP"}) {
     Write(std::string("root/c/") + name);
   }
-  ASSERT_OK_AND_ASSIGN_DATASET(dataset,
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> dataset,
                                Dataset::LoadImageFolder("e", Path("root")));
   std::vector<std::string> names;
   for (uint64_t i = 0; i < dataset->size(); ++i) {
@@ -188,7 +182,7 @@ TEST_F(DatasetTest, ListFileParsing) {
                                  "img/a.jpg 1\n"
                                  "\t\n"
                                  "img/d.jpg 0");  // no final newline
-  ASSERT_OK_AND_ASSIGN_DATASET(dataset,
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> dataset,
                                Dataset::LoadListFile("l", list, /*root=*/""));
   EXPECT_EQ(dataset->name(), "l");
   // Relative to the list file's directory; sorted by (path, label).
@@ -200,7 +194,7 @@ TEST_F(DatasetTest, ListFileParsing) {
 
   // An explicit root.
   const std::string images = MakeDir("images");
-  ASSERT_OK_AND_ASSIGN_DATASET(rooted,
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> rooted,
                                Dataset::LoadListFile("l", list, images));
   EXPECT_EQ(rooted->sample(0).path, images + "/img/a.jpg");
 }
@@ -250,12 +244,12 @@ TEST_F(DatasetTest, LoadDatasetInfersTheFormat) {
   batchd::v1::DatasetConfig config;
   config.set_name("Folder_1.v-2");
   config.set_path(Path("folder"));
-  ASSERT_OK_AND_ASSIGN_DATASET(folder, LoadDataset(config));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> folder, LoadDataset(config));
   EXPECT_EQ(folder->name(), "Folder_1.v-2");
   EXPECT_THAT(folder->class_names(), ElementsAre("c"));
 
   config.set_path(Path("list.txt"));
-  ASSERT_OK_AND_ASSIGN_DATASET(list, LoadDataset(config));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> list, LoadDataset(config));
   EXPECT_EQ(list->class_names().size(), 5u);
   EXPECT_EQ(list->sample(0).label, 4);
 

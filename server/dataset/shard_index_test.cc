@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/dataset/tar_builder_for_test.h"
+#include "testing/tar_builder.h"
 
 namespace batchd::server {
 namespace {

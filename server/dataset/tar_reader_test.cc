@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/dataset/tar_builder_for_test.h"
+#include "testing/tar_builder.h"
 
 namespace batchd::server {
 namespace {

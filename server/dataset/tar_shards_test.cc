@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset/shard_files.h"
-#include "server/dataset/tar_builder_for_test.h"
+#include "testing/tar_builder.h"
 
 namespace batchd::server {
 namespace {

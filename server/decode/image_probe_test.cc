@@ -4,8 +4,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/decode/png_test_util.h"
-#include "tools/jpeg_synth.h"
+#include "testing/png_synth.h"
+#include "testing/jpeg_synth.h"
 
 namespace batchd::server {
 namespace {

@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/decode/decode_internal.h"
-#include "tools/jpeg_synth.h"
+#include "testing/jpeg_synth.h"
 
 namespace batchd::server {
 namespace {

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "server/decode/decode_internal.h"
 #include "server/decode/image_decoder.h"
-#include "server/decode/png_test_util.h"
+#include "testing/png_synth.h"
 #include "server/decode/resize.h"
 
 namespace batchd::server {

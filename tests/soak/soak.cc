@@ -54,8 +54,8 @@
 #include "client/channel_security.h"
 #include "client/loader.h"
 #include "grpcpp/client_context.h"
-#include "tests/daemon_process.h"
-#include "tests/e2e_helpers.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_helpers.h"
 
 ABSL_FLAG(int, duration_s, 180, "how long the load and the faults run");
 ABSL_FLAG(int, daemons, 3, "daemons serving the clients (daemon 0 is never killed)");

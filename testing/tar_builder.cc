@@ -1,4 +1,4 @@
-#include "server/dataset/tar_builder_for_test.h"
+#include "testing/tar_builder.h"
 
 #include <cstdio>
 #include <cstdlib>

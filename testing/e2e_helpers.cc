@@ -1,4 +1,4 @@
-#include "tests/e2e_helpers.h"
+#include "testing/e2e_helpers.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "batchd/v1/admin.grpc.pb.h"
-#include "tests/daemon_process.h"
+#include "testing/daemon_process.h"
 
 namespace batchd::testing {
 namespace {
@@ -230,7 +230,7 @@ std::string ReadPortFile(const std::string& path) {
 
 absl::StatusOr<Page> ScrapeWithPrometheusParser(const std::string& url) {
   const CommandResult run = RunCommand(
-      {"/usr/bin/python3", BATCHD_SOURCE_DIR "/tests/metrics_page.py", url});
+      {"/usr/bin/python3", BATCHD_SOURCE_DIR "/testing/metrics_page.py", url});
   if (run.exit_code != 0) {
     return absl::InternalError("metrics_page.py failed (" +
                                std::to_string(run.exit_code) +

@@ -14,8 +14,8 @@
 //   absl::StatusOr<std::vector<uint8_t>> jpeg = SynthesizeJpeg(options);
 //
 // Pure functions of their options; thread-safe.
-#ifndef BATCHD_TOOLS_JPEG_SYNTH_H_
-#define BATCHD_TOOLS_JPEG_SYNTH_H_
+#ifndef BATCHD_TESTING_JPEG_SYNTH_H_
+#define BATCHD_TESTING_JPEG_SYNTH_H_
 
 #include <cstdint>
 #include <vector>
@@ -50,4 +50,4 @@ absl::StatusOr<std::vector<uint8_t>> SynthesizeJpeg(const SynthOptions& options)
 
 }  // namespace batchd::tools
 
-#endif  // BATCHD_TOOLS_JPEG_SYNTH_H_
+#endif  // BATCHD_TESTING_JPEG_SYNTH_H_

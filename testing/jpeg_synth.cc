@@ -1,4 +1,4 @@
-#include "tools/jpeg_synth.h"
+#include "testing/jpeg_synth.h"
 
 // jpeglib.h needs FILE and size_t declared first.
 #include <csetjmp>

@@ -1,15 +1,18 @@
-// gMock matchers for absl::Status / absl::StatusOr, which this Abseil lacks.
+// gMock matchers and assertions for absl::Status / absl::StatusOr, which
+// this Abseil lacks.
 //
 //   EXPECT_OK(DoThing());
+//   ASSERT_OK_AND_ASSIGN(std::string dir, MakeDataset(8, 2, 1));
 //   EXPECT_THAT(Parse(""), StatusIs(absl::StatusCode::kInvalidArgument,
 //                                   HasSubstr("empty")));
-#ifndef BATCHD_COMMON_STATUS_MATCHERS_H_
-#define BATCHD_COMMON_STATUS_MATCHERS_H_
+#ifndef BATCHD_TESTING_STATUS_MATCHERS_H_
+#define BATCHD_TESTING_STATUS_MATCHERS_H_
 
 #include <ostream>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -48,4 +51,15 @@ MATCHER_P2(StatusIs, code, message_matcher,
     ASSERT_TRUE(batchd_s_.ok()) << batchd_s_.ToString();               \
   } while (false)
 
-#endif  // BATCHD_COMMON_STATUS_MATCHERS_H_
+// Evaluates `expr` (an absl::StatusOr<T>), fails the test fatally with its
+// status unless it is OK, and moves its value into `lhs` (a declaration or
+// an assignable expression).
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                    \
+  BATCHD_ASSERT_OK_AND_ASSIGN_IMPL_(                                       \
+      BATCHD_CONCAT_(batchd_statusor_, __LINE__), lhs, expr)
+#define BATCHD_ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, expr) \
+  auto statusor = (expr);                                      \
+  ASSERT_TRUE(statusor.ok()) << statusor.status();             \
+  lhs = std::move(statusor).value()
+
+#endif  // BATCHD_TESTING_STATUS_MATCHERS_H_

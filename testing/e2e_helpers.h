@@ -8,8 +8,8 @@
 //
 // Thread-compatible; the functions may be called from several threads at
 // once (each makes its own Loader or channel).
-#ifndef BATCHD_TESTS_E2E_HELPERS_H_
-#define BATCHD_TESTS_E2E_HELPERS_H_
+#ifndef BATCHD_TESTING_E2E_HELPERS_H_
+#define BATCHD_TESTING_E2E_HELPERS_H_
 
 #include <cstdint>
 #include <limits>
@@ -22,17 +22,7 @@
 #include "batchd/v1/admin.pb.h"
 #include "batchd/v1/data.pb.h"
 #include "client/loader.h"
-
-// ASSERT_OK_AND_ASSIGN for tests: `lhs = *expr` when expr (a StatusOr) is OK,
-// otherwise a fatal failure printing the status.
-#define E2E_ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  E2E_ASSERT_OK_AND_ASSIGN_IMPL(E2E_CONCAT(e2e_statusor_, __LINE__), lhs, expr)
-#define E2E_ASSERT_OK_AND_ASSIGN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                  \
-  ASSERT_TRUE(tmp.ok()) << tmp.status();              \
-  lhs = std::move(*tmp)
-#define E2E_CONCAT(a, b) E2E_CONCAT_INNER(a, b)
-#define E2E_CONCAT_INNER(a, b) a##b
+#include "testing/status_matchers.h"
 
 namespace batchd::testing {
 
@@ -100,7 +90,7 @@ absl::StatusOr<batchd::v1::SetWorkersResponse> SetWorkers(
 std::string ReadPortFile(const std::string& path);
 
 // A /metrics page as parsed by the real Prometheus parser
-// (python3-prometheus-client, via tests/metrics_page.py): sample line
+// (python3-prometheus-client, via testing/metrics_page.py): sample line
 // ("name{labels}", labels sorted) -> value.
 using Page = std::map<std::string, double>;
 absl::StatusOr<Page> ScrapeWithPrometheusParser(const std::string& url);
@@ -111,4 +101,4 @@ const batchd::v1::JobStatus* FindJob(const batchd::v1::ServerStatus& status,
 
 }  // namespace batchd::testing
 
-#endif  // BATCHD_TESTS_E2E_HELPERS_H_
+#endif  // BATCHD_TESTING_E2E_HELPERS_H_

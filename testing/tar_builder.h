@@ -10,8 +10,8 @@
 //   bytes[header + 148] ^= 1;  // break a checksum
 //
 // Thread-compatible.
-#ifndef BATCHD_SERVER_DATASET_TAR_BUILDER_FOR_TEST_H_
-#define BATCHD_SERVER_DATASET_TAR_BUILDER_FOR_TEST_H_
+#ifndef BATCHD_TESTING_TAR_BUILDER_H_
+#define BATCHD_TESTING_TAR_BUILDER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -59,4 +59,4 @@ void WriteFileForTest(const std::string& path, const std::string& bytes);
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_DATASET_TAR_BUILDER_FOR_TEST_H_
+#endif  // BATCHD_TESTING_TAR_BUILDER_H_

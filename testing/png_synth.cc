@@ -1,4 +1,4 @@
-#include "server/decode/png_test_util.h"
+#include "testing/png_synth.h"
 
 #include <png.h>
 

@@ -2,8 +2,8 @@
 // libpng in memory, for decoder tests and benchmarks.
 //
 // Thread-safe.
-#ifndef BATCHD_SERVER_DECODE_PNG_TEST_UTIL_H_
-#define BATCHD_SERVER_DECODE_PNG_TEST_UTIL_H_
+#ifndef BATCHD_TESTING_PNG_SYNTH_H_
+#define BATCHD_TESTING_PNG_SYNTH_H_
 
 #include <cstdint>
 #include <string>
@@ -29,4 +29,4 @@ std::string EncodePngForTest(const PngSpec& spec);
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_DECODE_PNG_TEST_UTIL_H_
+#endif  // BATCHD_TESTING_PNG_SYNTH_H_

@@ -1,4 +1,4 @@
-#include "client/testing/fake_data_service.h"
+#include "testing/fake_data_service.h"
 
 #include <algorithm>
 

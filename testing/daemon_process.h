@@ -9,8 +9,8 @@
 //   absl::StatusOr<int> code = (*daemon)->WaitForExit(absl::Seconds(15));
 //
 // Thread-compatible.
-#ifndef BATCHD_TESTS_DAEMON_PROCESS_H_
-#define BATCHD_TESTS_DAEMON_PROCESS_H_
+#ifndef BATCHD_TESTING_DAEMON_PROCESS_H_
+#define BATCHD_TESTING_DAEMON_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -73,4 +73,4 @@ class DaemonProcess {
 
 }  // namespace batchd::testing
 
-#endif  // BATCHD_TESTS_DAEMON_PROCESS_H_
+#endif  // BATCHD_TESTING_DAEMON_PROCESS_H_

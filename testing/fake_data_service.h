@@ -12,8 +12,8 @@
 //   options.endpoint = server.endpoint();
 //
 // Thread-safety: the observation methods are thread-safe.
-#ifndef BATCHD_CLIENT_TESTING_FAKE_DATA_SERVICE_H_
-#define BATCHD_CLIENT_TESTING_FAKE_DATA_SERVICE_H_
+#ifndef BATCHD_TESTING_FAKE_DATA_SERVICE_H_
+#define BATCHD_TESTING_FAKE_DATA_SERVICE_H_
 
 #include <cstdint>
 #include <deque>
@@ -182,4 +182,4 @@ class FakeServer {
 
 }  // namespace batchd::client::testing
 
-#endif  // BATCHD_CLIENT_TESTING_FAKE_DATA_SERVICE_H_
+#endif  // BATCHD_TESTING_FAKE_DATA_SERVICE_H_

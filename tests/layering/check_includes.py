@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Fails on an #include that crosses the project's layering.
+
+The rooms and the edges between them are written once, in README.md's
+Layout section, as a fenced block under "Allowed dependencies":
+
+    server    -> common proto
+    client    -> common proto
+
+A file's room is the first directory of its path (server/service/x.cc is in
+"server"); an include's room is the first directory of the included path
+("batchd/v1/..." is the generated wire API, room "proto"). Anything else
+(absl/, grpcpp/, gtest/, system headers) is outside the project and allowed,
+except gRPC's implementation headers (grpcpp/impl/) and grpc::internal, which
+are not a public API. Unit tests (*_test.cc) may also include testing/.
+
+Usage: check_includes.py [REPO_ROOT]        exit 1 and one line per violation
+       check_includes.py --self-test         shows that a forbidden include
+                                             fails the check
+"""
+import os
+import re
+import sys
+import tempfile
+
+SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cpp")
+INCLUDE = re.compile(r'^\s*#\s*include\s+[<"]([^">]+)[">]')
+SKIP_DIRS = {".git", "node_modules"}
+
+
+def read_edges(readme_path):
+    """Room -> set of rooms it may include, from README.md's block."""
+    text = open(readme_path, encoding="utf-8").read()
+    match = re.search(r"Allowed dependencies.*?```[a-z]*\n(.*?)```", text,
+                      re.S)
+    if not match:
+        sys.exit(f"{readme_path}: no fenced block after 'Allowed "
+                 "dependencies' (the Layout section must keep it)")
+    edges = {}
+    for line in match.group(1).splitlines():
+        if "->" not in line:
+            continue
+        room, targets = line.split("->", 1)
+        targets = re.sub(r"\(.*?\)", "", targets).split()
+        edges[room.strip()] = set(targets)
+    return edges
+
+
+def room_of_include(path, rooms):
+    if path.startswith("batchd/v1/"):
+        return "proto"
+    first = path.split("/", 1)[0]
+    return first if "/" in path and first in rooms else None
+
+
+def violations(root):
+    edges = read_edges(os.path.join(root, "README.md"))
+    rooms = set(edges)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and
+                       not (rel_dir == "." and d.startswith("build"))]
+        for name in sorted(filenames):
+            if not name.endswith(SOURCE_SUFFIXES):
+                continue
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            room = rel.split(os.sep, 1)[0]
+            if room not in rooms:
+                continue
+            allowed = edges[room] | {room}
+            if name.endswith("_test.cc"):
+                allowed = allowed | {"testing"}
+            with open(os.path.join(dirpath, name), encoding="utf-8",
+                      errors="replace") as f:
+                for number, line in enumerate(f, 1):
+                    if "grpc::internal::" in line:
+                        found.append(f"{rel}:{number}: uses grpc::internal, "
+                                     "which is not gRPC's public API")
+                    m = INCLUDE.match(line)
+                    if not m:
+                        continue
+                    included = m.group(1)
+                    if included.startswith("grpcpp/impl/"):
+                        found.append(f"{rel}:{number}: includes {included}, "
+                                     "a gRPC implementation header")
+                        continue
+                    target = room_of_include(included, rooms)
+                    if target is not None and target not in allowed:
+                        found.append(
+                            f"{rel}:{number}: {room}/ may not include "
+                            f"{included} ({room} -> "
+                            f"{' '.join(sorted(edges[room])) or 'nothing'}; "
+                            "see README.md, Layout)")
+    return found
+
+
+def self_test():
+    """A client file that includes a server header must fail the check."""
+    with tempfile.TemporaryDirectory() as root:
+        with open(os.path.join(root, "README.md"), "w") as f:
+            f.write("Allowed dependencies\n```\nproto ->\ncommon -> proto\n"
+                    "server -> common proto\nclient -> common proto\n```\n")
+        for rel, body in {
+            "server/pipeline.h": '#include "common/random.h"\n',
+            "client/ok.cc": '#include "client/ok.h"\n'
+                            '#include "batchd/v1/data.pb.h"\n',
+            "client/bad.cc": '#include "server/pipeline.h"\n',
+        }.items():
+            os.makedirs(os.path.join(root, os.path.dirname(rel)),
+                        exist_ok=True)
+            with open(os.path.join(root, rel), "w") as f:
+                f.write(body)
+        found = violations(root)
+    expected = ["client/bad.cc:1: client/ may not include server/pipeline.h"]
+    if len(found) != 1 or not found[0].startswith(expected[0]):
+        print("self-test: expected exactly", expected, "got", found)
+        return 1
+    print("self-test: a client file including a server header fails:",
+          found[0])
+    return 0
+
+
+def main(argv):
+    if argv[1:] == ["--self-test"]:
+        return self_test()
+    root = argv[1] if len(argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    found = violations(os.path.normpath(root))
+    for line in found:
+        print(line)
+    if found:
+        print(f"{len(found)} include(s) break the layering")
+        return 1
+    print("layering: every include follows README.md's allowed dependencies")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
