@@ -12,7 +12,6 @@
 #include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
@@ -28,6 +27,8 @@ namespace {
 // (a static initializer calls InitProtoReflectionServerBuilderPlugin), so
 // this removes any reflection plugin the builder got that way and adds one
 // back only when `enabled`.
+// grpc::ServerBuilderOption is public API, declared through
+// grpcpp/server_builder.h.
 class ReflectionOption final : public grpc::ServerBuilderOption {
  public:
   explicit ReflectionOption(bool enabled) : enabled_(enabled) {}
