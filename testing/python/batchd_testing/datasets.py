@@ -74,3 +74,10 @@ def image_files(root):
 def count_images(root):
     """How many samples the daemon serves from the ImageFolder at `root`."""
     return len(image_files(root))
+
+
+if __name__ == "__main__":
+    # For shell scripts: prints the count of the ImageFolder at argv[1]
+    # (testing/shell/batchd_daemon.sh's batchd_count_images).
+    import sys
+    print(count_images(sys.argv[1]))
