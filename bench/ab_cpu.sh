@@ -37,7 +37,7 @@ RUN=$(mktemp -d)
 trap 'rm -rf "$RUN"' EXIT
 PIN=()
 command -v taskset >/dev/null && PIN=(taskset -c 0)
-source "$(dirname "$0")/../scripts/batchd_daemon.sh"
+source "$(dirname "$0")/../testing/shell/batchd_daemon.sh"
 BATCHD_PIN=(${PIN[@]+"${PIN[@]}"})
 TICKS=$(getconf CLK_TCK)
 

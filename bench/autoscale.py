@@ -29,7 +29,10 @@ import sys
 import threading
 import time
 
-from daemon_launcher import Daemon
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "testing", "python"))
+from batchd_testing.daemon import Daemon, daemon_binary  # noqa: E402
+from batchd_testing.datasets import count_images  # noqa: E402
 
 BATCH = 64
 EPOCH_LINE = re.compile(
@@ -52,9 +55,11 @@ def run(build, data, workers, step_ms, seconds):
     """One trainer run; returns a dict of figures."""
     flags = ["--workers", "auto", "--min-workers", "1", "--max-workers", "2"] \
         if workers == "auto" else ["--workers", str(workers)]
-    with Daemon(build, {"bench": data}, flags, metrics=True) as daemon:
-        images = sum(1 for _, _, files in os.walk(data)
-                     for f in files if f.endswith(".jpg"))
+    images = count_images(data)
+    if images == 0:
+        raise RuntimeError(f"{data} holds no images the daemon would serve")
+    with Daemon(daemon_binary(build), {"bench": data}, flags,
+                metrics=True) as daemon:
         batches = math.ceil(images / BATCH)
         # Enough epochs for `seconds` at the step time (or at ~35 ms a
         # batch, two workers' pace, for short steps).

@@ -25,9 +25,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, os.path.join(ROOT, "testing", "python")]
 import side_by_side  # noqa: E402  (its daemon + client runner)
-from daemon_launcher import Daemon  # noqa: E402
+from batchd_testing.daemon import Daemon, daemon_binary  # noqa: E402
+from batchd_testing.datasets import count_images  # noqa: E402
 
 MAX_SIDES = (512, 320, 256)
 
@@ -67,7 +68,8 @@ def mean_differences(build, datasets, batches):
         return name.replace(" ", "-")
 
     served_datasets = {served(name): path for name, path in datasets.items()}
-    with Daemon(build, served_datasets, ["--workers", "2"]) as daemon:
+    with Daemon(daemon_binary(build), served_datasets,
+                ["--workers", "2"]) as daemon:
         endpoint = daemon.endpoint
         result = {}
         for mode in ("eval", "train"):
@@ -114,7 +116,7 @@ def main():
         name = f"max-side {side}"
         datasets[name] = os.path.join(data, f"max{side}")
         prep_seconds[name] = prepare(build, folder, datasets[name], side)
-    print(f"{side_by_side.count_images(folder)} images; shard bytes: " +
+    print(f"{count_images(folder)} images; shard bytes: " +
           ", ".join(f"{n} {tar_bytes(p) / 1e6:.1f} MB"
                     for n, p in datasets.items() if n != "folder"))
     print("batchd-prep seconds (2 threads, 0 = reused): " +

@@ -27,7 +27,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$RUN"; }
 trap cleanup EXIT
 
-source "$(dirname "$0")/../scripts/batchd_daemon.sh"
+source "$(dirname "$0")/../testing/shell/batchd_daemon.sh"
 # start_daemon CORE NAME: a one-worker daemon pinned to CORE; sets $PORT.
 start_daemon() {
   BATCHD_PIN=(taskset -c "$1")
@@ -45,7 +45,7 @@ client() {  # client ENDPOINTS EXTRA...
 }
 rate() { sed -n 's/^total: .* \([0-9.]*\) images\/s,.*/\1/p' "$1"; }
 
-echo "dataset: $DATA ($(find "$DATA" -name '*.jpg' | wc -l) images), batch 64, 224x224, one worker per daemon"
+echo "dataset: $DATA ($(batchd_count_images "$DATA") images), batch 64, 224x224, one worker per daemon"
 ones=(); twos=()
 for r in $(seq "$REPEATS"); do
   start_daemon 0 a; A=$PORT

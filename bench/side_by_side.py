@@ -35,10 +35,11 @@ import subprocess
 import sys
 import time
 
-from daemon_launcher import Daemon
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "testing", "python"))
+from batchd_testing.daemon import Daemon, daemon_binary  # noqa: E402
+from batchd_testing.datasets import count_images  # noqa: E402
 PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch and torchvision
 
 
@@ -80,11 +81,6 @@ def ensure_dataset(build, data, images):
     open(os.path.join(data, ".complete"), "w").close()
 
 
-def count_images(data):
-    return sum(1 for _, _, files in os.walk(data)
-               for f in files if f.endswith(".jpg"))
-
-
 EPOCH_RE = re.compile(r"epoch (\d+): .*? (\d+) images in [\d.]+ s: ([\d.]+) images/s"
                       r".*, client CPU ([\d.]+) s")
 
@@ -100,7 +96,8 @@ TRANSPORT_RE = re.compile(r"transport (\S+)")
 def batchd(build, data, workers, cores, epochs, transport="shared memory"):
     """Daemon + CLI client on one host, both pinned to `cores`."""
     over_unix, shm, expected = TRANSPORTS[transport]
-    with Daemon(build, {"bench": data}, ["--workers", str(workers)],
+    with Daemon(daemon_binary(build), {"bench": data},
+                ["--workers", str(workers)],
                 cores=cores, unix_socket=over_unix) as daemon:
         client = taskset(cores) + [
             os.path.join(build, "client", "batchd-client"),

@@ -16,8 +16,8 @@ if [ ! -f "$DATA/.complete" ]; then
 fi
 RUN=$(mktemp -d)
 trap 'rm -rf "$RUN"' EXIT
-source "$(dirname "$0")/../scripts/batchd_daemon.sh"
-echo "dataset: $DATA ($(find "$DATA" -name '*.jpg' | wc -l) images), $EPOCHS epochs, batch 64, 224x224"
+source "$(dirname "$0")/../testing/shell/batchd_daemon.sh"
+echo "dataset: $DATA ($(batchd_count_images "$DATA") images), $EPOCHS epochs, batch 64, 224x224"
 for workers in $WORKER_COUNTS; do
   batchd_start "$RUN" daemon "$BUILD/server/batchd" --dataset "bench=$DATA" \
     --workers "$workers"

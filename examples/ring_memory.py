@@ -59,9 +59,9 @@ def main():
         args.prefetch = int(args.prefetch)
         child(args.child_endpoint, args)
         return
-    from train_resnet import Daemon, ensure_dataset
+    from train_resnet import ensure_dataset, start_daemon
     args.images = 512
-    daemon = Daemon(args, ensure_dataset(args))
+    daemon = start_daemon(args, ensure_dataset(args))
     try:
         print(f"batch {args.batch_size} x 3 x {args.image_size} x "
               f"{args.image_size} uint8; RSS growth after {args.batches} "

@@ -13,17 +13,18 @@ more than --input-bound-threshold of the time) or compute-bound.
 With --endpoint the batchd run uses a daemon already serving the dataset
 (as --dataset); otherwise the example starts BUILD/server/batchd on the
 --data directory (an ImageFolder; generated with BUILD/tools/make_dataset
-when it does not exist) and stops it at the end. Runs on the CPU unless
+when it does not exist) with the repository's launcher (batchd_testing in
+testing/python) and stops it at the end. Runs on the CPU unless
 --device says otherwise.
 """
 import argparse
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import tempfile
 import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv):
@@ -68,31 +69,19 @@ def ensure_dataset(args):
     return data
 
 
-class Daemon:
-    """batchd serving `data` as dataset 'train', for the length of a run."""
-
-    def __init__(self, args, data):
-        self.dir = tempfile.TemporaryDirectory()
-        port_file = pathlib.Path(self.dir.name) / "port"
-        binary = pathlib.Path(args.build) / "server" / "batchd"
-        self.log = open(pathlib.Path(self.dir.name) / "log", "wb")
-        self.process = subprocess.Popen(
-            [str(binary), "--dataset", f"train={data}", "--port", "0",
-             "--host", "127.0.0.1", "--port-file", str(port_file),
-             "--workers", str(args.daemon_workers)],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{binary} did not start")
-            time.sleep(0.05)
-        self.endpoint = f"127.0.0.1:{int(port_file.read_text())}"
-
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=10)
-        self.log.close()
-        self.dir.cleanup()
+def start_daemon(args, data):
+    """batchd serving `data` as dataset 'train' for the length of a run,
+    started by the repository's launcher (testing/python/batchd_testing);
+    the caller stop()s it."""
+    sys.path.insert(0, str(REPO / "testing" / "python"))
+    try:
+        from batchd_testing.daemon import Daemon, daemon_binary
+    except ImportError:
+        raise SystemExit(f"starting a daemon needs the batchd source tree "
+                         f"({REPO / 'testing' / 'python'}); or pass "
+                         f"--endpoint of a running daemon") from None
+    return Daemon(daemon_binary(args.build), {"train": data},
+                  ["--workers", str(args.daemon_workers)])
 
 
 def batchd_batches(args, endpoint, dataset, normalize):
@@ -193,7 +182,7 @@ def main(argv):
             daemon = None
             endpoint, dataset = args.endpoint, args.dataset
             if endpoint is None:
-                daemon = Daemon(args, data)
+                daemon = start_daemon(args, data)
                 endpoint, dataset = daemon.endpoint, "train"
             try:
                 batches = batchd_batches(args, endpoint, dataset, normalize)

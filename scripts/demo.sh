@@ -38,7 +38,7 @@ RUN=$(mktemp -d)
 DAEMON=
 trap '[ -n "$DAEMON" ] && kill -TERM "$DAEMON" 2>/dev/null; rm -rf "$RUN"' EXIT
 echo "== starting batchd with $WORKERS workers, serving $SERVE"
-source "$(dirname "$0")/batchd_daemon.sh"
+source "$(dirname "$0")/../testing/shell/batchd_daemon.sh"
 batchd_start "$RUN" demo "$BUILD/server/batchd" --dataset "demo=$SERVE" \
   --metrics-port 0 --metrics-port-file "$RUN/metrics-port" --workers "$WORKERS"
 DAEMON=$BATCHD_PID

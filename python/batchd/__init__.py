@@ -36,7 +36,7 @@ import time
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import _native, errors  # noqa: E402
-from ._native import NativeLoader  # noqa: E402,F401
+from ._native import LoaderArgs, NativeLoader  # noqa: E402,F401
 from .errors import BatchdError  # noqa: E402,F401
 
 __all__ = ["Loader", "Diagnosis", "BatchdError", "errors", "list_datasets",
@@ -52,6 +52,10 @@ VERDICTS = ("compute-bound", "input-bound", "network-bound", "client-bound",
             "unknown")
 
 _logger = logging.getLogger("batchd")
+
+# The defaults of Loader's plan and stream options: the C++ client's
+# (client::LoaderOptions, client/loader.h), as the native module reads them.
+_DEFAULTS = LoaderArgs()
 
 
 class Diagnosis(collections.namedtuple(
@@ -197,7 +201,7 @@ class Loader:
         is usable from C++, else ``"host"``.
       depth: output slots of the ``"device"`` backend (batches whose
         tensors may be alive at once; 2-3 keep one copying while one is
-        used).
+        used). None: the DeviceLoader's default (3).
       report: what to do with each epoch's one-line diagnosis (see
         :meth:`diagnose`) when the epoch's iteration ends: a callable taking
         the line; None (default) logs it at INFO on the ``"batchd"`` logger;
@@ -208,16 +212,20 @@ class Loader:
     be reached.
     """
 
-    def __init__(self, endpoint, dataset, batch_size, *, mode="train",
-                 size=224, scale=None, ratio=None, flip=None,
-                 resize_shorter=None, layout="nchw", seed=0, shuffle=True,
-                 drop_last=False, rank=None, world_size=None, prefetch=4,
-                 prefetch_memory=1 << 30, epochs=None, shared_memory=True,
-                 device="cpu", normalize=None, dtype=None, job="",
-                 connect_timeout=10.0, unavailable_timeout=30.0,
-                 hedge_factor=3.0, backend="auto", depth=3,
-                 report=None, tls_ca=None, tls_cert=None, tls_key=None,
-                 tls_server_name=None, token_file=None):
+    def __init__(self, endpoint, dataset, batch_size, *,
+                 mode=_DEFAULTS.mode, size=_DEFAULTS.size, scale=None,
+                 ratio=None, flip=None, resize_shorter=None,
+                 layout=_DEFAULTS.layout, seed=_DEFAULTS.seed,
+                 shuffle=_DEFAULTS.shuffle, drop_last=_DEFAULTS.drop_last,
+                 rank=None, world_size=None, prefetch=_DEFAULTS.prefetch,
+                 prefetch_memory=_DEFAULTS.auto_prefetch_max_bytes,
+                 epochs=None, shared_memory=_DEFAULTS.shared_memory,
+                 device="cpu", normalize=None, dtype=None, job=_DEFAULTS.job,
+                 connect_timeout=_DEFAULTS.connect_timeout,
+                 unavailable_timeout=_DEFAULTS.unavailable_timeout,
+                 hedge_factor=_DEFAULTS.hedge_factor, backend="auto",
+                 depth=None, report=None, tls_ca=None, tls_cert=None,
+                 tls_key=None, tls_server_name=None, token_file=None):
         import torch
 
         self._native = None
@@ -239,12 +247,12 @@ class Loader:
             raise ValueError(
                 f"rank {rank} is outside 0..world_size-1 (world_size "
                 f"{world_size})")
-        prefetch_max_bytes = 0
-        if prefetch == "auto":
+        auto_prefetch = prefetch == "auto"
+        if auto_prefetch:
             if not (isinstance(prefetch_memory, int) and prefetch_memory > 0):
                 raise ValueError(f"prefetch_memory must be a positive number "
                                  f"of bytes, not {prefetch_memory!r}")
-            prefetch, prefetch_max_bytes = 4, prefetch_memory
+            prefetch = _DEFAULTS.prefetch
         elif isinstance(prefetch, str) or prefetch < 1:
             raise ValueError(f"prefetch must be >= 1 or \"auto\", not "
                              f"{prefetch!r}")
@@ -260,13 +268,15 @@ class Loader:
         self.seed = seed
         self._setup_output(normalize, dtype)
 
-        plan = dict(
+        args = LoaderArgs(
+            endpoint=endpoint, dataset=dataset, batch_size=batch_size,
             seed=seed, shuffle=shuffle, drop_last=drop_last, rank=rank,
             world_size=world_size, job=job, mode=mode, size=size,
             scale=None if scale is None else tuple(scale),
             ratio=None if ratio is None else tuple(ratio), flip=flip,
             resize_shorter=resize_shorter or 0, layout=layout,
-            prefetch=prefetch, prefetch_max_bytes=prefetch_max_bytes,
+            prefetch=prefetch, auto_prefetch=auto_prefetch,
+            auto_prefetch_max_bytes=prefetch_memory,
             last_epoch=None if epochs is None else epochs - 1,
             shared_memory=bool(shared_memory),
             connect_timeout=connect_timeout,
@@ -284,15 +294,14 @@ class Loader:
         if backend == "device" or (backend == "auto" and
                                    self.device.type == "cuda" and
                                    _native.HAVE_DEVICE_LOADER):
-            native = self._open_device_loader(endpoint, dataset, batch_size,
-                                              plan, normalize, depth)
+            native = self._open_device_loader(args, normalize, depth)
             if backend == "device" or native.path == "cuda":
                 self._native = native
                 self.backend = "device"
             else:
                 native.close()  # C++ sees no usable GPU: torch copies
         if self._native is None:
-            self._native = NativeLoader(endpoint, dataset, batch_size, **plan)
+            self._native = NativeLoader(args)
         self.endpoint = endpoint
         self._length = self._native.batches_per_epoch
         # The epoch (and first batch) the next __iter__ starts.
@@ -309,8 +318,7 @@ class Loader:
         self.waited_s = 0.0
         self.batches = 0
 
-    def _open_device_loader(self, endpoint, dataset, batch_size, plan,
-                            normalize, depth):
+    def _open_device_loader(self, args, normalize, depth):
         import torch
 
         names = {torch.uint8: "uint8", torch.float32: "float32",
@@ -323,11 +331,11 @@ class Loader:
         on_cuda = self.device.type == "cuda"
         stream = (torch.cuda.current_stream(self.device).cuda_stream
                   if on_cuda else 0)
+        options = {} if depth is None else {"depth": depth}
         return _native.NativeDeviceLoader(
-            endpoint, dataset, batch_size, dtype=names[out_dtype],
-            mean=[float(m) for m in mean], std=[float(s) for s in std],
-            depth=depth, consumer_stream=stream, force_host=not on_cuda,
-            **plan)
+            args, dtype=names[out_dtype], mean=[float(m) for m in mean],
+            std=[float(s) for s in std], consumer_stream=stream,
+            force_host=not on_cuda, **options)
 
     def _setup_output(self, normalize, dtype):
         import torch

@@ -131,28 +131,14 @@ py::capsule ToDlpack(PyDeviceBatch& self, int device_id) {
 }
 
 std::unique_ptr<DeviceFetchingLoader> MakeDeviceLoader(
-    const std::string& endpoint, const std::string& dataset,
-    uint32_t batch_size, uint64_t seed, bool shuffle, bool drop_last,
-    uint32_t rank, uint32_t world_size, const std::string& job,
-    const std::string& mode, uint32_t size,
-    std::optional<std::pair<float, float>> scale,
-    std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
-    uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
-    double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, std::optional<uint64_t> last_epoch,
-    bool shared_memory, const py::dict& security,
-    const std::string& dtype,
-    std::vector<float> mean, std::vector<float> std, int depth,
-    uintptr_t consumer_stream, bool force_host) {
+    const LoaderArgs& args, const std::string& dtype, std::vector<float> mean,
+    std::vector<float> std, int depth, uintptr_t consumer_stream,
+    bool force_host) {
   client::DeviceLoaderOptions options;
-  options.loader = LoaderOptionsFromArgs(
-      endpoint, dataset, batch_size, seed, shuffle, drop_last, rank,
-      world_size, job, mode, size, scale, ratio, flip, resize_shorter, layout,
-      prefetch, connect_timeout, unavailable_timeout, hedge_factor,
-      prefetch_max_bytes, last_epoch, shared_memory, security);
+  options.loader = LoaderOptionsOrThrow(args);
   options.normalize.dtype = ParseDType(dtype);
   options.normalize.layout =
-      layout == "nchw" ? cuda::Layout::kNCHW : cuda::Layout::kNHWC;
+      args.layout == "nchw" ? cuda::Layout::kNCHW : cuda::Layout::kNHWC;
   options.normalize.mean = std::move(mean);
   options.normalize.std = std::move(std);
   options.depth = depth;
@@ -193,24 +179,14 @@ void BindDeviceLoader(py::module_& m) {
       "Streams one plan through client::DeviceLoader: pinned ring, copy "
       "stream and normalisation kernel on a CUDA device; normalisation on "
       "the CPU otherwise.");
-  loader.def(py::init(&MakeDeviceLoader), py::arg("endpoint"),
-             py::arg("dataset"), py::arg("batch_size"), py::kw_only(),
-             py::arg("seed") = 0, py::arg("shuffle") = true,
-             py::arg("drop_last") = false, py::arg("rank") = 0,
-             py::arg("world_size") = 1, py::arg("job") = "",
-             py::arg("mode") = "train", py::arg("size") = 224,
-             py::arg("scale") = py::none(), py::arg("ratio") = py::none(),
-             py::arg("flip") = py::none(), py::arg("resize_shorter") = 0,
-             py::arg("layout") = "nchw", py::arg("prefetch") = 4,
-             py::arg("connect_timeout") = 10.0,
-             py::arg("unavailable_timeout") = 30.0,
-             py::arg("hedge_factor") = 3.0, py::arg("prefetch_max_bytes") = 0,
-             py::arg("last_epoch") = py::none(),
-             py::arg("shared_memory") = true,
-             py::arg("security") = py::dict(), py::arg("dtype") = "float32",
+  loader.def(py::init(&MakeDeviceLoader), py::arg("args"), py::kw_only(),
+             py::arg("dtype") = "float32",
              py::arg("mean") = std::vector<float>(),
-             py::arg("std") = std::vector<float>(), py::arg("depth") = 3,
-             py::arg("consumer_stream") = 0, py::arg("force_host") = false);
+             py::arg("std") = std::vector<float>(),
+             py::arg("depth") = client::DeviceLoaderOptions().depth,
+             py::arg("consumer_stream") = 0, py::arg("force_host") = false,
+             "Opens the plan `args` (a LoaderArgs) describes, with the "
+             "DeviceLoader's output dtype, normalisation and depth.");
   BindLoaderCommon(loader);
   loader
       .def_property_readonly("path",

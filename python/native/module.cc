@@ -4,7 +4,9 @@
 // NativeBatch through the buffer protocol, NativeDeviceBatch (when the
 // client's DeviceLoader is built) through DLPack.
 //
-//   native = _native.NativeLoader("localhost:7070", "imagenet", 64, size=224)
+//   args = _native.LoaderArgs(endpoint="localhost:7070", dataset="imagenet",
+//                              batch_size=64, size=224)
+//   native = _native.NativeLoader(args)
 //   native.start_epoch(0, 0)
 //   batch = native.next()               # None at the end of the epoch
 //   pixels = torch.frombuffer(batch, dtype=torch.uint8)  # wraps the slot
@@ -16,7 +18,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,17 +56,6 @@ const char* LayoutName(batchd::v1::Layout layout) {
   return layout == batchd::v1::LAYOUT_NCHW ? "nchw" : "nhwc";
 }
 
-namespace {
-
-batchd::v1::Layout ParseLayout(const std::string& layout) {
-  if (layout == "nhwc") return batchd::v1::LAYOUT_NHWC;
-  if (layout == "nchw") return batchd::v1::LAYOUT_NCHW;
-  throw py::value_error("layout must be 'nchw' or 'nhwc', not '" + layout +
-                        "'");
-}
-
-}  // namespace
-
 client::SecurityOptions SecurityOptionsFromDict(const py::dict& security) {
   client::SecurityOptions options;
   const std::pair<const char*, std::string*> fields[] = {
@@ -89,76 +79,30 @@ client::SecurityOptions SecurityOptionsFromDict(const py::dict& security) {
   return options;
 }
 
-client::LoaderOptions LoaderOptionsFromArgs(
-    const std::string& endpoint, const std::string& dataset,
-    uint32_t batch_size, uint64_t seed, bool shuffle, bool drop_last,
-    uint32_t rank, uint32_t world_size, const std::string& job,
-    const std::string& mode, uint32_t size,
-    std::optional<std::pair<float, float>> scale,
-    std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
-    uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
-    double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, std::optional<uint64_t> last_epoch,
-    bool shared_memory,
-    const py::dict& security) {
-  client::LoaderOptions options;
-  options.shared_memory = shared_memory;
-  options.endpoint = endpoint;
-  options.prefetch = prefetch;
-  // A memory cap turns on the growing ring (prefetch="auto").
-  options.auto_prefetch = prefetch_max_bytes > 0;
-  if (options.auto_prefetch) options.auto_prefetch_max_bytes = prefetch_max_bytes;
-  if (!(connect_timeout > 0)) {
-    throw py::value_error("connect_timeout must be > 0 seconds");
+namespace {
+
+py::dict SecurityOptionsToDict(const client::SecurityOptions& options) {
+  py::dict out;
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"tls_ca", &options.tls_ca},
+      {"tls_cert", &options.tls_cert},
+      {"tls_key", &options.tls_key},
+      {"tls_server_name", &options.tls_server_name},
+      {"token_file", &options.token_file}};
+  for (const auto& [name, value] : fields) {
+    out[name] = value->empty() ? py::object(py::none()) : py::str(*value);
   }
-  options.connect_timeout = absl::Seconds(connect_timeout);
-  if (!(unavailable_timeout > 0)) {
-    throw py::value_error("unavailable_timeout must be > 0 seconds");
+  return out;
+}
+
+}  // namespace
+
+client::LoaderOptions LoaderOptionsOrThrow(const LoaderArgs& args) {
+  absl::StatusOr<client::LoaderOptions> options = ToLoaderOptions(args);
+  if (!options.ok()) {
+    throw py::value_error(std::string(options.status().message()));
   }
-  options.unavailable_timeout = absl::Seconds(unavailable_timeout);
-  if (!(hedge_factor >= 0)) {
-    throw py::value_error("hedge_factor must be >= 0 (0 turns hedging off)");
-  }
-  options.hedge_factor = hedge_factor;
-  if (last_epoch.has_value()) options.last_epoch = *last_epoch;
-  options.security = SecurityOptionsFromDict(security);
-  batchd::v1::Plan& plan = options.plan;
-  plan.set_dataset(dataset);
-  plan.set_batch_size(batch_size);
-  plan.set_seed(seed);
-  plan.set_shuffle(shuffle);
-  plan.set_drop_last(drop_last);
-  plan.set_rank(rank);
-  plan.set_world_size(world_size);
-  plan.set_job(job);
-  batchd::v1::Pipeline* pipeline = plan.mutable_pipeline();
-  pipeline->set_layout(ParseLayout(layout));
-  if (mode == "train") {
-    batchd::v1::RandomResizedCrop* train = pipeline->mutable_train();
-    train->set_size(size);
-    if (scale.has_value()) {
-      train->set_scale_min(scale->first);
-      train->set_scale_max(scale->second);
-    }
-    if (ratio.has_value()) {
-      train->set_ratio_min(ratio->first);
-      train->set_ratio_max(ratio->second);
-    }
-    if (flip.has_value()) train->set_flip_probability(*flip);
-    if (resize_shorter != 0) {
-      throw py::value_error("resize_shorter applies to mode='eval' only");
-    }
-  } else if (mode == "eval") {
-    batchd::v1::ResizeCenterCrop* eval = pipeline->mutable_eval();
-    eval->set_size(size);
-    eval->set_resize_shorter(resize_shorter);
-    if (scale.has_value() || ratio.has_value() || flip.has_value()) {
-      throw py::value_error("scale, ratio and flip apply to mode='train' only");
-    }
-  } else {
-    throw py::value_error("mode must be 'train' or 'eval', not '" + mode + "'");
-  }
-  return options;
+  return *std::move(options);
 }
 
 #if BATCHD_PY_DEVICE_LOADER
@@ -169,23 +113,8 @@ namespace {
 
 using PyHostBatch = PyBatch<client::Batch>;
 
-std::unique_ptr<NativeLoader> MakeLoader(
-    const std::string& endpoint, const std::string& dataset,
-    uint32_t batch_size, uint64_t seed, bool shuffle, bool drop_last,
-    uint32_t rank, uint32_t world_size, const std::string& job,
-    const std::string& mode, uint32_t size,
-    std::optional<std::pair<float, float>> scale,
-    std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
-    uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
-    double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, std::optional<uint64_t> last_epoch,
-    bool shared_memory,
-    const py::dict& security) {
-  client::LoaderOptions options = LoaderOptionsFromArgs(
-      endpoint, dataset, batch_size, seed, shuffle, drop_last, rank,
-      world_size, job, mode, size, scale, ratio, flip, resize_shorter, layout,
-      prefetch, connect_timeout, unavailable_timeout, hedge_factor,
-      prefetch_max_bytes, last_epoch, shared_memory, security);
+std::unique_ptr<NativeLoader> MakeLoader(const LoaderArgs& args) {
+  client::LoaderOptions options = LoaderOptionsOrThrow(args);
   absl::StatusOr<std::unique_ptr<NativeLoader>> loader;
   {
     py::gil_scoped_release release;
@@ -195,10 +124,95 @@ std::unique_ptr<NativeLoader> MakeLoader(
   return *std::move(loader);
 }
 
+// batchd._native.LoaderArgs: every field of LoaderArgs, readable and
+// writable, and a constructor taking any of them by keyword. Its defaults
+// are the ones batchd.Loader shows.
+void BindLoaderArgs(py::module_& m) {
+  py::class_<LoaderArgs> cls(
+      m, "LoaderArgs",
+      "The options of a NativeLoader or NativeDeviceLoader, by keyword; "
+      "fields not given keep their defaults, which are the C++ "
+      "client::LoaderOptions defaults (client/loader.h) and the plan's.");
+  std::vector<std::string> fields;
+  auto field = [&](const char* name, auto member, const char* doc) {
+    cls.def_readwrite(name, member, doc);
+    fields.push_back(name);
+  };
+  field("endpoint", &LoaderArgs::endpoint,
+        "the daemons: 'host:port', 'unix:/path', a comma-separated list, or "
+        "'dns:///name:port'");
+  field("dataset", &LoaderArgs::dataset, "a dataset the daemons serve");
+  field("batch_size", &LoaderArgs::batch_size, "samples per batch");
+  field("seed", &LoaderArgs::seed, "seed of the order and augmentation");
+  field("shuffle", &LoaderArgs::shuffle, "");
+  field("drop_last", &LoaderArgs::drop_last, "");
+  field("rank", &LoaderArgs::rank, "this process's shard");
+  field("world_size", &LoaderArgs::world_size, "shards in all");
+  field("job", &LoaderArgs::job, "job name for fair sharing and metrics");
+  field("mode", &LoaderArgs::mode, "'train' or 'eval'");
+  field("size", &LoaderArgs::size, "output height and width, pixels");
+  field("scale", &LoaderArgs::scale, "train: (min, max) or None");
+  field("ratio", &LoaderArgs::ratio, "train: (min, max) or None");
+  field("flip", &LoaderArgs::flip, "train: flip probability or None");
+  field("resize_shorter", &LoaderArgs::resize_shorter,
+        "eval: shorter side before the crop; 0: the daemon's default");
+  field("layout", &LoaderArgs::layout, "'nchw' or 'nhwc'");
+  field("prefetch", &LoaderArgs::prefetch, "ring slots requested");
+  field("auto_prefetch", &LoaderArgs::auto_prefetch,
+        "grow the ring while waits are bursty");
+  field("auto_prefetch_max_bytes", &LoaderArgs::auto_prefetch_max_bytes,
+        "the growing ring's cap, bytes of slots");
+  field("connect_timeout", &LoaderArgs::connect_timeout, "seconds");
+  field("unavailable_timeout", &LoaderArgs::unavailable_timeout, "seconds");
+  field("hedge_factor", &LoaderArgs::hedge_factor, "0 turns hedging off");
+  field("last_epoch", &LoaderArgs::last_epoch, "None: no limit");
+  field("shared_memory", &LoaderArgs::shared_memory,
+        "offer a same-host daemon the ring as shared memory");
+  cls.def_property(
+      "security",
+      [](const LoaderArgs& self) {
+        return SecurityOptionsToDict(self.security);
+      },
+      [](LoaderArgs& self, const py::dict& security) {
+        self.security = SecurityOptionsFromDict(security);
+      },
+      "dict of tls_ca, tls_cert, tls_key, tls_server_name, token_file (None: "
+      "unset)");
+  fields.push_back("security");
+  // Keywords go through the fields' own setters (and their type checks).
+  cls.def(py::init([](const py::kwargs& kwargs) {
+    if (kwargs.empty()) return LoaderArgs();
+    py::object self = py::type::of<LoaderArgs>()();
+    py::tuple names = self.attr("fields");
+    for (const auto& [key, value] : kwargs) {
+      if (!names.contains(key)) {
+        throw py::type_error("LoaderArgs() got an unexpected keyword "
+                             "argument '" +
+                             py::cast<std::string>(py::str(key)) + "'");
+      }
+      py::setattr(self, key, value);
+    }
+    return self.cast<LoaderArgs>();
+  }));
+  cls.attr("fields") = py::tuple(py::cast(fields));
+  cls.def("__repr__", [](const py::object& self) {
+    std::string out = "LoaderArgs(";
+    const char* separator = "";
+    for (const py::handle name : py::tuple(self.attr("fields"))) {
+      out += separator + py::cast<std::string>(py::str(name)) + "=" +
+             py::cast<std::string>(py::repr(self.attr(name)));
+      separator = ", ";
+    }
+    return out + ")";
+  });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "C++ client of batchd (see the batchd package)";
+
+  BindLoaderArgs(m);
 
   py::class_<PyHostBatch> batch(
       m, "NativeBatch", py::buffer_protocol(),
@@ -230,20 +244,8 @@ PYBIND11_MODULE(_native, m) {
   py::class_<NativeLoader> loader(m, "NativeLoader",
                                   "Streams one plan's batches from one "
                                   "daemon into a ring of host buffers.");
-  loader.def(py::init(&MakeLoader), py::arg("endpoint"), py::arg("dataset"),
-             py::arg("batch_size"), py::kw_only(), py::arg("seed") = 0,
-             py::arg("shuffle") = true, py::arg("drop_last") = false,
-             py::arg("rank") = 0, py::arg("world_size") = 1,
-             py::arg("job") = "", py::arg("mode") = "train",
-             py::arg("size") = 224, py::arg("scale") = py::none(),
-             py::arg("ratio") = py::none(), py::arg("flip") = py::none(),
-             py::arg("resize_shorter") = 0, py::arg("layout") = "nchw",
-             py::arg("prefetch") = 4, py::arg("connect_timeout") = 10.0,
-             py::arg("unavailable_timeout") = 30.0,
-             py::arg("hedge_factor") = 3.0, py::arg("prefetch_max_bytes") = 0,
-             py::arg("last_epoch") = py::none(),
-             py::arg("shared_memory") = true,
-             py::arg("security") = py::dict());
+  loader.def(py::init(&MakeLoader), py::arg("args"),
+             "Opens the plan `args` (a LoaderArgs) describes.");
   BindLoaderCommon(loader);
   loader.def(
       "next",

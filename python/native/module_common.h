@@ -1,7 +1,7 @@
 // Pieces shared by the bindings of batchd._native (module.cc and, when the
 // client's DeviceLoader is built, device_module.cc): status to exception,
 // GIL release and signal checks for FetchingLoader, the Python object of a
-// batch, plan options from keyword arguments, and the methods every loader
+// batch, loader options from LoaderArgs, and the methods every loader
 // binding has.
 #ifndef BATCHD_PYTHON_NATIVE_MODULE_COMMON_H_
 #define BATCHD_PYTHON_NATIVE_MODULE_COMMON_H_
@@ -11,7 +11,6 @@
 
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 
@@ -19,6 +18,7 @@
 #include "absl/time/time.h"
 #include "client/diagnosis.h"
 #include "client/loader.h"
+#include "python/native/loader_args.h"
 #include "python/native/native_loader.h"
 
 namespace batchd::python {
@@ -43,20 +43,9 @@ absl::Status CheckSignals();
 // Raises ValueError for another key.
 client::SecurityOptions SecurityOptionsFromDict(const py::dict& security);
 
-// client::LoaderOptions from the keyword arguments of a loader binding.
-// Raises ValueError for options that do not fit together.
-client::LoaderOptions LoaderOptionsFromArgs(
-    const std::string& endpoint, const std::string& dataset,
-    uint32_t batch_size, uint64_t seed, bool shuffle, bool drop_last,
-    uint32_t rank, uint32_t world_size, const std::string& job,
-    const std::string& mode, uint32_t size,
-    std::optional<std::pair<float, float>> scale,
-    std::optional<std::pair<float, float>> ratio, std::optional<float> flip,
-    uint32_t resize_shorter, const std::string& layout, uint32_t prefetch,
-    double connect_timeout, double unavailable_timeout, double hedge_factor,
-    uint64_t prefetch_max_bytes, std::optional<uint64_t> last_epoch,
-    bool shared_memory,
-    const py::dict& security);
+// ToLoaderOptions(`args`), raising ValueError with its message when the
+// options do not fit together.
+client::LoaderOptions LoaderOptionsOrThrow(const LoaderArgs& args);
 
 const char* LayoutName(batchd::v1::Layout layout);
 

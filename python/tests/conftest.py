@@ -1,19 +1,23 @@
 """Fixtures: real batchd daemons over small synthetic datasets.
 
 Binaries come from BATCHD_DAEMON, BATCHD_MAKE_DATASET and BATCHD_CLIENT
-(set by ctest), else from build/ under the source tree.
+(set by ctest), else from build/ under the source tree. Daemons start
+through batchd_testing.daemon (testing/python), as the benchmarks' do.
 """
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 SOURCE_DIR = pathlib.Path(os.environ.get(
     "BATCHD_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+# ctest's PYTHONPATH has testing/python; a plain `pytest python/tests` too.
+if str(SOURCE_DIR / "testing" / "python") not in sys.path:
+    sys.path.insert(0, str(SOURCE_DIR / "testing" / "python"))
+
+from batchd_testing.daemon import Daemon  # noqa: E402
 
 
 def _binary(env, relative):
@@ -42,52 +46,11 @@ def dataset_dir(binaries, tmp_path_factory):
     return out
 
 
-class Daemon:
-    """A batchd process on a free port, stopped with SIGTERM."""
-
-    def __init__(self, binary, datasets, directory, workers=2, extra_args=()):
-        directory.mkdir(parents=True, exist_ok=True)
-        port_file = directory / "port"
-        self.log_path = directory / "batchd.log"
-        args = [binary, "--port", "0", "--port-file", str(port_file),
-                "--host", "127.0.0.1", "--workers", str(workers)]
-        for name, path in datasets.items():
-            args += ["--dataset", f"{name}={path}"]
-        args += list(extra_args)
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(args, stdout=self._log,
-                                        stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("batchd did not start: "
-                                   + self.log_path.read_text())
-            time.sleep(0.05)
-        self.port = int(port_file.read_text())
-        self.endpoint = f"127.0.0.1:{self.port}"
-
-    def kill(self):
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._log.close()
-
-
 @pytest.fixture(scope="session")
 def daemon(binaries, dataset_dir, tmp_path_factory):
     """One daemon for the whole session, serving `tiny`."""
-    d = Daemon(binaries["daemon"], {"tiny": dataset_dir},
-               tmp_path_factory.mktemp("daemon"))
+    d = Daemon(binaries["daemon"], {"tiny": dataset_dir}, ["--workers", "2"],
+               directory=tmp_path_factory.mktemp("daemon"))
     yield d
     d.stop()
 
@@ -95,7 +58,8 @@ def daemon(binaries, dataset_dir, tmp_path_factory):
 @pytest.fixture
 def fresh_daemon(binaries, dataset_dir, tmp_path):
     """A daemon of its own, for tests that kill or stop it."""
-    d = Daemon(binaries["daemon"], {"tiny": dataset_dir}, tmp_path / "daemon")
+    d = Daemon(binaries["daemon"], {"tiny": dataset_dir}, ["--workers", "2"],
+               directory=tmp_path / "daemon")
     yield d
     d.stop()
 

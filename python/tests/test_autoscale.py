@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import batchd
-from conftest import Daemon
+from batchd_testing.daemon import Daemon
 
 
 def make(endpoint, **kwargs):
@@ -38,8 +38,9 @@ def test_bad_prefetch_values_are_clear_errors(daemon):
 
 def test_the_loader_reports_to_an_autoscaling_daemon(binaries, dataset_dir,
                                                      tmp_path):
-    d = Daemon(binaries["daemon"], {"tiny": dataset_dir}, tmp_path / "d",
-               extra_args=("--workers", "auto", "--max-workers", "2"))
+    d = Daemon(binaries["daemon"], {"tiny": dataset_dir},
+               ["--workers", "auto", "--max-workers", "2"],
+               directory=tmp_path / "d")
     try:
         with make(d.endpoint, job="py") as loader:
             deadline = time.monotonic() + 10

@@ -13,7 +13,9 @@ import numpy as np
 from PIL import Image
 
 import batchd
-from conftest import Daemon, fnv1a64
+from batchd_testing.daemon import Daemon
+from batchd_testing.datasets import count_images, image_files
+from conftest import fnv1a64
 
 SIDE = 24  # square images: an eval plan at this size is the identity
 
@@ -51,6 +53,36 @@ def identity_batch(daemon, dataset, count):
         return images.numpy(), labels.tolist()
 
 
+def test_the_benchmarks_image_count_is_the_daemons(binaries, dataset_dir,
+                                                   tmp_path):
+    """batchd_testing.datasets, which the benchmarks count images with,
+    finds what the daemon serves on an ImageNet-style tree (*.JPEG), with
+    .jpg and .png beside it and files the daemon skips."""
+    jpegs = sorted(dataset_dir.rglob("*.jpg"))
+    root = tmp_path / "imagenet"
+    for i, source in enumerate(jpegs[:12]):
+        name = ("n01/img{:02d}.JPEG", "n02/img{:02d}.jpg",
+                "n02/deep/img{:02d}.jpeg")[i % 3].format(i)
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(source.read_bytes())
+    (root / "n03").mkdir()
+    Image.new("RGB", (SIDE, SIDE), (9, 99, 199)).save(root / "n03" / "a.PNG")
+    (root / "n03" / "notes.txt").write_text("not an image")
+    (root / "n03" / ".hidden.JPEG").write_bytes(jpegs[0].read_bytes())
+    assert count_images(root) == 13
+
+    daemon = Daemon(binaries["daemon"], {"imagenet": root},
+                    ["--workers", "2"], directory=tmp_path / "daemon")
+    try:
+        [(name, samples, classes)] = batchd.list_datasets(daemon.endpoint)
+        assert (name, samples, classes) == ("imagenet", 13,
+                                            ["n01", "n02", "n03"])
+        _, labels = identity_batch(daemon, "imagenet", samples)
+        assert labels == [label for _, label in image_files(root)]
+    finally:
+        daemon.stop()
+
+
 def test_png_pixels_equal_pillow(binaries, tmp_path):
     rng = np.random.default_rng(3)
     folder = tmp_path / "pngs" / "c"
@@ -75,7 +107,7 @@ def test_png_pixels_equal_pillow(binaries, tmp_path):
     names = sorted(p.name for p in folder.iterdir())
 
     daemon = Daemon(binaries["daemon"], {"pngs": tmp_path / "pngs"},
-                    tmp_path / "daemon")
+                    ["--workers", "2"], directory=tmp_path / "daemon")
     try:
         images, labels = identity_batch(daemon, "pngs", len(names))
     finally:
@@ -140,7 +172,8 @@ def test_tarfile_webdataset_shard_is_read_like_the_folder(binaries, dataset_dir,
     (shards / "classes.txt").write_text("".join(c + "\n" for c in classes))
 
     daemon = Daemon(binaries["daemon"], {"folder": dataset_dir,
-                                         "wds": shards}, tmp_path / "daemon")
+                                         "wds": shards},
+                    ["--workers", "2"], directory=tmp_path / "daemon")
     try:
         results = {}
         for name in ("folder", "wds"):

@@ -3,7 +3,8 @@ when one of them is killed mid-epoch, and per-daemon stats."""
 import pytest
 
 import batchd
-from conftest import Daemon, fnv1a64
+from batchd_testing.daemon import Daemon
+from conftest import fnv1a64
 
 SIZE = 16
 BATCH = 4  # 48 images: 12 batches per epoch
@@ -27,7 +28,8 @@ def read_epoch(endpoint, epoch, kill=None, **kwargs):
 @pytest.fixture
 def two_daemons(binaries, dataset_dir, tmp_path):
     daemons = [Daemon(binaries["daemon"], {"tiny": dataset_dir},
-                      tmp_path / f"d{i}", workers=1) for i in range(2)]
+                      ["--workers", "1"], directory=tmp_path / f"d{i}")
+               for i in range(2)]
     yield daemons
     for d in daemons:
         d.stop()

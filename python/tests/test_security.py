@@ -5,7 +5,8 @@ import subprocess
 import pytest
 
 import batchd
-from conftest import SOURCE_DIR, Daemon, fnv1a64
+from batchd_testing.daemon import Daemon
+from conftest import SOURCE_DIR, fnv1a64
 
 SIZE = 16
 BATCH = 8  # 48 images: 6 batches per epoch
@@ -34,10 +35,11 @@ def certs(tmp_path_factory):
 def secured_daemon(binaries, dataset_dir, certs, tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{ADMIN_TOKEN}\n{JOB_TOKEN} job-a\n")
-    d = Daemon(binaries["daemon"], {"tiny": dataset_dir}, tmp_path / "d",
-               extra_args=["--tls-cert", str(certs / "server.pem"),
-                           "--tls-key", str(certs / "server.key"),
-                           "--auth-token-file", str(tokens)])
+    d = Daemon(binaries["daemon"], {"tiny": dataset_dir},
+               ["--workers", "2", "--tls-cert", str(certs / "server.pem"),
+                "--tls-key", str(certs / "server.key"),
+                "--auth-token-file", str(tokens)],
+               directory=tmp_path / "d")
     d.endpoint = f"localhost:{d.port}"  # the name the certificate carries
     yield d
     d.stop()
@@ -45,8 +47,9 @@ def secured_daemon(binaries, dataset_dir, certs, tmp_path):
 
 def test_unix_socket_gives_the_bytes_of_tcp(binaries, dataset_dir, tmp_path):
     socket = tmp_path / "batchd.sock"
-    d = Daemon(binaries["daemon"], {"tiny": dataset_dir}, tmp_path / "d",
-               extra_args=["--unix-socket", str(socket)])
+    d = Daemon(binaries["daemon"], {"tiny": dataset_dir},
+               ["--workers", "2", "--unix-socket", str(socket)],
+               directory=tmp_path / "d")
     try:
         over_unix = read_epoch(f"unix:{socket}")
         assert over_unix == read_epoch(d.endpoint)

@@ -9,7 +9,8 @@ import textwrap
 import pytest
 
 import batchd
-from conftest import Daemon, collect, fnv1a64, python_env
+from batchd_testing.daemon import Daemon
+from conftest import collect, fnv1a64, python_env
 
 SIZE = 32
 BATCH = 8  # 48 images: 6 batches per epoch
@@ -24,8 +25,9 @@ def make(endpoint, **kwargs):
 @pytest.fixture
 def unix_daemon(binaries, dataset_dir, tmp_path):
     socket = tmp_path / "b.sock"
-    d = Daemon(binaries["daemon"], {"tiny": dataset_dir}, tmp_path / "d",
-               extra_args=["--unix-socket", str(socket)])
+    d = Daemon(binaries["daemon"], {"tiny": dataset_dir},
+               ["--workers", "2", "--unix-socket", str(socket)],
+               directory=tmp_path / "d")
     d.unix_endpoint = f"unix:{socket}"
     yield d
     d.stop()

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import batchd
-from conftest import Daemon, SOURCE_DIR, python_env
+from batchd_testing.daemon import Daemon
+from conftest import SOURCE_DIR, python_env
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,8 @@ def colour_daemon(binaries, tmp_path_factory):
             Image.fromarray(pixels).save(root / f"c{label}" / f"{i:03d}.jpg",
                                          quality=90)
     daemon = Daemon(binaries["daemon"], {"colours": root},
-                    tmp_path_factory.mktemp("colour-daemon"))
+                    ["--workers", "2"],
+                    directory=tmp_path_factory.mktemp("colour-daemon"))
     yield daemon
     daemon.stop()
 

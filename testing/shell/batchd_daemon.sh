@@ -1,16 +1,23 @@
 # The one way the shell scripts start a batchd daemon (scripts/demo.sh,
-# bench/*.sh); bench/daemon_launcher.py is its Python twin. Source it:
+# bench/*.sh); testing/python/batchd_testing/daemon.py is its Python twin.
+# Source it:
 #
-#   source scripts/batchd_daemon.sh
+#   source testing/shell/batchd_daemon.sh
 #   BATCHD_PIN=(taskset -c 0)      # optional: a command prefix
 #   batchd_start "$RUN" a "$BUILD/server/batchd" --dataset "bench=$DATA" --workers 1
 #   echo "pid $BATCHD_PID port $BATCHD_PORT, log $RUN/a.log"
 #   batchd_stop "$BATCHD_PID"
+#   echo "$(batchd_count_images "$DATA") images"
 #
 # batchd_start listens on a free loopback port (--port 0 with a port file
 # in RUN), sends the daemon's stderr to RUN/NAME.log, waits up to 20 s for
 # the port, and fails with the log's tail if the daemon dies or never
 # serves. batchd_stop sends SIGTERM and waits for the drain.
+# batchd_count_images counts an ImageFolder's images as the daemon does
+# (testing/python/batchd_testing/datasets.py: every image extension, any
+# case).
+
+BATCHD_TESTING_SHELL_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 batchd_start() {
   local run=$1 name=$2 binary=$3
@@ -36,4 +43,8 @@ batchd_start() {
 batchd_stop() {
   kill -TERM "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
+}
+
+batchd_count_images() {
+  python3 "$BATCHD_TESTING_SHELL_DIR/../python/batchd_testing/datasets.py" "$1"
 }

@@ -1,0 +1,94 @@
+#include "python/native/loader_args.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace batchd::python {
+
+const client::LoaderOptions& LoaderDefaults() {
+  static const client::LoaderOptions* const defaults =
+      new client::LoaderOptions();
+  return *defaults;
+}
+
+namespace {
+
+absl::StatusOr<batchd::v1::Layout> ParseLayout(const std::string& layout) {
+  if (layout == "nhwc") return batchd::v1::LAYOUT_NHWC;
+  if (layout == "nchw") return batchd::v1::LAYOUT_NCHW;
+  return absl::InvalidArgumentError(
+      absl::StrCat("layout must be 'nchw' or 'nhwc', not '", layout, "'"));
+}
+
+}  // namespace
+
+absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args) {
+  client::LoaderOptions options;
+  options.endpoint = args.endpoint;
+  options.shared_memory = args.shared_memory;
+  options.prefetch = args.prefetch;
+  options.auto_prefetch = args.auto_prefetch;
+  options.auto_prefetch_max_bytes = args.auto_prefetch_max_bytes;
+  if (!(args.connect_timeout > 0)) {
+    return absl::InvalidArgumentError("connect_timeout must be > 0 seconds");
+  }
+  options.connect_timeout = absl::Seconds(args.connect_timeout);
+  if (!(args.unavailable_timeout > 0)) {
+    return absl::InvalidArgumentError(
+        "unavailable_timeout must be > 0 seconds");
+  }
+  options.unavailable_timeout = absl::Seconds(args.unavailable_timeout);
+  if (!(args.hedge_factor >= 0)) {
+    return absl::InvalidArgumentError(
+        "hedge_factor must be >= 0 (0 turns hedging off)");
+  }
+  options.hedge_factor = args.hedge_factor;
+  if (args.last_epoch.has_value()) options.last_epoch = *args.last_epoch;
+  options.security = args.security;
+
+  batchd::v1::Plan& plan = options.plan;
+  plan.set_dataset(args.dataset);
+  plan.set_batch_size(args.batch_size);
+  plan.set_seed(args.seed);
+  plan.set_shuffle(args.shuffle);
+  plan.set_drop_last(args.drop_last);
+  plan.set_rank(args.rank);
+  plan.set_world_size(args.world_size);
+  plan.set_job(args.job);
+  batchd::v1::Pipeline* pipeline = plan.mutable_pipeline();
+  absl::StatusOr<batchd::v1::Layout> layout = ParseLayout(args.layout);
+  if (!layout.ok()) return layout.status();
+  pipeline->set_layout(*layout);
+  if (args.mode == "train") {
+    if (args.resize_shorter != 0) {
+      return absl::InvalidArgumentError(
+          "resize_shorter applies to mode='eval' only");
+    }
+    batchd::v1::RandomResizedCrop* train = pipeline->mutable_train();
+    train->set_size(args.size);
+    if (args.scale.has_value()) {
+      train->set_scale_min(args.scale->first);
+      train->set_scale_max(args.scale->second);
+    }
+    if (args.ratio.has_value()) {
+      train->set_ratio_min(args.ratio->first);
+      train->set_ratio_max(args.ratio->second);
+    }
+    if (args.flip.has_value()) train->set_flip_probability(*args.flip);
+  } else if (args.mode == "eval") {
+    if (args.scale.has_value() || args.ratio.has_value() ||
+        args.flip.has_value()) {
+      return absl::InvalidArgumentError(
+          "scale, ratio and flip apply to mode='train' only");
+    }
+    batchd::v1::ResizeCenterCrop* eval = pipeline->mutable_eval();
+    eval->set_size(args.size);
+    eval->set_resize_shorter(args.resize_shorter);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mode must be 'train' or 'eval', not '", args.mode, "'"));
+  }
+  return options;
+}
+
+}  // namespace batchd::python

@@ -1,0 +1,88 @@
+// LoaderArgs: the options of a Python loader binding (NativeLoader,
+// NativeDeviceLoader) as one struct, bound once as batchd._native.LoaderArgs
+// (module.cc). ToLoaderOptions() checks them and builds the
+// client::LoaderOptions.
+//
+// The loader's defaults are client::LoaderOptions's own (client/loader.h),
+// read from a default-constructed one, and batchd.Loader's signature reads
+// them back from _native.LoaderArgs(); the plan's defaults are written here
+// only.
+//
+//   LoaderArgs args;
+//   args.endpoint = "localhost:7070";
+//   args.dataset = "imagenet";
+//   args.batch_size = 64;
+//   absl::StatusOr<client::LoaderOptions> options = ToLoaderOptions(args);
+//
+// A plain value; no Python here.
+#ifndef BATCHD_PYTHON_NATIVE_LOADER_ARGS_H_
+#define BATCHD_PYTHON_NATIVE_LOADER_ARGS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/channel_security.h"
+#include "client/loader.h"
+
+namespace batchd::python {
+
+// A default-constructed client::LoaderOptions: where the defaults live.
+const client::LoaderOptions& LoaderDefaults();
+
+struct LoaderArgs {
+  // Where and what: the daemons (client::LoaderOptions::endpoint), a
+  // dataset they serve, samples per batch.
+  std::string endpoint;
+  std::string dataset;
+  uint32_t batch_size = 0;
+
+  // ---- The plan (batchd.v1.Plan); the daemon validates it ----
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_last = false;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  std::string job;
+  // "train" (RandomResizedCrop + flip) or "eval" (resize, centre crop).
+  std::string mode = "train";
+  // Output height and width, pixels.
+  uint32_t size = 224;
+  // Train only: RandomResizedCrop's (min, max) ranges and the flip
+  // probability; unset takes the daemon's defaults.
+  std::optional<std::pair<float, float>> scale;
+  std::optional<std::pair<float, float>> ratio;
+  std::optional<float> flip;
+  // Eval only: the shorter side before the crop; 0 takes the daemon's
+  // default.
+  uint32_t resize_shorter = 0;
+  // "nchw" or "nhwc".
+  std::string layout = "nchw";
+
+  // ---- The loader: client::LoaderOptions's fields, durations in seconds --
+  uint32_t prefetch = LoaderDefaults().prefetch;
+  bool auto_prefetch = LoaderDefaults().auto_prefetch;
+  uint64_t auto_prefetch_max_bytes = LoaderDefaults().auto_prefetch_max_bytes;
+  double connect_timeout =
+      absl::ToDoubleSeconds(LoaderDefaults().connect_timeout);
+  double unavailable_timeout =
+      absl::ToDoubleSeconds(LoaderDefaults().unavailable_timeout);
+  double hedge_factor = LoaderDefaults().hedge_factor;
+  // The last epoch the trainer starts; unset: no limit.
+  std::optional<uint64_t> last_epoch;
+  bool shared_memory = LoaderDefaults().shared_memory;
+  client::SecurityOptions security = LoaderDefaults().security;
+};
+
+// The client::LoaderOptions `args` stand for. INVALID_ARGUMENT, with the
+// message Python shows as a ValueError, for options that do not fit
+// together (an unknown mode or layout, a train-only option in eval mode,
+// a timeout <= 0, a negative hedge factor).
+absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args);
+
+}  // namespace batchd::python
+
+#endif  // BATCHD_PYTHON_NATIVE_LOADER_ARGS_H_
