@@ -18,7 +18,8 @@ namespace {
 // range; callers validate requests before they get here.
 bool IsValid(const ShardSpec& spec) {
   return spec.num_samples > 0 && spec.world_size > 0 &&
-         spec.rank < spec.world_size && spec.batch_size > 0;
+         spec.rank < spec.world_size && spec.batch_size > 0 &&
+         spec.start_position < spec.num_samples;
 }
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
@@ -27,7 +28,7 @@ uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
 uint64_t ShardSize(const ShardSpec& spec) {
   if (!IsValid(spec)) return 0;
-  return CeilDiv(spec.num_samples, spec.world_size);
+  return CeilDiv(spec.num_samples - spec.start_position, spec.world_size);
 }
 
 uint64_t BatchesPerEpoch(const ShardSpec& spec) {
@@ -35,6 +36,15 @@ uint64_t BatchesPerEpoch(const ShardSpec& spec) {
   const uint64_t shard_size = ShardSize(spec);
   return spec.drop_last ? shard_size / spec.batch_size
                         : CeilDiv(shard_size, spec.batch_size);
+}
+
+uint64_t GlobalPosition(const ShardSpec& spec, uint64_t next_batch) {
+  if (!IsValid(spec)) return 0;
+  if (next_batch >= BatchesPerEpoch(spec)) return spec.num_samples;
+  // next_batch * batch_size < ShardSize, so this is below num_samples and
+  // cannot overflow.
+  return spec.start_position +
+         next_batch * spec.batch_size * uint64_t{spec.world_size};
 }
 
 // Fisher-Yates, from the back: for i = N-1 down to 1, swap position i with a
@@ -54,20 +64,32 @@ std::vector<uint64_t> EpochOrder(uint64_t num_samples, uint64_t seed,
   return order;
 }
 
-// Position p of the padded order (length ShardSize * world_size) is
-// epoch_order[p % N]: the padding repeats the order's head, cycling through
-// the order again when the padding is longer than N (as DistributedSampler's
-// `indices * ceil(padding / N)`).
+namespace {
+
+// Position p of this run's padded order (p < ShardSize * world_size) is
+// absolute position start + p of the epoch, and absolute position a is
+// epoch_order[a % N]: the padding past N repeats the epoch's head, cycling
+// through the order again when the padding is longer than N (as
+// DistributedSampler's `indices * ceil(padding / N)`). Absolute positions
+// make a resume with the same world size take exactly the batches the
+// first run would have, padding included.
+uint64_t AtPaddedPosition(const ShardSpec& spec,
+                          const std::vector<uint64_t>& epoch_order,
+                          uint64_t position) {
+  return epoch_order[(spec.start_position + position) % epoch_order.size()];
+}
+
+}  // namespace
+
 std::vector<uint64_t> ShardIndices(const ShardSpec& spec,
                                    const std::vector<uint64_t>& epoch_order) {
-  if (!IsValid(spec) || epoch_order.empty()) return {};
-  const uint64_t n = epoch_order.size();
-  const uint64_t shard_size = CeilDiv(n, spec.world_size);
+  if (!IsValid(spec) || epoch_order.size() != spec.num_samples) return {};
+  const uint64_t shard_size = ShardSize(spec);
   std::vector<uint64_t> shard;
   shard.reserve(shard_size);
   for (uint64_t k = 0; k < shard_size; ++k) {
-    const uint64_t position = spec.rank + k * spec.world_size;
-    shard.push_back(epoch_order[position % n]);
+    shard.push_back(
+        AtPaddedPosition(spec, epoch_order, spec.rank + k * spec.world_size));
   }
   return shard;
 }
@@ -90,14 +112,14 @@ std::vector<uint64_t> BatchIndicesFromOrder(
     uint64_t batch_index) {
   if (!IsValid(spec) || epoch_order.size() != spec.num_samples) return {};
   if (batch_index >= BatchesPerEpoch(spec)) return {};
-  const uint64_t n = epoch_order.size();
   const uint64_t begin = batch_index * spec.batch_size;
   const uint64_t end =
       std::min<uint64_t>(ShardSize(spec), begin + spec.batch_size);
   std::vector<uint64_t> batch;
   batch.reserve(end - begin);
   for (uint64_t k = begin; k < end; ++k) {
-    batch.push_back(epoch_order[(spec.rank + k * spec.world_size) % n]);
+    batch.push_back(
+        AtPaddedPosition(spec, epoch_order, spec.rank + k * spec.world_size));
   }
   return batch;
 }

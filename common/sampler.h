@@ -5,9 +5,15 @@
 // - the epoch order is 0..N-1, or a permutation seeded by (seed, epoch) when
 //   shuffling (Fisher-Yates driven by common::SampleRandom with
 //   RandomPurpose::kPermutation, sample index 0);
-// - the order is padded to a multiple of world_size by repeating its head
-//   (more than once when world_size > N);
-// - rank r takes positions r, r + world_size, r + 2 * world_size, ...;
+// - an elastic resume starts the epoch at `start_position`: the positions
+//   before it were consumed by an earlier run (of any world size) and are
+//   left out; start_position 0 is the whole epoch;
+// - the rest of the order is padded to a multiple of world_size by repeating
+//   the epoch order's head (more than once when world_size > N);
+// - rank r takes positions r, r + world_size, r + 2 * world_size, ... of
+//   that rest, so after every rank has taken m samples the ranks together
+//   have taken exactly its first m * world_size positions, whatever the
+//   world size (GlobalPosition);
 // - the shard is cut into batches of batch_size; drop_last drops a final
 //   partial batch.
 //
@@ -31,14 +37,25 @@ struct ShardSpec {
   uint32_t rank = 0;         // < world_size
   uint32_t world_size = 1;   // > 0
   uint32_t batch_size = 1;   // > 0
+  // Positions of the epoch's order consumed before this run; < N.
+  uint64_t start_position = 0;
 };
 
-// Samples in this shard per epoch: ceil(N / world_size).
+// Samples in this shard per epoch: ceil((N - start_position) / world_size).
 uint64_t ShardSize(const ShardSpec& spec);
 
 // Batches per epoch: ShardSize / batch_size, rounded down with drop_last and
 // up without.
 uint64_t BatchesPerEpoch(const ShardSpec& spec);
+
+// The position in the epoch's order that every rank of `spec`'s world has
+// reached together once each has taken its first `next_batch` batches, in
+// lockstep: start_position + next_batch * batch_size * world_size, or N once
+// the epoch is done (next_batch >= BatchesPerEpoch; with drop_last the tail
+// the ranks drop is done too). A checkpoint stores this position; a resume
+// on any world size passes it as start_position and gets every remaining
+// sample exactly once (plus its own padding).
+uint64_t GlobalPosition(const ShardSpec& spec, uint64_t next_batch);
 
 // The whole epoch's order of dataset indices (before padding and sharding).
 std::vector<uint64_t> EpochOrder(uint64_t num_samples, uint64_t seed,

@@ -337,5 +337,172 @@ TEST(EpochOrderCacheTest, ConcurrentFirstGetsOfOneKeyComputeOnce) {
   }
 }
 
+// Everything rank `rank` of `spec`'s world delivers in the epoch, batch by
+// batch.
+std::vector<std::vector<uint64_t>> RankBatches(
+    const ShardSpec& spec, const std::vector<uint64_t>& order) {
+  std::vector<std::vector<uint64_t>> batches;
+  for (uint64_t b = 0; b < BatchesPerEpoch(spec); ++b) {
+    batches.push_back(BatchIndicesFromOrder(spec, order, b));
+  }
+  return batches;
+}
+
+std::multiset<uint64_t> Multiset(const std::vector<uint64_t>& order,
+                                 uint64_t begin, uint64_t end) {
+  return std::multiset<uint64_t>(order.begin() + begin, order.begin() + end);
+}
+
+// A run of world size W is checkpointed after every possible number of
+// lockstep batches and resumed on every world size W'. Before the
+// checkpoint the ranks together took exactly the order's positions
+// [0, position); after it, the new ranks take every remaining sample
+// exactly once, plus their own padding (repeats of the epoch's head), minus
+// with drop_last the tail each rank drops.
+TEST(ElasticResumeTest, EveryRemainingSampleExactlyOnceOnAnyWorldSize) {
+  const std::vector<uint32_t> worlds = {1, 2, 3, 4, 6, 8};
+  int checked = 0;
+  for (uint64_t n : {1, 7, 50, 97}) {
+    for (bool shuffle : {false, true}) {
+      const std::vector<uint64_t> order =
+          EpochOrder(n, /*seed=*/5, shuffle, /*epoch=*/2);
+      for (bool drop_last : {false, true}) {
+        for (uint32_t batch_size : {1u, 3u, 5u}) {
+          for (uint32_t w : worlds) {
+            ShardSpec before;
+            before.num_samples = n;
+            before.shuffle = shuffle;
+            before.drop_last = drop_last;
+            before.batch_size = batch_size;
+            before.world_size = w;
+            for (uint64_t next = 0; next <= BatchesPerEpoch(before); ++next) {
+              std::multiset<uint64_t> taken;
+              for (uint32_t r = 0; r < w; ++r) {
+                before.rank = r;
+                const auto batches = RankBatches(before, order);
+                for (uint64_t b = 0; b < next; ++b) {
+                  taken.insert(batches[b].begin(), batches[b].end());
+                }
+              }
+              before.rank = 0;
+              const uint64_t position = GlobalPosition(before, next);
+              if (next < BatchesPerEpoch(before)) {
+                ASSERT_LT(position, n);
+                ASSERT_EQ(taken, Multiset(order, 0, position))
+                    << "n=" << n << " w=" << w << " next=" << next;
+              } else {
+                ASSERT_EQ(position, n);  // the epoch is done
+                continue;
+              }
+              for (uint32_t w2 : worlds) {
+                ShardSpec after = before;
+                after.world_size = w2;
+                after.start_position = position;
+                std::multiset<uint64_t> rest;
+                for (uint32_t r = 0; r < w2; ++r) {
+                  after.rank = r;
+                  for (const auto& batch : RankBatches(after, order)) {
+                    rest.insert(batch.begin(), batch.end());
+                  }
+                }
+                const uint64_t padded = ShardSize(after) * w2;
+                // Exactly the rest, then the padding from the epoch's head.
+                std::multiset<uint64_t> expected = Multiset(order, position, n);
+                for (uint64_t a = n; a < position + padded; ++a) {
+                  expected.insert(order[a % n]);
+                }
+                if (!drop_last) {
+                  ASSERT_EQ(rest, expected)
+                      << "n=" << n << " w=" << w << " next=" << next
+                      << " w2=" << w2 << " bs=" << batch_size;
+                } else {
+                  // The same less each rank's final partial batch: nothing
+                  // more often than without drop_last, and at most
+                  // batch_size - 1 samples missing per rank.
+                  ASSERT_TRUE(std::includes(expected.begin(), expected.end(),
+                                            rest.begin(), rest.end()));
+                  ASSERT_LE(expected.size() - rest.size(),
+                            uint64_t{w2} * (batch_size - 1));
+                }
+                ++checked;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 5000);
+}
+
+// Resuming with the same world size gives exactly the batches the first
+// run would have given from that point, padding included.
+TEST(ElasticResumeTest, SameWorldSizeResumesTheSameBatches) {
+  for (uint64_t n : {10, 50, 97}) {
+    const std::vector<uint64_t> order =
+        EpochOrder(n, /*seed=*/9, /*shuffle=*/true, /*epoch=*/0);
+    for (uint32_t w : {1u, 3u, 8u}) {
+      ShardSpec spec;
+      spec.num_samples = n;
+      spec.batch_size = 4;
+      spec.world_size = w;
+      for (uint64_t next = 0; next < BatchesPerEpoch(spec); ++next) {
+        ShardSpec resumed = spec;
+        resumed.start_position = GlobalPosition(spec, next);
+        ASSERT_EQ(BatchesPerEpoch(resumed), BatchesPerEpoch(spec) - next);
+        for (uint32_t r = 0; r < w; ++r) {
+          spec.rank = resumed.rank = r;
+          for (uint64_t b = 0; b < BatchesPerEpoch(resumed); ++b) {
+            ASSERT_EQ(BatchIndicesFromOrder(resumed, order, b),
+                      BatchIndicesFromOrder(spec, order, next + b))
+                << "n=" << n << " w=" << w << " next=" << next;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Elastic determinism: with the same global batch (batch_size *
+// world_size), global step k holds the same samples for W=2 and W=4, for
+// every step whose samples lie inside the epoch (the last, padded step may
+// differ by its padding).
+TEST(ElasticResumeTest, GlobalStepsHoldTheSameSamplesForAnyWorldSize) {
+  const uint64_t n = 103;
+  const std::vector<uint64_t> order =
+      EpochOrder(n, /*seed=*/3, /*shuffle=*/true, /*epoch=*/1);
+  auto step = [&](uint32_t world, uint32_t batch_size, uint64_t k) {
+    ShardSpec spec;
+    spec.num_samples = n;
+    spec.world_size = world;
+    spec.batch_size = batch_size;
+    std::multiset<uint64_t> samples;
+    for (uint32_t r = 0; r < world; ++r) {
+      spec.rank = r;
+      const std::vector<uint64_t> batch = BatchIndicesFromOrder(spec, order, k);
+      samples.insert(batch.begin(), batch.end());
+    }
+    return samples;
+  };
+  const uint64_t global_batch = 16;
+  for (uint64_t k = 0; k < n / global_batch; ++k) {
+    EXPECT_EQ(step(2, 8, k), step(4, 4, k)) << "step " << k;
+    EXPECT_EQ(step(2, 8, k), Multiset(order, k * global_batch,
+                                      (k + 1) * global_batch));
+  }
+}
+
+TEST(ElasticResumeTest, AStartAtOrPastTheEndIsInvalid) {
+  ShardSpec spec;
+  spec.num_samples = 10;
+  spec.start_position = 10;
+  EXPECT_EQ(ShardSize(spec), 0u);
+  EXPECT_EQ(BatchesPerEpoch(spec), 0u);
+  EXPECT_THAT(BatchIndicesFromOrder(spec, Iota(10), 0), IsEmpty());
+  spec.start_position = 9;
+  EXPECT_EQ(ShardSize(spec), 1u);
+  EXPECT_THAT(BatchIndicesFromOrder(spec, Iota(10), 0), ElementsAre(9));
+}
+
 }  // namespace
 }  // namespace batchd::common
