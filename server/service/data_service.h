@@ -13,8 +13,8 @@
 // in proto/batchd/v1/data.proto (StreamBatches).
 //
 // Thread-safe. Must outlive the grpc::Server it is registered with.
-#ifndef BATCHD_SERVER_DATA_SERVICE_H_
-#define BATCHD_SERVER_DATA_SERVICE_H_
+#ifndef BATCHD_SERVER_SERVICE_DATA_SERVICE_H_
+#define BATCHD_SERVER_SERVICE_DATA_SERVICE_H_
 
 #include <algorithm>
 #include <atomic>
@@ -30,13 +30,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "batchd/v1/data.grpc.pb.h"
-#include "server/auth.h"
-#include "server/job_stats.h"
+#include "server/control/job_stats.h"
+#include "server/control/trainer_reports.h"
 #include "server/pipeline.h"
-#include "server/resolved_plan.h"
+#include "server/plan/resolved_plan.h"
 #include "server/server_metrics.h"
-#include "server/shared_memory_broker.h"
-#include "server/trainer_reports.h"
+#include "server/service/auth.h"
+#include "server/service/shared_memory_broker.h"
 
 namespace batchd::server {
 
@@ -191,4 +191,4 @@ class DataServiceImpl final
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_DATA_SERVICE_H_
+#endif  // BATCHD_SERVER_SERVICE_DATA_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "server/data_service.h"
+#include "server/service/data_service.h"
 
 #include <algorithm>
 #include <deque>
