@@ -11,7 +11,7 @@
 #include "batchd/v1/data.pb.h"
 #include "common/sampler.h"
 #include "server/dataset/dataset.h"
-#include "server/resolved_plan.h"
+#include "server/plan/resolved_plan.h"
 
 namespace {
 

@@ -23,12 +23,12 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "batchd/v1/data.pb.h"
-#include "server/batch_buffer_pool.h"
-#include "server/decode/jpeg_decoder.h"
 #include "common/sampler.h"
-#include "server/resolved_plan.h"
-#include "server/server_metrics.h"
+#include "server/batch_buffer_pool.h"
+#include "server/decode/decode_result.h"
+#include "server/plan/resolved_plan.h"
 #include "server/sched/worker_pool.h"
+#include "server/server_metrics.h"
 
 namespace batchd::server {
 

@@ -29,17 +29,17 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
-#include "server/admin_service.h"
-#include "server/auth.h"
-#include "server/autoscaler.h"
-#include "server/data_service.h"
-#include "server/job_stats.h"
+#include "server/control/autoscaler.h"
+#include "server/control/job_stats.h"
+#include "server/control/trainer_reports.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/pipeline.h"
 #include "server/server_metrics.h"
-#include "server/shared_memory_broker.h"
-#include "server/trainer_reports.h"
-#include "server/transport_security.h"
+#include "server/service/admin_service.h"
+#include "server/service/auth.h"
+#include "server/service/data_service.h"
+#include "server/service/shared_memory_broker.h"
+#include "server/service/transport_security.h"
 
 namespace batchd::server {
 
@@ -56,7 +56,7 @@ struct ServerOptions {
   // Plaintext is served only on local addresses (loopback, Unix sockets)
   // unless this is set (--insecure); see CheckPlaintextAllowed.
   bool insecure = false;
-  // Accepted bearer tokens (server/auth.h); empty: no token is required.
+  // Accepted bearer tokens (server/service/auth.h); empty: no token is required.
   // With tokens, reflection is not served: gRPC's reflection service cannot
   // check them.
   std::string auth_token_file;

@@ -27,7 +27,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "server/decode/crop_spec.h"
-#include "server/decode/jpeg_decoder.h"
+#include "server/decode/decode_result.h"
 
 namespace batchd::server {
 

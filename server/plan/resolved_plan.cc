@@ -1,4 +1,4 @@
-#include "server/resolved_plan.h"
+#include "server/plan/resolved_plan.h"
 
 #include <cmath>
 

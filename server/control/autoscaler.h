@@ -6,8 +6,8 @@
 // change is logged as one line on stderr and counted in the status.
 //
 // Owns its thread. Thread-safe.
-#ifndef BATCHD_SERVER_AUTOSCALER_H_
-#define BATCHD_SERVER_AUTOSCALER_H_
+#ifndef BATCHD_SERVER_CONTROL_AUTOSCALER_H_
+#define BATCHD_SERVER_CONTROL_AUTOSCALER_H_
 
 #include <cstdint>
 #include <string>
@@ -18,9 +18,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "batchd/v1/admin.pb.h"
-#include "server/autoscale_policy.h"
+#include "server/control/autoscale_policy.h"
+#include "server/control/trainer_reports.h"
 #include "server/pipeline.h"
-#include "server/trainer_reports.h"
 
 namespace batchd::server {
 
@@ -77,4 +77,4 @@ class Autoscaler {
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_AUTOSCALER_H_
+#endif  // BATCHD_SERVER_CONTROL_AUTOSCALER_H_

@@ -1,4 +1,4 @@
-#include "server/job_stats.h"
+#include "server/control/job_stats.h"
 
 namespace batchd::server {
 

@@ -1,4 +1,4 @@
-#include "server/autoscaler.h"
+#include "server/control/autoscaler.h"
 
 #include <pthread.h>
 

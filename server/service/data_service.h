@@ -1,6 +1,7 @@
-// DataServiceImpl: the gRPC adapter for batchd.v1.DataService. It validates
-// requests, turns them into Pipeline work, and streams finished batches in
-// chunks. Batch content is decided entirely by the Pipeline and the plan;
+// DataServiceImpl: the gRPC adapter for batchd.v1.DataService. It admits
+// StreamBatches calls (BatchStream, one per call, validates requests, turns
+// them into Pipeline work and streams finished batches in chunks) and runs
+// the drain. Batch content is decided entirely by the Pipeline and the plan;
 // this layer only does protocol, flow control and status conversion.
 //
 // One BatchStream reactor per StreamBatches call (callback API): reactions
@@ -13,10 +14,9 @@
 // in proto/batchd/v1/data.proto (StreamBatches).
 //
 // Thread-safe. Must outlive the grpc::Server it is registered with.
-#ifndef BATCHD_SERVER_DATA_SERVICE_H_
-#define BATCHD_SERVER_DATA_SERVICE_H_
+#ifndef BATCHD_SERVER_SERVICE_DATA_SERVICE_H_
+#define BATCHD_SERVER_SERVICE_DATA_SERVICE_H_
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -30,22 +30,17 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "batchd/v1/data.grpc.pb.h"
-#include "server/auth.h"
-#include "server/job_stats.h"
+#include "server/control/job_stats.h"
+#include "server/control/trainer_reports.h"
 #include "server/pipeline.h"
-#include "server/resolved_plan.h"
+#include "server/plan/resolved_plan.h"
 #include "server/server_metrics.h"
-#include "server/shared_memory_broker.h"
-#include "server/trainer_reports.h"
+#include "server/service/auth.h"
+#include "server/service/batch_stream.h"
+#include "server/service/buffer_budget.h"
+#include "server/service/shared_memory_broker.h"
 
 namespace batchd::server {
-
-// `status` as a gRPC status, with the same code and message.
-grpc::Status ToGrpc(const absl::Status& status);
-
-// Largest `data` of one BatchChunk, bytes: keeps every message within 4 MiB,
-// which gRPC moves an order of magnitude faster than larger ones.
-inline constexpr uint64_t kMaxChunkBytes = (uint64_t{4} << 20) - 1024;
 
 struct DataServiceOptions {
   PlanLimits limits;
@@ -76,38 +71,14 @@ struct DataServiceOptions {
   SharedMemoryBroker* shared_memory = nullptr;
 };
 
-// Counts reserved batch-buffer bytes against a limit over all jobs and a
-// smaller one for each job. Thread-safe.
-class BufferBudget {
- public:
-  BufferBudget(uint64_t limit, uint64_t job_limit)
-      : limit_(limit), job_limit_(std::min(job_limit, limit)) {}
-  // The largest n <= `wanted` such that n * `unit` more bytes fit both in
-  // the total and in `job`'s limit; reserves them for `job`.
-  uint32_t ReserveUpTo(const std::string& job, uint32_t wanted, uint64_t unit)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  void Release(const std::string& job, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
-  uint64_t reserved() const ABSL_LOCKS_EXCLUDED(mu_);
-  uint64_t reserved(const std::string& job) const ABSL_LOCKS_EXCLUDED(mu_);
-  uint64_t limit() const { return limit_; }
-  uint64_t job_limit() const { return job_limit_; }
-
- private:
-  const uint64_t limit_;
-  const uint64_t job_limit_;
-  mutable absl::Mutex mu_;
-  uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
-  // Jobs with bytes reserved; the sum of the values is reserved_.
-  absl::flat_hash_map<std::string, uint64_t> by_job_ ABSL_GUARDED_BY(mu_);
-};
-
 // StreamBatches is served raw (ByteBuffer in and out) so that batch chunks
 // go out as slices of the batch buffer; the bytes are the same StreamRequest
 // and StreamResponse messages as in the proto.
 class DataServiceImpl final
     : public batchd::v1::DataService::WithCallbackMethod_ListDatasets<
           batchd::v1::DataService::WithRawCallbackMethod_StreamBatches<
-              batchd::v1::DataService::Service>> {
+              batchd::v1::DataService::Service>>,
+      private StreamRegistry {
  public:
   // `pipeline`, `stats` and `reports` are not owned and must outlive this.
   DataServiceImpl(DatasetMap datasets, DataServiceOptions options,
@@ -127,9 +98,9 @@ class DataServiceImpl final
   // nothing outstanding end at once. `reason` says why, e.g. "SIGTERM", and
   // appears in every message. Returns at once; later calls do nothing.
   void BeginDrain(absl::string_view reason) ABSL_LOCKS_EXCLUDED(mu_);
-  bool draining() const { return draining_.load(); }
+  bool draining() const override { return draining_.load(); }
   // "batchd is draining (SIGTERM)". REQUIRES: draining().
-  std::string DrainMessage() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::string DrainMessage() const override ABSL_LOCKS_EXCLUDED(mu_);
   // StreamBatches calls open now.
   size_t open_streams() const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until no StreamBatches call is open, or until `deadline`.
@@ -153,30 +124,28 @@ class DataServiceImpl final
   double send_seconds() const;
 
  private:
-  class BatchStream;
+  // StreamRegistry, for the BatchStreams.
+  grpc::Status AddStream(BatchStream* stream) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoveStream(BatchStream* stream) override ABSL_LOCKS_EXCLUDED(mu_);
+  grpc::Status AddJobStream(const std::string& job) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoveJobStream(const std::string& job) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  grpc::Status DrainingRefusal() const override ABSL_LOCKS_EXCLUDED(mu_);
+  void AddSendTime(absl::Duration send) override;
 
-  // Registers a new stream, or returns why it is refused (draining, or
-  // --max-open-streams reached).
-  grpc::Status AddStream(BatchStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
-  void RemoveStream(BatchStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
-  // Counts a stream of `job` that opened its plan, or returns why it is
-  // refused (--max-streams-per-job reached); RemoveJobStream uncounts it.
-  grpc::Status AddJobStream(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
-  void RemoveJobStream(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
   // The open streams, each with a reference the caller must drop (Unref).
   std::vector<BatchStream*> RefStreams() ABSL_LOCKS_EXCLUDED(mu_);
-  // The status a stream gets that is refused because of the drain.
-  grpc::Status DrainingRefusal() const ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status DrainingRefusalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const DatasetMap datasets_;
   const DataServiceOptions options_;
-  Pipeline* const pipeline_;
-  JobStats* const stats_;
-  TrainerReports* const reports_;
-
   BufferBudget budget_;
+  // What every BatchStream is given; points at the fields above.
+  const BatchStreamContext stream_context_;
+
   std::atomic<uint64_t> send_nanos_{0};
 
   mutable absl::Mutex mu_;
@@ -191,4 +160,4 @@ class DataServiceImpl final
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_DATA_SERVICE_H_
+#endif  // BATCHD_SERVER_SERVICE_DATA_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "server/shared_memory_broker.h"
+#include "server/service/shared_memory_broker.h"
 
 #include <pthread.h>
 #include <sys/random.h>

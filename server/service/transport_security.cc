@@ -1,4 +1,4 @@
-#include "server/transport_security.h"
+#include "server/service/transport_security.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

@@ -1,8 +1,8 @@
 // JobStats: per-job counters and recent rates for the admin status.
 //
 // Thread-safe.
-#ifndef BATCHD_SERVER_JOB_STATS_H_
-#define BATCHD_SERVER_JOB_STATS_H_
+#ifndef BATCHD_SERVER_CONTROL_JOB_STATS_H_
+#define BATCHD_SERVER_CONTROL_JOB_STATS_H_
 
 #include <array>
 #include <cstdint>
@@ -43,4 +43,4 @@ class JobStats {
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_JOB_STATS_H_
+#endif  // BATCHD_SERVER_CONTROL_JOB_STATS_H_

@@ -1,4 +1,4 @@
-#include "server/admin_service.h"
+#include "server/service/admin_service.h"
 
 #include <malloc.h>
 #include <pthread.h>

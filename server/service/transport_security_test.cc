@@ -1,4 +1,4 @@
-#include "server/transport_security.h"
+#include "server/service/transport_security.h"
 
 #include <fstream>
 

@@ -14,8 +14,8 @@
 // a log line or a metric.
 //
 // Thread-safe.
-#ifndef BATCHD_SERVER_AUTH_H_
-#define BATCHD_SERVER_AUTH_H_
+#ifndef BATCHD_SERVER_SERVICE_AUTH_H_
+#define BATCHD_SERVER_SERVICE_AUTH_H_
 
 #include <memory>
 #include <string>
@@ -100,4 +100,4 @@ absl::Status CheckAdmin(const Caller& caller, absl::string_view rpc);
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_AUTH_H_
+#endif  // BATCHD_SERVER_SERVICE_AUTH_H_

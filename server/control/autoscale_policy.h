@@ -25,8 +25,8 @@
 // still shows in the busy fraction, so it does not shrink under them.
 //
 // Not thread-safe; one caller.
-#ifndef BATCHD_SERVER_AUTOSCALE_POLICY_H_
-#define BATCHD_SERVER_AUTOSCALE_POLICY_H_
+#ifndef BATCHD_SERVER_CONTROL_AUTOSCALE_POLICY_H_
+#define BATCHD_SERVER_CONTROL_AUTOSCALE_POLICY_H_
 
 #include <string>
 #include <vector>
@@ -133,4 +133,4 @@ class AutoscalePolicy {
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_AUTOSCALE_POLICY_H_
+#endif  // BATCHD_SERVER_CONTROL_AUTOSCALE_POLICY_H_

@@ -1,4 +1,4 @@
-#include "server/trainer_reports.h"
+#include "server/control/trainer_reports.h"
 
 #include <algorithm>
 #include <cmath>

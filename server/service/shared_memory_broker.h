@@ -13,8 +13,8 @@
 //
 // Owns its listening socket and accept thread; the destructor stops both
 // and removes a socket file. Thread-safe.
-#ifndef BATCHD_SERVER_SHARED_MEMORY_BROKER_H_
-#define BATCHD_SERVER_SHARED_MEMORY_BROKER_H_
+#ifndef BATCHD_SERVER_SERVICE_SHARED_MEMORY_BROKER_H_
+#define BATCHD_SERVER_SERVICE_SHARED_MEMORY_BROKER_H_
 
 #include <sys/types.h>
 
@@ -103,4 +103,4 @@ class SharedMemoryBroker {
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_SHARED_MEMORY_BROKER_H_
+#endif  // BATCHD_SERVER_SERVICE_SHARED_MEMORY_BROKER_H_

@@ -1,4 +1,4 @@
-#include "server/auth.h"
+#include "server/service/auth.h"
 
 #include <fstream>
 #include <string>

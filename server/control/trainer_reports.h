@@ -12,8 +12,8 @@
 //   absl::Status ok = reports.Record(id, report, batches_sent, now);
 //   std::map<std::string, TrainerLoad> loads = reports.Loads(now);
 //   reports.Close(id);
-#ifndef BATCHD_SERVER_TRAINER_REPORTS_H_
-#define BATCHD_SERVER_TRAINER_REPORTS_H_
+#ifndef BATCHD_SERVER_CONTROL_TRAINER_REPORTS_H_
+#define BATCHD_SERVER_CONTROL_TRAINER_REPORTS_H_
 
 #include <cstdint>
 #include <deque>
@@ -86,4 +86,4 @@ class TrainerReports {
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_TRAINER_REPORTS_H_
+#endif  // BATCHD_SERVER_CONTROL_TRAINER_REPORTS_H_

@@ -6,8 +6,8 @@
 //   RETURN_IF_ERROR(CheckPlaintextAllowed(addresses, insecure));
 //
 // Thread-safe (pure functions).
-#ifndef BATCHD_SERVER_TRANSPORT_SECURITY_H_
-#define BATCHD_SERVER_TRANSPORT_SECURITY_H_
+#ifndef BATCHD_SERVER_SERVICE_TRANSPORT_SECURITY_H_
+#define BATCHD_SERVER_SERVICE_TRANSPORT_SECURITY_H_
 
 #include <memory>
 #include <string>
@@ -49,4 +49,4 @@ absl::Status CheckPlaintextAllowed(
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_TRANSPORT_SECURITY_H_
+#endif  // BATCHD_SERVER_SERVICE_TRANSPORT_SECURITY_H_

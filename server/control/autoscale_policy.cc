@@ -1,4 +1,4 @@
-#include "server/autoscale_policy.h"
+#include "server/control/autoscale_policy.h"
 
 #include <algorithm>
 #include <cmath>

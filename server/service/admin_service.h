@@ -5,8 +5,8 @@
 // a recent figure that does not depend on how often anyone asks.
 //
 // Thread-safe. Must outlive the grpc::Server it is registered with.
-#ifndef BATCHD_SERVER_ADMIN_SERVICE_H_
-#define BATCHD_SERVER_ADMIN_SERVICE_H_
+#ifndef BATCHD_SERVER_SERVICE_ADMIN_SERVICE_H_
+#define BATCHD_SERVER_SERVICE_ADMIN_SERVICE_H_
 
 #include <deque>
 #include <thread>
@@ -15,11 +15,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "batchd/v1/admin.grpc.pb.h"
-#include "server/autoscaler.h"
-#include "server/data_service.h"
-#include "server/job_stats.h"
+#include "server/control/autoscaler.h"
+#include "server/control/job_stats.h"
+#include "server/control/trainer_reports.h"
 #include "server/pipeline.h"
-#include "server/trainer_reports.h"
+#include "server/service/data_service.h"
 
 namespace batchd::server {
 
@@ -68,4 +68,4 @@ class AdminServiceImpl final
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_ADMIN_SERVICE_H_
+#endif  // BATCHD_SERVER_SERVICE_ADMIN_SERVICE_H_

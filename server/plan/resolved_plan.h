@@ -4,8 +4,8 @@
 //
 // Immutable after ResolvePlan; shared (shared_ptr<const>) by a stream and its
 // in-flight work. Thread-safe.
-#ifndef BATCHD_SERVER_RESOLVED_PLAN_H_
-#define BATCHD_SERVER_RESOLVED_PLAN_H_
+#ifndef BATCHD_SERVER_PLAN_RESOLVED_PLAN_H_
+#define BATCHD_SERVER_PLAN_RESOLVED_PLAN_H_
 
 #include <cstdint>
 #include <map>
@@ -69,4 +69,4 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
 
 }  // namespace batchd::server
 
-#endif  // BATCHD_SERVER_RESOLVED_PLAN_H_
+#endif  // BATCHD_SERVER_PLAN_RESOLVED_PLAN_H_

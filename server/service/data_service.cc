@@ -1,0 +1,173 @@
+#include "server/service/data_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace batchd::server {
+
+DataServiceImpl::DataServiceImpl(DatasetMap datasets,
+                                 DataServiceOptions options,
+                                 Pipeline* pipeline, JobStats* stats,
+                                 TrainerReports* reports)
+    : datasets_(std::move(datasets)),
+      options_(std::move(options)),
+      budget_(options_.max_buffer_bytes, options_.max_job_buffer_bytes),
+      stream_context_{&datasets_,
+                      options_.limits,
+                      options_.default_window,
+                      options_.max_window,
+                      options_.daemon_info,
+                      options_.metrics,
+                      options_.shared_memory,
+                      pipeline,
+                      stats,
+                      reports,
+                      &budget_,
+                      /*registry=*/this} {}
+
+void DataServiceImpl::AddSendTime(absl::Duration send) {
+  send_nanos_ += static_cast<uint64_t>(absl::ToInt64Nanoseconds(send));
+}
+
+double DataServiceImpl::send_seconds() const {
+  return send_nanos_.load() * 1e-9;
+}
+
+grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
+    grpc::CallbackServerContext* context,
+    const batchd::v1::ListDatasetsRequest* /*request*/,
+    batchd::v1::ListDatasetsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::StatusOr<Caller> caller = Authenticate(*context); !caller.ok()) {
+    reactor->Finish(ToGrpc(caller.status()));
+    return reactor;
+  }
+  for (const auto& [name, dataset] : datasets_) {
+    batchd::v1::DatasetInfo* info = response->add_datasets();
+    info->set_name(name);
+    info->set_num_samples(dataset->size());
+    for (const std::string& c : dataset->class_names()) {
+      info->add_class_names(c);
+    }
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+DataServiceImpl::StreamBatches(grpc::CallbackServerContext* context) {
+  return new BatchStream(&stream_context_, Authenticate(*context),
+                         context->peer());
+}
+
+absl::StatusOr<Caller> DataServiceImpl::Authenticate(
+    const grpc::CallbackServerContext& context) const {
+  if (options_.authorizer == nullptr) return Caller{};
+  return options_.authorizer->Authenticate(context);
+}
+
+grpc::Status DataServiceImpl::AddJobStream(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  uint32_t& open = job_streams_[job];
+  if (open >= options_.max_streams_per_job) {
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("job \"", job, "\" already has ", open,
+                     " streams open, the most --max-streams-per-job allows; "
+                     "close one or raise --max-streams-per-job"));
+  }
+  ++open;
+  return grpc::Status::OK;
+}
+
+void DataServiceImpl::RemoveJobStream(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = job_streams_.find(job);
+  if (it != job_streams_.end() && --it->second == 0) job_streams_.erase(it);
+}
+
+grpc::Status DataServiceImpl::AddStream(BatchStream* stream) {
+  absl::MutexLock lock(&mu_);
+  if (draining_.load()) return DrainingRefusalLocked();
+  if (streams_.size() >= options_.max_open_streams) {
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("batchd already has ", streams_.size(),
+                     " StreamBatches calls open, its --max-open-streams "
+                     "limit; close a stream, retry later or on another "
+                     "daemon, or raise --max-open-streams"));
+  }
+  streams_.insert(stream);
+  return grpc::Status::OK;
+}
+
+void DataServiceImpl::RemoveStream(BatchStream* stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.erase(stream);
+}
+
+std::vector<BatchStream*> DataServiceImpl::RefStreams() {
+  absl::MutexLock lock(&mu_);
+  std::vector<BatchStream*> streams;
+  streams.reserve(streams_.size());
+  for (BatchStream* stream : streams_) {
+    // Registered streams are alive: OnDone unregisters before it drops
+    // gRPC's reference.
+    stream->AddRef();
+    streams.push_back(stream);
+  }
+  return streams;
+}
+
+std::string DataServiceImpl::DrainMessage() const {
+  absl::MutexLock lock(&mu_);
+  return absl::StrCat("batchd is draining (", drain_reason_, ")");
+}
+
+grpc::Status DataServiceImpl::DrainingRefusal() const {
+  absl::MutexLock lock(&mu_);
+  return DrainingRefusalLocked();
+}
+
+grpc::Status DataServiceImpl::DrainingRefusalLocked() const {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      absl::StrCat("batchd is draining (", drain_reason_,
+                                   "); connect to another daemon"));
+}
+
+void DataServiceImpl::BeginDrain(absl::string_view reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_.load()) return;
+    drain_reason_ = std::string(reason);
+    draining_.store(true);
+  }
+  for (BatchStream* stream : RefStreams()) {
+    stream->Wake();
+    stream->Unref();
+  }
+}
+
+size_t DataServiceImpl::open_streams() const {
+  absl::MutexLock lock(&mu_);
+  return streams_.size();
+}
+
+size_t DataServiceImpl::AwaitStreamsDone(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return streams_.empty();
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  return streams_.size();
+}
+
+void DataServiceImpl::CancelStreams(const grpc::Status& status) {
+  for (BatchStream* stream : RefStreams()) {
+    stream->Cancel(status);
+    stream->Unref();
+  }
+}
+
+}  // namespace batchd::server
