@@ -90,7 +90,7 @@ absl::Status Pipeline::BuildBatch(
     uint64_t batch_index, BatchCancellation cancelled,
     std::function<void(std::unique_ptr<BuiltBatch>)> done,
     BatchDestination destination) {
-  const common::ShardSpec& shard = plan->shard;
+  const common::ShardSpec shard = plan->ShardFor(epoch);
   std::shared_ptr<const std::vector<uint64_t>> order =
       orders_.Get(shard.num_samples, shard.seed, shard.shuffle, epoch);
   std::vector<uint64_t> sample_indices =

@@ -139,6 +139,32 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
         " samples, so an epoch has no batches; lower batch_size or unset "
         "drop_last"));
   }
+  if (plan.resume().position() > 0) {
+    const uint64_t samples = resolved->dataset->size();
+    if (plan.resume().position() >= samples) {
+      return Invalid(absl::StrCat(
+          "resume.position ", plan.resume().position(),
+          " is not below the dataset's ", samples,
+          " samples; an epoch resumed at its end is done: start epoch ",
+          plan.resume().epoch(), " + 1 at position 0 instead"));
+    }
+    if (plan.resume().epoch() > 0xFFFFFFFFull) {
+      return Invalid(absl::StrCat("resume.epoch ", plan.resume().epoch(),
+                                  " is too large; epochs are 0..4294967295"));
+    }
+    resolved->resume_epoch = plan.resume().epoch();
+    resolved->resume_position = plan.resume().position();
+    const common::ShardSpec rest = resolved->ShardFor(resolved->resume_epoch);
+    if (BatchesPerEpoch(rest) == 0) {
+      return Invalid(absl::StrCat(
+          "with drop_last, the ", samples - plan.resume().position(),
+          " samples left of epoch ", plan.resume().epoch(),
+          " give this shard ", ShardSize(rest),
+          ", fewer than batch_size ", plan.batch_size(),
+          ", so nothing of that epoch is left to deliver: start the next "
+          "epoch at position 0 instead"));
+    }
+  }
   const batchd::v1::Pipeline& pipeline = plan.pipeline();
   switch (pipeline.transform_case()) {
     case batchd::v1::Pipeline::kTrain:

@@ -30,7 +30,12 @@ struct PlanLimits {
 
 struct ResolvedPlan {
   std::shared_ptr<const Dataset> dataset;
+  // The shard of a whole epoch.
   common::ShardSpec shard;
+  // Plan.resume: epoch resume_epoch starts at shard position
+  // resume_position (0: no resume).
+  uint64_t resume_epoch = 0;
+  uint64_t resume_position = 0;
   bool train = true;  // RandomResizedCrop + flip; else resize + centre crop
   TrainTransform train_transform;
   EvalTransform eval_transform;
@@ -51,6 +56,13 @@ struct ResolvedPlan {
   PixelLayout pixel_layout() const {
     return layout == batchd::v1::LAYOUT_NCHW ? PixelLayout::kCHW
                                              : PixelLayout::kHWC;
+  }
+  // The shard of `epoch`: `shard`, started at resume_position for the
+  // resumed epoch.
+  common::ShardSpec ShardFor(uint64_t epoch) const {
+    common::ShardSpec s = shard;
+    if (epoch == resume_epoch) s.start_position = resume_position;
+    return s;
   }
   // Shape of a batch of `samples` samples in the plan's layout.
   std::vector<uint64_t> shape(uint64_t samples) const;

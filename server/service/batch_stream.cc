@@ -223,6 +223,15 @@ bool BatchStream::HandleOpen(const batchd::v1::OpenPlan& open) {
   opened->set_window(window);
   opened->set_batches_per_epoch(BatchesPerEpoch(p.shard));
   opened->set_samples_per_epoch(ShardSize(p.shard));
+  opened->set_dataset_samples(p.shard.num_samples);
+  StreamLedger::EpochBatches batches{.per_epoch = BatchesPerEpoch(p.shard)};
+  if (p.resume_position > 0) {
+    const common::ShardSpec rest = p.ShardFor(p.resume_epoch);
+    batches.resumed_epoch = p.resume_epoch;
+    batches.resumed = BatchesPerEpoch(rest);
+    opened->set_resumed_epoch_batches(batches.resumed);
+    opened->set_resumed_epoch_samples(ShardSize(rest));
+  }
   for (uint64_t d : p.shape(p.shard.batch_size)) opened->add_shape(d);
   opened->set_max_batch_bytes(max_batch_bytes);
   opened->set_dtype(batchd::v1::DTYPE_UINT8);
@@ -235,8 +244,7 @@ bool BatchStream::HandleOpen(const batchd::v1::OpenPlan& open) {
   report_id_ = context_.reports->Open(p.job, p.shard.batch_size, absl::Now());
 
   absl::MutexLock lock(&mu_);
-  ledger_.Open(window, opened->batches_per_epoch(),
-               uint64_t{window} * max_batch_bytes);
+  ledger_.Open(window, batches, uint64_t{window} * max_batch_bytes);
   queue_.push_back(Outgoing{std::move(response)});
   return true;
 }

@@ -6,10 +6,10 @@
 
 namespace batchd::server {
 
-void StreamLedger::Open(uint32_t window, uint64_t batches_per_epoch,
+void StreamLedger::Open(uint32_t window, EpochBatches batches,
                         uint64_t reserved_bytes) {
   window_ = window;
-  batches_per_epoch_ = batches_per_epoch;
+  batches_ = batches;
   reserved_bytes_ = reserved_bytes;
 }
 
@@ -59,12 +59,15 @@ absl::StatusOr<StreamLedger::Grant> StreamLedger::Accept(
     return absl::InvalidArgumentError(absl::StrCat(
         "epoch ", epoch, " is too large; epochs are 0..4294967295"));
   }
-  if (index >= batches_per_epoch_) {
+  if (const uint64_t batches = batches_.In(epoch); index >= batches) {
+    const std::string which =
+        epoch == batches_.resumed_epoch
+            ? absl::StrCat(" batches left in epoch ", epoch, ", resumed")
+            : std::string(" batches per epoch");
     return absl::InvalidArgumentError(
         absl::StrCat("batch index ", index,
-                     " is beyond the epoch: this plan has ",
-                     batches_per_epoch_, " batches per epoch (0..",
-                     batches_per_epoch_ - 1, ")"));
+                     " is beyond the epoch: this plan has ", batches, which,
+                     " (0..", batches - 1, ")"));
   }
   if (!drain_message.empty()) {
     return absl::UnavailableError(drain_message);

@@ -58,11 +58,21 @@ class StreamLedger {
     kSentWhole,  // its header is out: the rest of it is sent
   };
 
+  // Batches in each epoch of the plan: `per_epoch`, except `resumed` in
+  // epoch `resumed_epoch` when the plan resumes one (Plan.resume).
+  struct EpochBatches {
+    uint64_t per_epoch = 0;
+    std::optional<uint64_t> resumed_epoch;
+    uint64_t resumed = 0;
+    uint64_t In(uint64_t epoch) const {
+      return epoch == resumed_epoch ? resumed : per_epoch;
+    }
+  };
+
   // The plan is open: at most `window` batches outstanding, batch indices
-  // below `batches_per_epoch`, `reserved_bytes` of the daemon's buffer
+  // below `batches.In(epoch)`, `reserved_bytes` of the daemon's buffer
   // budget held for the stream.
-  void Open(uint32_t window, uint64_t batches_per_epoch,
-            uint64_t reserved_bytes);
+  void Open(uint32_t window, EpochBatches batches, uint64_t reserved_bytes);
   uint32_t window() const { return window_; }
 
   // The client's shared-memory ring of `slots` slots is attached: every
@@ -137,7 +147,7 @@ class StreamLedger {
   void Forget(std::map<Key, Batch>::iterator it);
 
   uint32_t window_ = 0;
-  uint64_t batches_per_epoch_ = 0;
+  EpochBatches batches_;
   uint64_t reserved_bytes_ = 0;
   // BatchRequests counted.
   uint64_t requests_ = 0;

@@ -18,7 +18,7 @@ constexpr uint64_t kBatchBytes = 1000;
 // A ledger whose plan is open: `window` batches, 10 batches per epoch.
 StreamLedger OpenLedger(uint32_t window) {
   StreamLedger ledger;
-  ledger.Open(window, /*batches_per_epoch=*/10,
+  ledger.Open(window, {.per_epoch = 10},
               /*reserved_bytes=*/window * kBatchBytes);
   return ledger;
 }
@@ -29,6 +29,19 @@ StreamLedger::Grant MustAccept(StreamLedger& ledger, const Key& key) {
       ledger.Accept(key, std::nullopt, /*drain_message=*/"");
   EXPECT_OK(grant);
   return grant.ok() ? *grant : StreamLedger::Grant{};
+}
+
+TEST(StreamLedgerTest, AResumedEpochHasItsOwnBatchCount) {
+  StreamLedger ledger;
+  ledger.Open(/*window=*/4,
+              {.per_epoch = 10, .resumed_epoch = 3, .resumed = 4},
+              /*reserved_bytes=*/4 * kBatchBytes);
+  MustAccept(ledger, {3, 3});
+  EXPECT_THAT(ledger.Accept({3, 4}, std::nullopt, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("4 batches left in epoch 3, resumed")));
+  MustAccept(ledger, {4, 9});
+  MustAccept(ledger, {2, 9});
 }
 
 TEST(StreamLedgerTest, BatchLivesFromAcceptToCompleted) {
