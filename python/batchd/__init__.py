@@ -40,12 +40,13 @@ from ._native import LoaderArgs, NativeLoader  # noqa: E402,F401
 from .errors import BatchdError  # noqa: E402,F401
 
 __all__ = ["Loader", "Diagnosis", "BatchdError", "errors", "list_datasets",
-           "IMAGENET_NORMALIZE", "VERDICTS"]
+           "merge_states", "IMAGENET_NORMALIZE", "VERDICTS"]
 
 #: torchvision's ImageNet ``Normalize(mean, std)``, in 0..1 units.
 IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
-_STATE_VERSION = 1
+# 2 adds the epoch's global position (elastic resume); 1 still loads.
+_STATE_VERSION = 2
 
 #: What :meth:`Loader.diagnose` can conclude (client/diagnosis.h).
 VERDICTS = ("compute-bound", "input-bound", "network-bound", "client-bound",
@@ -100,6 +101,43 @@ def list_datasets(endpoint, timeout=10.0, *, tls_ca=None, tls_cert=None,
         endpoint, timeout,
         security=_security(tls_ca, tls_cert, tls_key, tls_server_name,
                            token_file))
+
+
+def _batches(samples, world_size, batch_size, drop_last):
+    """Batches per rank of an epoch (or its rest) of `samples` samples, as
+    the sampler cuts them (common/sampler.h)."""
+    per_rank = -(-samples // world_size)
+    return per_rank // batch_size if drop_last else -(-per_rank // batch_size)
+
+
+def merge_states(states):
+    """One state for the whole job from every rank's ``state_dict()``.
+
+    In lockstep (DDP) every rank has reached the same global position of
+    the same epoch; a disagreement means the states were not taken at the
+    same step and is a ValueError naming the ranks. Each rank may
+    load_state_dict() the merged state on any world size.
+    """
+    states = list(states)
+    if not states:
+        raise ValueError("merge_states needs at least one rank's state")
+    keys = ("version", "epoch", "epoch_start", "position", "samples",
+            "dataset",
+            "batch_size", "seed", "shuffle", "drop_last", "world_size")
+    first = states[0]
+    for key in keys:
+        values = collections.defaultdict(list)
+        for state in states:
+            values[state.get(key)].append(state.get("rank"))
+        if len(values) > 1:
+            detail = "; ".join(f"ranks {sorted(ranks)} have {value!r}"
+                               for value, ranks in values.items())
+            raise ValueError(f"the ranks' states disagree on {key}: {detail}")
+    ranks = sorted(state.get("rank") for state in states)
+    if ranks != list(range(first["world_size"])):
+        raise ValueError(f"merge_states needs one state from each of the "
+                         f"{first['world_size']} ranks, got ranks {ranks}")
+    return dict(first, rank=None)
 
 
 def _log_diagnosis(line):
@@ -266,6 +304,8 @@ class Loader:
         self.dataset = dataset
         self.batch_size = batch_size
         self.seed = seed
+        self.shuffle = shuffle
+        self.drop_last = drop_last
         self._setup_output(normalize, dtype)
 
         args = LoaderArgs(
@@ -290,20 +330,11 @@ class Loader:
         if backend == "device" and not _native.HAVE_DEVICE_LOADER:
             raise ValueError("backend='device': this build of batchd has no "
                              "DeviceLoader")
-        self.backend = "host"
-        if backend == "device" or (backend == "auto" and
-                                   self.device.type == "cuda" and
-                                   _native.HAVE_DEVICE_LOADER):
-            native = self._open_device_loader(args, normalize, depth)
-            if backend == "device" or native.path == "cuda":
-                self._native = native
-                self.backend = "device"
-            else:
-                native.close()  # C++ sees no usable GPU: torch copies
-        if self._native is None:
-            self._native = NativeLoader(args)
+        self._open_native = lambda args: self._open(args, backend, normalize,
+                                                    depth)
+        self._args = args
+        self._open_native(args)
         self.endpoint = endpoint
-        self._length = self._native.batches_per_epoch
         # The epoch (and first batch) the next __iter__ starts.
         self._epoch = 0
         self._start = 0
@@ -317,6 +348,34 @@ class Loader:
         # Time spent waiting for batches, and batches yielded.
         self.waited_s = 0.0
         self.batches = 0
+
+    def _open(self, args, backend, normalize, depth):
+        """Opens the stream of `args` as self._native, on `backend`."""
+        self._native = None
+        self.backend = "host"
+        if backend == "device" or (backend == "auto" and
+                                   self.device.type == "cuda" and
+                                   _native.HAVE_DEVICE_LOADER):
+            native = self._open_device_loader(args, normalize, depth)
+            if backend == "device" or native.path == "cuda":
+                self._native = native
+                self.backend = "device"
+            else:
+                native.close()  # C++ sees no usable GPU: torch copies
+        if self._native is None:
+            self._native = NativeLoader(args)
+        # The plan's figures: batches of a whole epoch, the dataset's
+        # samples, and the elastic resume the stream was opened with.
+        self._length = self._native.batches_per_epoch
+        self._samples = self._native.dataset_samples
+        self._resume = (args.resume_epoch, args.resume_position)
+        self._resumed_length = self._native.resumed_epoch_batches
+
+    def _batches_in(self, epoch):
+        """Batches of `epoch` for this rank: fewer in a resumed epoch."""
+        if self._resume[1] > 0 and epoch == self._resume[0]:
+            return self._resumed_length
+        return self._length
 
     def _open_device_loader(self, args, normalize, depth):
         import torch
@@ -373,8 +432,10 @@ class Loader:
     # -- DataLoader / DistributedSampler surface ---------------------------
 
     def __len__(self):
-        """Batches per epoch for this rank (after drop_last)."""
-        return self._length
+        """Batches of the current epoch for this rank (after drop_last):
+        fewer than a whole epoch's in an epoch resumed on another world size
+        (:meth:`load_state_dict`)."""
+        return self._batches_in(self._epoch)
 
     def set_epoch(self, epoch):
         """Sets the epoch the next iteration streams, as DistributedSampler's.
@@ -514,48 +575,124 @@ class Loader:
 
     def state_dict(self):
         """Where the stream is: resuming from it gives exactly the batches
-        the uninterrupted run would have given next.
+        the uninterrupted run would have given next, on this world size or
+        (through ``position``) on any other.
 
         ``next_batch`` counts the batches this loader has yielded in the
         current epoch; save it after the step that consumed the last one.
+        ``epoch_start`` is where this epoch started in its global order (0,
+        or an elastic resume's position). ``position`` follows from them:
+        the epoch's global position every rank has reached together when
+        the ranks run in lockstep (as DDP does), that is the samples of the
+        epoch's global order consumed by all ranks, or ``samples`` (the
+        dataset's size) once the epoch is done. :func:`merge_states` checks
+        that the ranks' states agree.
         """
         if self._position is not None:
             epoch, next_batch = self._position
         else:
             epoch, next_batch = self._epoch, self._start
+        start = self._resume[1] if epoch == self._resume[0] else 0
+        if next_batch >= self._batches_in(epoch):
+            position = self._samples
+        else:
+            position = start + next_batch * self.batch_size * self.world_size
         return {
             "version": _STATE_VERSION,
             "epoch": epoch,
             "next_batch": next_batch,
+            "epoch_start": start,
+            "position": position,
+            "samples": self._samples,
             "dataset": self.dataset,
             "batch_size": self.batch_size,
             "seed": self.seed,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
             "rank": self.rank,
             "world_size": self.world_size,
             "batches_per_epoch": self._length,
         }
 
     def load_state_dict(self, state):
-        """Makes the next iteration start where ``state`` was taken.
+        """Makes the next iteration start where ``state`` was taken, and
+        returns (and logs at INFO on the ``"batchd"`` logger) one line
+        saying what it did.
 
-        Raises ValueError when ``state`` is from a different plan (dataset,
-        batch size, seed, shard) or out of range.
+        ``state`` may come from any world size (elastic resume): every
+        sample of the epoch not yet consumed by the old ranks together is
+        delivered exactly once over the new ones, plus the new world's
+        padding (repeats of the epoch's head, as DistributedSampler pads).
+        With the same world size and batch size it resumes at the same
+        batch, with the same bytes. The per-rank batch size may change
+        with the world size if the global batch (``batch_size *
+        world_size``) stays the same.
+
+        Raises ValueError when ``state`` is from another plan (dataset,
+        seed, shuffle, batch size) or out of range.
         """
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"unknown batchd state version "
-                             f"{state.get('version')!r}")
-        for key in ("dataset", "batch_size", "seed", "rank", "world_size",
-                    "batches_per_epoch"):
-            mine = self.state_dict()[key]
-            if state.get(key) != mine:
-                raise ValueError(f"state_dict is for {key}={state.get(key)!r}"
-                                 f", this loader has {key}={mine!r}")
+        version = state.get("version")
+        if version not in (1, _STATE_VERSION):
+            raise ValueError(f"unknown batchd state version {version!r}")
+        mine = {"dataset": self.dataset, "seed": self.seed,
+                "shuffle": self.shuffle, "samples": self._samples}
+        for key, value in mine.items():
+            # Version 1 states hold neither shuffle nor samples.
+            if key in state and state[key] != value:
+                raise ValueError(f"state_dict is for {key}={state[key]!r}, "
+                                 f"this loader has {key}={value!r}")
+        old_world, old_batch = int(state["world_size"]), int(state["batch_size"])
+        if (old_batch != self.batch_size and
+                old_batch * old_world != self.batch_size * self.world_size):
+            raise ValueError(
+                f"state_dict is for batch_size={old_batch} on {old_world} "
+                f"ranks (global batch {old_batch * old_world}); this loader "
+                f"has batch_size={self.batch_size} on {self.world_size} "
+                f"(global {self.batch_size * self.world_size}): keep the "
+                f"batch size or the global batch size")
+        epoch = int(state["epoch"])
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, not {epoch}")
+        start = int(state.get("epoch_start", 0))
+        if not 0 <= start < self._samples:
+            raise ValueError(f"epoch_start {start} is outside 0.."
+                             f"{self._samples - 1}")
+        batches = _batches(self._samples - start, old_world, old_batch,
+                           bool(state.get("drop_last", self.drop_last)))
         next_batch = int(state["next_batch"])
-        if not 0 <= next_batch <= self._length:
+        if not 0 <= next_batch <= batches:
             raise ValueError(f"next_batch {next_batch} is outside "
-                             f"0..{self._length}")
-        self._epoch = int(state["epoch"])
-        self._start = next_batch
+                             f"0..{batches}")
+        position = (self._samples if next_batch == batches else
+                    start + next_batch * old_batch * old_world)
+        if _batches(self._samples - position, self.world_size,
+                    self.batch_size, self.drop_last) == 0:
+            # Nothing of the epoch is left for this world: iterating it
+            # yields nothing, and the loop goes on to the next epoch.
+            position = self._samples
+        line = (f"resuming epoch {epoch} at sample {position:,} of "
+                f"{self._samples:,} on {self.world_size} ranks, was "
+                f"{old_world}")
+        self._seek(epoch, position)
+        _logger.info("%s", line)
+        return line
+
+    def _seek(self, epoch, position):
+        """Next iteration: `epoch` from global position `position`, through
+        the open stream when a batch boundary of its plan falls there, else
+        through a stream reopened with an elastic resume."""
+        start = self._resume[1] if epoch == self._resume[0] else 0
+        step = self.batch_size * self.world_size
+        if position == self._samples:
+            self._epoch, self._start = epoch, self._batches_in(epoch)
+        elif position >= start and (position - start) % step == 0:
+            self._epoch, self._start = epoch, (position - start) // step
+        else:
+            self.close()
+            self._args.resume_epoch = epoch
+            self._args.resume_position = position
+            self._open_native(self._args)
+            self._epoch, self._start = epoch, 0
         self._position = None
 
     # -- Resources ----------------------------------------------------------

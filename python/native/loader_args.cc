@@ -55,6 +55,10 @@ absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args) {
   plan.set_rank(args.rank);
   plan.set_world_size(args.world_size);
   plan.set_job(args.job);
+  if (args.resume_position > 0) {
+    plan.mutable_resume()->set_epoch(args.resume_epoch);
+    plan.mutable_resume()->set_position(args.resume_position);
+  }
   batchd::v1::Pipeline* pipeline = plan.mutable_pipeline();
   absl::StatusOr<batchd::v1::Layout> layout = ParseLayout(args.layout);
   if (!layout.ok()) return layout.status();

@@ -61,6 +61,10 @@ struct LoaderArgs {
   uint32_t resize_shorter = 0;
   // "nchw" or "nhwc".
   std::string layout = "nchw";
+  // An elastic resume (batchd.v1.Plan.resume): epoch resume_epoch starts
+  // at position resume_position of its global order; 0: no resume.
+  uint64_t resume_epoch = 0;
+  uint64_t resume_position = 0;
 
   // ---- The loader: client::LoaderOptions's fields, durations in seconds --
   uint32_t prefetch = LoaderDefaults().prefetch;

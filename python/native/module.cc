@@ -157,6 +157,10 @@ void BindLoaderArgs(py::module_& m) {
   field("resize_shorter", &LoaderArgs::resize_shorter,
         "eval: shorter side before the crop; 0: the daemon's default");
   field("layout", &LoaderArgs::layout, "'nchw' or 'nhwc'");
+  field("resume_epoch", &LoaderArgs::resume_epoch,
+        "elastic resume: the epoch that starts at resume_position");
+  field("resume_position", &LoaderArgs::resume_position,
+        "elastic resume: position in that epoch's global order; 0: none");
   field("prefetch", &LoaderArgs::prefetch, "ring slots requested");
   field("auto_prefetch", &LoaderArgs::auto_prefetch,
         "grow the ring while waits are bursty");

@@ -95,6 +95,14 @@ void BindLoaderCommon(py::class_<L>& cls) {
           "samples_per_epoch",
           [](L& self) { return self.opened().samples_per_epoch(); })
       .def_property_readonly(
+          "dataset_samples",
+          [](L& self) { return self.opened().dataset_samples(); },
+          "Samples in the dataset: the length of an epoch's global order.")
+      .def_property_readonly(
+          "resumed_epoch_batches",
+          [](L& self) { return self.opened().resumed_epoch_batches(); },
+          "With an elastic resume, the batches left of the resumed epoch.")
+      .def_property_readonly(
           "max_batch_bytes",
           [](L& self) { return self.opened().max_batch_bytes(); })
       .def_property_readonly("shape",
