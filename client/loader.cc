@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "batchd/v1/admin.grpc.pb.h"
 #include "batchd/v1/data.grpc.pb.h"
+#include "client/daemon_status.h"
 #include "client/daemon_stream.h"
 #include "client/diagnosis.h"
 #include "client/request_scheduler.h"
@@ -32,21 +32,6 @@ using ::batchd::v1::PlanOpened;
 using ::batchd::v1::RequestRejected;
 using ::batchd::v1::StreamRequest;
 using ::batchd::v1::StreamResponse;
-
-absl::StatusOr<batchd::v1::ServerStatus> FetchServerStatus(
-    const std::shared_ptr<grpc::Channel>& channel, absl::Duration timeout) {
-  auto stub = batchd::v1::AdminService::NewStub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  batchd::v1::ServerStatus status;
-  const grpc::Status result =
-      stub->GetStatus(&context, batchd::v1::GetStatusRequest(), &status);
-  if (!result.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(result.error_code()),
-                        absl::StrCat("GetStatus: ", result.error_message()));
-  }
-  return status;
-}
 
 namespace internal {
 namespace {

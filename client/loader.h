@@ -63,11 +63,6 @@ class LoaderCore;
 
 struct Diagnosis;  // client/diagnosis.h
 
-// The daemon's AdminService.GetStatus over `channel`, waiting at most
-// `timeout`. Errors carry gRPC's code and message, prefixed with "GetStatus: ".
-absl::StatusOr<batchd::v1::ServerStatus> FetchServerStatus(
-    const std::shared_ptr<grpc::Channel>& channel, absl::Duration timeout);
-
 struct LoaderOptions {
   // The daemons: "host:port" or "unix:/path", a comma-separated list of
   // them, or one "dns:///name:port" standing for every address the name
