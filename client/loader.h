@@ -7,7 +7,8 @@
 // outstanding than free slots), so memory stays bounded. With several daemons it holds one StreamBatches stream to each
 // (client/daemon_stream.h), spreads its requests over the healthy ones
 // (client/request_scheduler.h), asks again elsewhere for what a lost daemon
-// owed, and hedges batches that take far longer than usual. Each stream's
+// owed, and hedges batches that take far longer than usual; all of that is
+// client/daemon_set.h, and the slots are client/slot_ring.h. Each stream's
 // reader thread writes chunks straight into their batch's slot (one copy
 // from the gRPC message); batches may arrive in any order and from any
 // daemon, and Next() hands them out in batch-index order. Because a batch is
@@ -52,6 +53,7 @@
 #include "client/buffer.h"
 #include "client/channel_security.h"
 #include "client/endpoints.h"
+#include "client/loader_options.h"
 #include "client/loader_stats.h"
 #include "grpcpp/channel.h"
 
@@ -62,93 +64,6 @@ class LoaderCore;
 }  // namespace internal
 
 struct Diagnosis;  // client/diagnosis.h
-
-struct LoaderOptions {
-  // The daemons: "host:port" or "unix:/path", a comma-separated list of
-  // them, or one "dns:///name:port" standing for every address the name
-  // resolves to (client/endpoints.h). All must serve the same dataset.
-  std::string endpoint;
-  // What to stream; validated by the daemon.
-  batchd::v1::Plan plan;
-  // Same-host shared memory (docs/design-choices.md): with one endpoint
-  // that is a unix: socket or a loopback address, offer the daemon the
-  // ring as a sealed memfd, so that its workers decode straight into the
-  // slots and only headers cross the stream. When the daemon declines or
-  // the side channel fails, the loader streams bytes and logs one line
-  // saying why; Stats::transport says which is in use. false: bytes always.
-  bool shared_memory = true;
-  // TLS and the bearer token, for every daemon (client/channel_security.h).
-  // The default is plaintext with $BATCHD_TOKEN, if set.
-  SecurityOptions security;
-  // Requested window: how many batches may be outstanding, and so the number
-  // of ring slots. With one daemon it is capped at the daemon's grant; 0
-  // takes the daemon's default (times the number of daemons at start).
-  uint32_t prefetch = 4;
-  // Grow the ring beyond `prefetch` while the trainer's waits are bursty
-  // and the daemons keep up on average: once a second, by half (at least
-  // one slot), when the trainer waited more than 5 % of the time but at
-  // most half of its steps waited at all. Never beyond
-  // `auto_prefetch_max_bytes` of slots nor the daemons' granted windows
-  // (the plan asks for that many); never shrinks. docs/autoscaling.md.
-  bool auto_prefetch = false;
-  uint64_t auto_prefetch_max_bytes = uint64_t{1} << 30;
-  // Where slots come from; nullptr means 64-byte aligned heap memory. Not
-  // owned; must outlive the Loader and every Batch it returned.
-  BufferAllocator* allocator = nullptr;
-  // Create() waits this long for the first daemon to open the plan.
-  absl::Duration connect_timeout = absl::Seconds(10);
-  // Called on the consumer thread when Next() reaches the end of an epoch,
-  // with the epoch's one-line diagnosis (client/diagnosis.h), e.g.
-  // "epoch 0: input-bound: waited 43 % of wall time; ...". nullptr reports
-  // nothing; epoch_diagnosis() has the line either way.
-  std::function<void(const std::string& line)> report;
-  // Once every remaining batch of the epoch has been requested, free slots
-  // ask for the first batches of the next epoch, so that StartEpoch(epoch +
-  // 1) finds them built or on their way and the trainer does not wait for
-  // the pipeline to fill at every epoch. A batch is a pure function of
-  // (plan, epoch, index), so they are the batches it will get; a StartEpoch
-  // elsewhere drops them. The cost: up to `window` batches built for
-  // nothing after the last epoch, unless `last_epoch` says which it is.
-  bool next_epoch_prefetch = true;
-  // The last epoch this trainer will start, when it knows: nothing of a
-  // later epoch is read ahead, so the daemons build nothing for nothing at
-  // the end of the run and their counts are the run's. The default (and
-  // anything beyond 2^32-1) sets no limit.
-  uint64_t last_epoch = std::numeric_limits<uint64_t>::max();
-  // Test and diagnostic knob: paces each receiving thread to at most this
-  // many pixel bytes per second, as a slow network link would; 0 (the
-  // default) does not pace. Used to rehearse the network-bound diagnosis.
-  uint64_t max_receive_bytes_per_second = 0;
-  // How often the trainer's wait and compute times go to each daemon
-  // (batchd.v1.TrainerReport), which sizes its workers by them under
-  // --workers auto and shows them in its status; 0 sends none.
-  absl::Duration report_interval = absl::Seconds(1);
-
-  // ---- Many daemons (docs/design-choices.md, "Many daemons") ----
-  // How often a "dns:///" name is looked up again. A new address gets
-  // requests after the next lookup; one that disappeared is drained (its
-  // outstanding batches finish, it gets no new ones).
-  absl::Duration resolve_interval = absl::Seconds(10);
-  // Looks names up; nullptr uses the system resolver. Tests inject
-  // addresses here.
-  Resolver resolver;
-  // A daemon with batches outstanding that sends nothing for this long is
-  // marked down and its batches are asked of the others. Longer than any
-  // healthy batch takes (a 4096-image batch on one worker: ~5 s here).
-  absl::Duration stall_timeout = absl::Seconds(20);
-  // When no daemon has been up for this long, Next() fails with UNAVAILABLE
-  // naming each daemon and its last error. Long enough for a daemon's
-  // restart; short enough that a trainer does not hang silently.
-  absl::Duration unavailable_timeout = absl::Seconds(30);
-  // Hedging: a batch outstanding longer than this multiple of the recent
-  // median latency is asked of a second daemon too; the first answer wins.
-  // 0 disables; there is never hedging with a single daemon up.
-  double hedge_factor = 3.0;
-  // Reconnecting to a down daemon: exponential backoff from `min` to `max`,
-  // with +-20 % jitter so that many clients do not retry in step.
-  absl::Duration reconnect_backoff_min = absl::Milliseconds(100);
-  absl::Duration reconnect_backoff_max = absl::Seconds(5);
-};
 
 // Which samples a batch holds, as the daemon's header says; shared by Batch
 // and DeviceBatch.
