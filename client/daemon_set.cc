@@ -29,9 +29,15 @@ constexpr absl::Duration kSupervisorTick = absl::Milliseconds(20);
 constexpr absl::Duration kPrefetchLookInterval = absl::Seconds(1);
 constexpr uint64_t kPrefetchLookMinSteps = 4;
 
-// The window to ask each daemon for: `prefetch`, or with auto_prefetch as
-// many slots as its memory cap holds (batches of batch_size x size x size x
-// 3 bytes, the most a plan's batch can be), which the ring may grow into.
+SlotRing::Options RingOptions(const LoaderOptions& options) {
+  SlotRing::Options ring;
+  ring.next_epoch_prefetch = options.next_epoch_prefetch;
+  ring.last_epoch = options.last_epoch;
+  return ring;
+}
+
+}  // namespace
+
 uint32_t AskedWindow(const LoaderOptions& options) {
   if (!options.auto_prefetch) return options.prefetch;
   const batchd::v1::Pipeline& pipeline = options.plan.pipeline();
@@ -43,15 +49,6 @@ uint32_t AskedWindow(const LoaderOptions& options) {
   return static_cast<uint32_t>(std::clamp<uint64_t>(
       slots, std::max<uint32_t>(1, options.prefetch), 1024));
 }
-
-SlotRing::Options RingOptions(const LoaderOptions& options) {
-  SlotRing::Options ring;
-  ring.next_epoch_prefetch = options.next_epoch_prefetch;
-  ring.last_epoch = options.last_epoch;
-  return ring;
-}
-
-}  // namespace
 
 DaemonSet::DaemonSet(LoaderOptions options, const TrainerClock* clock)
     : options_(std::move(options)),

@@ -60,6 +60,38 @@ class TrainerClock {
   virtual Reading Read(absl::Time now) const = 0;
 };
 
+// ---- The set's rules, as pure functions (daemon_set_test.cc) ----
+
+// The window to ask each daemon for: `prefetch`, or with auto_prefetch as
+// many slots as `auto_prefetch_max_bytes` holds of the plan's largest
+// batches (batch_size x size x size x 3 bytes), between `prefetch` and 1024.
+uint32_t AskedWindow(const LoaderOptions& options);
+
+// What the end of a daemon's stream means for it.
+struct StreamEndVerdict {
+  enum class Next {
+    kReconnect,  // down for now: reconnect after the backoff
+    kFail,       // not asked again (a protocol error, or its verdict)
+    kRemove,     // gone from DNS and owed nothing: done with it
+  };
+  Next next = Next::kReconnect;
+  // Why, for DaemonStats::last_error and the loader's errors.
+  absl::Status error;
+};
+// The stream to `endpoint` ended with gRPC's `status`, or with a sink's
+// `protocol_error`; `stalled`: the supervisor cancelled it for silence;
+// `owed`: the batches it still owed; `in_dns`: still listed.
+StreamEndVerdict JudgeStreamEnd(absl::string_view endpoint,
+                                const grpc::Status& status,
+                                const absl::Status& protocol_error,
+                                bool stalled, uint32_t owed, bool in_dns,
+                                absl::Duration stall_timeout,
+                                const ChannelSecurity& security);
+// The wait before reconnecting after `failures` (>= 1) failures in a row:
+// `min` doubled per failure after the first, at most `max`; without jitter.
+absl::Duration ReconnectBackoff(int failures, absl::Duration min,
+                                absl::Duration max);
+
 class DaemonSet : public StreamSink {
  public:
   // `clock` must outlive this object.

@@ -400,55 +400,84 @@ void DaemonSet::OnStreamEnd(int daemon, const grpc::Status& status,
     d.state = DaemonState::kDown;
     return;
   }
-  const std::string where = absl::StrCat("batchd at ", d.endpoint);
+  StreamEndVerdict verdict =
+      JudgeStreamEnd(d.endpoint, status, protocol_error, d.stalled, owed,
+                     d.in_dns, options_.stall_timeout, security_);
+  d.last_error = std::move(verdict.error);
+  switch (verdict.next) {
+    case StreamEndVerdict::Next::kRemove:
+      d.state = DaemonState::kRemoved;
+      break;
+    case StreamEndVerdict::Next::kReconnect: {
+      d.state = DaemonState::kDown;
+      ++d.failures;
+      const absl::Duration backoff =
+          ReconnectBackoff(d.failures, options_.reconnect_backoff_min,
+                           options_.reconnect_backoff_max);
+      // +-20 %, so that many clients do not retry in step.
+      std::uniform_real_distribution<double> spread(0.8, 1.2);
+      d.retry_at = absl::Now() + backoff * spread(jitter_);
+      break;
+    }
+    case StreamEndVerdict::Next::kFail:
+      d.state = DaemonState::kFailed;
+      break;
+  }
+  StartUnavailableClockLocked(absl::Now());
+  CheckAllFailedLocked();
+}
+
+StreamEndVerdict JudgeStreamEnd(absl::string_view endpoint,
+                                const grpc::Status& status,
+                                const absl::Status& protocol_error,
+                                bool stalled, uint32_t owed, bool in_dns,
+                                absl::Duration stall_timeout,
+                                const ChannelSecurity& security) {
+  using Next = StreamEndVerdict::Next;
+  const std::string where = absl::StrCat("batchd at ", endpoint);
+  StreamEndVerdict verdict;
   bool retry = true;
   if (!protocol_error.ok()) {
     // A daemon that breaks the protocol (or serves another dataset) is not
     // asked again.
-    d.last_error = protocol_error;
+    verdict.error = protocol_error;
     retry = false;
-  } else if (d.stalled) {
-    d.last_error = absl::UnavailableError(absl::StrCat(
-        where, " sent nothing for ",
-        absl::FormatDuration(options_.stall_timeout), " with ", owed,
-        " batches outstanding"));
+  } else if (stalled) {
+    verdict.error = absl::UnavailableError(absl::StrCat(
+        where, " sent nothing for ", absl::FormatDuration(stall_timeout),
+        " with ", owed, " batches outstanding"));
   } else if (status.ok()) {
     if (owed > 0) {
-      d.last_error = absl::UnavailableError(absl::StrCat(
+      verdict.error = absl::UnavailableError(absl::StrCat(
           where, " ended the stream with ", owed,
           " requested batches not delivered"));
       retry = false;
     } else {
-      d.last_error =
+      verdict.error =
           absl::UnavailableError(absl::StrCat(where, " ended the stream"));
     }
   } else if (IsRetryable(status.error_code())) {
-    d.last_error = absl::UnavailableError(absl::StrCat(
-        "lost the stream to ", where, ": ",
-        WithConnectionHint(status.error_message(), security_)));
+    verdict.error = absl::UnavailableError(
+        absl::StrCat("lost the stream to ", where, ": ",
+                     WithConnectionHint(status.error_message(), security)));
   } else {
     // The daemon's own verdict; its message says what to fix.
-    d.last_error = FromGrpc(status);
+    verdict.error = FromGrpc(status);
     retry = false;
   }
-  if (!d.in_dns && status.ok() && owed == 0) {
-    d.state = DaemonState::kRemoved;
-  } else if (retry) {
-    d.state = DaemonState::kDown;
-    ++d.failures;
-    absl::Duration backoff = options_.reconnect_backoff_min;
-    for (int i = 1; i < d.failures && backoff < options_.reconnect_backoff_max;
-         ++i) {
-      backoff *= 2;
-    }
-    backoff = std::min(backoff, options_.reconnect_backoff_max);
-    std::uniform_real_distribution<double> spread(0.8, 1.2);
-    d.retry_at = absl::Now() + backoff * spread(jitter_);
+  if (!in_dns && status.ok() && owed == 0) {
+    verdict.next = Next::kRemove;
   } else {
-    d.state = DaemonState::kFailed;
+    verdict.next = retry ? Next::kReconnect : Next::kFail;
   }
-  StartUnavailableClockLocked(absl::Now());
-  CheckAllFailedLocked();
+  return verdict;
+}
+
+absl::Duration ReconnectBackoff(int failures, absl::Duration min,
+                                absl::Duration max) {
+  absl::Duration backoff = min;
+  for (int i = 1; i < failures && backoff < max; ++i) backoff *= 2;
+  return std::min(backoff, max);
 }
 
 }  // namespace batchd::client

@@ -65,7 +65,8 @@ class LoaderCore : public TrainerClock {
   static Batch MakeBatch(SlotRing::Lease lease,
                          std::shared_ptr<LoaderCore> self);
   // Counts the step that returned `batch` (or an error) between `entered`
-  // and `returned`; `copy` is the time its chunks took to copy. Returns whether the epoch's end is to be reported.
+  // and `returned`; `copy` is the time its chunks took to copy. Returns
+  // whether the epoch's end is to be reported.
   bool CountStep(const absl::StatusOr<Batch>& batch, absl::Duration copy,
                  absl::Time entered, absl::Time returned)
       ABSL_LOCKS_EXCLUDED(mu_);

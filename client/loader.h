@@ -1,17 +1,18 @@
 // The batchd client: streams the batches of one plan from one or more
 // daemons, in order.
 //
-// A Loader keeps a ring of `window` host buffers ("slots"), allocated once
-// through a BufferAllocator and reused. It asks for a batch only when a slot
-// is free for it (credit-based flow control: never more batches
-// outstanding than free slots), so memory stays bounded. With several daemons it holds one StreamBatches stream to each
+// A Loader keeps a ring of `window` host buffers ("slots", client/slot_ring.h),
+// allocated once through a BufferAllocator and reused. It asks for a batch
+// only when a slot is free for it (credit-based flow control: never more
+// batches outstanding than free slots), so memory stays bounded. With
+// several daemons it holds one StreamBatches stream to each
 // (client/daemon_stream.h), spreads its requests over the healthy ones
 // (client/request_scheduler.h), asks again elsewhere for what a lost daemon
-// owed, and hedges batches that take far longer than usual; all of that is
-// client/daemon_set.h, and the slots are client/slot_ring.h. Each stream's
-// reader thread writes chunks straight into their batch's slot (one copy
-// from the gRPC message); batches may arrive in any order and from any
-// daemon, and Next() hands them out in batch-index order. Because a batch is
+// owed, and hedges batches that take far longer than usual (all of that is
+// client/daemon_set.h). Each stream's reader thread writes chunks straight
+// into their batch's slot (one copy from the gRPC message); batches may
+// arrive in any order and from any daemon, and Next() hands them out in
+// batch-index order. Because a batch is
 // a pure function of (plan, epoch, index), the bytes are the same whichever
 // daemon produced them.
 //
