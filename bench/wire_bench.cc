@@ -38,8 +38,10 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "batchd/v1/data.grpc.pb.h"
 #include "batchd/v1/data.pb.h"
+#include "client/daemon_stream.h"
 #include "common/chunk_codec.h"
 #include "common/malloc_tuning.h"
 #include "grpcpp/grpcpp.h"
@@ -62,6 +64,57 @@ namespace {
 
 using ::batchd::v1::StreamRequest;
 using ::batchd::v1::StreamResponse;
+
+// Receives one stream as the Loader does (client/daemon_stream.h): chunk
+// data is copied once, from gRPC's buffers into `buffer`.
+class WireSink : public client::StreamSink {
+ public:
+  WireSink(uint8_t* buffer, uint64_t batch_bytes)
+      : buffer_(buffer), batch_bytes_(batch_bytes) {}
+
+  absl::Status OnResponse(int, StreamResponse&) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<uint8_t*> ChunkDestination(
+      int, const common::ChunkInfo& info) override {
+    if (info.offset + info.length > batch_bytes_) {
+      return absl::InternalError("chunk past the batch's end");
+    }
+    return buffer_ + info.offset;
+  }
+  absl::Status OnChunk(int, const common::ChunkInfo& info,
+                       absl::Duration) override {
+    absl::MutexLock lock(&mu_);
+    received_ += info.length;
+    return absl::OkStatus();
+  }
+  void OnStreamEnd(int, const grpc::Status& status,
+                   const absl::Status& error) override {
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+    error_ = error;
+    ended_ = true;
+  }
+
+  // Blocks until the stream has ended; its final status, the sink's error
+  // and the chunk bytes received.
+  grpc::Status Wait(absl::Status* error, uint64_t* received) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&ended_));
+    *error = error_;
+    *received = received_;
+    return status_;
+  }
+
+ private:
+  uint8_t* const buffer_;
+  const uint64_t batch_bytes_;
+  absl::Mutex mu_;
+  uint64_t received_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
 
 std::string ReadFileOrDie(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -364,37 +417,19 @@ int Run() {
       stream->WritesDone();
       status = stream->Finish();
     } else {
-      // As the Loader reads: raw bytes, chunk data copied once into place.
-      const grpc::internal::RpcMethod method(
-          "/batchd.v1.DataService/StreamBatches",
-          grpc::internal::RpcMethod::BIDI_STREAMING, channel);
-      std::unique_ptr<grpc::ClientReaderWriter<StreamRequest, common::RawMessage>>
-          stream(grpc::internal::ClientReaderWriterFactory<
-                 StreamRequest, common::RawMessage>::Create(channel.get(), method,
-                                                            &context));
-      stream->Write(open);
-      common::RawMessage raw;
-      StreamResponse response;
-      while (stream->Read(&raw)) {
-        common::ChunkInfo chunk;
-        absl::StatusOr<StreamResponse::KindCase> kind = common::DecodeResponse(
-            raw.buffer, &response,
-            [&](const common::ChunkInfo& info) -> absl::StatusOr<uint8_t*> {
-              if (info.offset + info.length > batch_bytes) {
-                return absl::InternalError("chunk past the batch's end");
-              }
-              return buffer.get() + info.offset;
-            },
-            &chunk);
-        if (!kind.ok()) {
-          absl::FPrintF(stderr, "error: %s\n", kind.status().ToString());
-          rc = 1;
-          break;
-        }
-        if (*kind == StreamResponse::kChunk) received += chunk.length;
+      // As the Loader reads: its DaemonStream, chunk data copied once into
+      // place.
+      WireSink sink(buffer.get(), batch_bytes);
+      absl::Status error;
+      {
+        client::DaemonStream stream(/*daemon=*/0, channel, open, &sink);
+        status = sink.Wait(&error, &received);
       }
-      stream->WritesDone();
-      status = stream->Finish();
+      if (!error.ok()) {
+        absl::FPrintF(stderr, "error: %s\n", error.ToString());
+        rc = 1;
+        break;
+      }
     }
     const double seconds = std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - start)

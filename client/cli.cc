@@ -31,8 +31,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "batchd/v1/admin.grpc.pb.h"
-#include "batchd/v1/data.grpc.pb.h"
+#include "batchd/v1/admin.pb.h"
+#include "batchd/v1/data.pb.h"
+#include "client/daemon_status.h"
 #include "client/diagnosis.h"
 #include "client/endpoints.h"
 #include "client/loader.h"
@@ -102,30 +103,6 @@ double ProcessCpuSeconds() {
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
          1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
-}
-
-absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
-}
-
-absl::StatusOr<batchd::v1::ListDatasetsResponse> ListDatasets(
-    const std::shared_ptr<grpc::Channel>& channel,
-    const ChannelSecurity& security) {
-  auto stub = batchd::v1::DataService::NewStub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
-  batchd::v1::ListDatasetsResponse response;
-  grpc::Status status =
-      stub->ListDatasets(&context, batchd::v1::ListDatasetsRequest(), &response);
-  if (!status.ok()) {
-    return FromGrpc(grpc::Status(status.error_code(),
-                                 WithConnectionHint(status.error_message(),
-                                                    security)),
-                    "ListDatasets");
-  }
-  return response;
 }
 
 absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
@@ -217,7 +194,7 @@ int Run() {
 
   if (absl::GetFlag(FLAGS_list)) {
     absl::StatusOr<batchd::v1::ListDatasetsResponse> datasets =
-        ListDatasets(channel, *security);
+        ListDatasets(channel, targets.front(), *security, kRpcTimeout);
     if (!datasets.ok()) {
       absl::FPrintF(stderr, "error: %s\n", datasets.status().ToString());
       return kExitError;
@@ -238,7 +215,7 @@ int Run() {
   std::optional<ShardCoverage> expectation;
   if (absl::GetFlag(FLAGS_verify)) {
     absl::StatusOr<batchd::v1::ListDatasetsResponse> datasets =
-        ListDatasets(channel, *security);
+        ListDatasets(channel, targets.front(), *security, kRpcTimeout);
     if (!datasets.ok()) {
       absl::FPrintF(stderr, "error: %s\n", datasets.status().ToString());
       return kExitError;

@@ -2,11 +2,17 @@
 // stream, for a client that may use several daemons at once.
 //
 // It owns a channel, the stream and a reader thread. The reader thread
-// opens the stream (which may block while connecting), sends the plan, then
-// hands every response to a StreamSink until the stream ends, and finally
-// reports how it ended. Requests are written from any thread with Send().
-// Chunk data is copied once, from gRPC's buffers to where the sink says
-// (common/chunk_codec.h).
+// opens the stream, sends the plan, then hands every response to a
+// StreamSink until the stream ends, and finally reports how it ended.
+// Requests are written from any thread with Send().
+//
+// The stream is a generic call (grpc::GenericStub, public gRPC API) on the
+// asynchronous API: responses arrive as raw grpc::ByteBuffers, so chunk
+// data is copied once, from gRPC's buffers to where the sink says
+// (common/chunk_codec.h), and no custom serializer is needed. The reader
+// thread owns the call and its completion queue: it starts every operation
+// and handles every completion, one write in flight; Send() and
+// WritesDone() queue and wake it with a grpc::Alarm.
 //
 // Thread-safety: Send(), WritesDone() and Cancel() may be called from any
 // thread. The destructor cancels the stream and joins the reader thread; it
@@ -15,6 +21,7 @@
 #define BATCHD_CLIENT_DAEMON_STREAM_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,9 +33,12 @@
 #include "absl/time/time.h"
 #include "batchd/v1/data.pb.h"
 #include "common/chunk_codec.h"
+#include "grpcpp/alarm.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/support/sync_stream.h"
+#include "grpcpp/completion_queue.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/byte_buffer.h"
 
 namespace batchd::client {
 
@@ -64,8 +74,10 @@ class DaemonStream {
   DaemonStream(const DaemonStream&) = delete;
   DaemonStream& operator=(const DaemonStream&) = delete;
 
-  // Writes `request`. False when the stream is closed for writes (it has
-  // ended, or WritesDone() was called); the sink then hears why.
+  // Queues `request` to be written, in order; blocks while
+  // kMaxQueuedWrites requests wait. False when the stream is closed for
+  // writes (not open yet, ended, or WritesDone() was called); the sink then
+  // hears why.
   bool Send(const batchd::v1::StreamRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   // Half-closes: the daemon finishes the stream once its batches are sent.
   void WritesDone() ABSL_LOCKS_EXCLUDED(mu_);
@@ -75,19 +87,40 @@ class DaemonStream {
   bool done() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // At most this many requests wait to be written; Send() blocks beyond.
+  static constexpr size_t kMaxQueuedWrites = 64;
+
   void ReaderLoop(batchd::v1::StreamRequest open);
+  // Reader thread: starts the next queued write, or the half-close, when
+  // nothing is in flight.
+  void PumpWrites() ABSL_LOCKS_EXCLUDED(mu_);
+  // Wakes the reader thread for PumpWrites.
+  void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int daemon_;
   const std::shared_ptr<grpc::Channel> channel_;
   StreamSink* const sink_;
   grpc::ClientContext context_;  // TryCancel() is thread-safe
+  grpc::CompletionQueue cq_;     // polled by the reader thread only
+  grpc::Alarm wake_;             // set by Send() and WritesDone()
+
+  // Reader thread only.
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+  bool started_ = false;           // the call's start completed
+  bool write_in_flight_ = false;   // a Write or WritesDone is in flight
+  bool writes_done_sent_ = false;
+  grpc::ByteBuffer writing_;       // the Write in flight
 
   mutable absl::Mutex mu_;
-  // Set by the reader thread once the stream exists; writes go through it.
-  std::unique_ptr<grpc::ClientReaderWriter<batchd::v1::StreamRequest,
-                                           common::RawMessage>>
-      stream_ ABSL_GUARDED_BY(mu_);
+  // The call exists; Send() may queue.
+  bool prepared_ ABSL_GUARDED_BY(mu_) = false;
+  // Requests to write, oldest first.
+  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
   bool writes_closed_ ABSL_GUARDED_BY(mu_) = false;
+  // WritesDone() was called: half-close once the queue is written.
+  bool half_close_ ABSL_GUARDED_BY(mu_) = false;
+  // The alarm is set and its tag not yet handled.
+  bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread reader_;  // last: starts after everything above exists

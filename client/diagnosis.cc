@@ -82,7 +82,7 @@ std::string FormatBytesPerSecond(double rate) {
 namespace {
 
 // Rules 1-6 of the header, over the input as a whole.
-Diagnosis DiagnoseInput(const Loader::Stats& interval,
+Diagnosis DiagnoseInput(const LoaderStats& interval,
                         const batchd::v1::ServerStatus* daemon_before,
                         const batchd::v1::ServerStatus* daemon_after) {
   Diagnosis d;
@@ -143,7 +143,7 @@ Diagnosis DiagnoseInput(const Loader::Stats& interval,
 }
 
 // Appends the per-daemon view to `d` when the loader uses several daemons.
-void AppendDaemons(const Loader::Stats& stats, Diagnosis& d) {
+void AppendDaemons(const LoaderStats& stats, Diagnosis& d) {
   if (stats.daemons.size() < 2) return;
   int up = 0;
   const DaemonStats* fastest = nullptr;
@@ -180,7 +180,7 @@ void AppendDaemons(const Loader::Stats& stats, Diagnosis& d) {
 
 }  // namespace
 
-Diagnosis Diagnose(const Loader::Stats& interval,
+Diagnosis Diagnose(const LoaderStats& interval,
                    const batchd::v1::ServerStatus* daemon_before,
                    const batchd::v1::ServerStatus* daemon_after) {
   Diagnosis d = DiagnoseInput(interval, daemon_before, daemon_after);

@@ -1,9 +1,9 @@
 // Diagnosis: says in one plain line what limits a training run's input,
-// from the client's stall accounting (Loader::Stats over an interval) and
+// from the client's stall accounting (LoaderStats over an interval) and
 // the daemon's admin status (batchd.v1.ServerStatus), so that the verdict
 // spans the network boundary.
 //
-//   Loader::Stats start = loader->stats();
+//   LoaderStats start = loader->stats();
 //   ... train an epoch ...
 //   Diagnosis d = Diagnose(loader->stats().Since(start), &status_before,
 //                          &status_after);
@@ -36,7 +36,7 @@
 #include <string>
 
 #include "batchd/v1/admin.pb.h"
-#include "client/loader.h"
+#include "client/loader_stats.h"
 
 namespace batchd::client {
 
@@ -69,8 +69,8 @@ struct Diagnosis {
   // One plain line, e.g. "compute-bound: waited 0.4 % of wall time; ...".
   std::string line;
   // The figures the verdict rests on. `waited_fraction` is
-  // Stats::steady_waited_fraction(): each epoch's first batch, while the
-  // pipeline fills, is left out.
+  // LoaderStats::steady_waited_fraction(): each epoch's first batch, while
+  // the pipeline fills, is left out.
   double waited_fraction = 0;
   double copy_fraction = 0;
   // Daemon worker busy fraction over the interval; < 0 when unknown.
@@ -87,12 +87,12 @@ struct Diagnosis {
 // "compute-bound", "input-bound", "network-bound", "client-bound", "unknown".
 const char* VerdictName(Verdict verdict);
 
-// Diagnoses `interval` (Loader::Stats::Since). `daemon_before` and
+// Diagnoses `interval` (LoaderStats::Since). `daemon_before` and
 // `daemon_after` are the daemon's status at the interval's start and end;
 // either may be null. With both, the busy fraction is exact over the
 // interval (ratio of busy to alive worker seconds); with only
 // `daemon_after`, its recent busy_fraction is used.
-Diagnosis Diagnose(const Loader::Stats& interval,
+Diagnosis Diagnose(const LoaderStats& interval,
                    const batchd::v1::ServerStatus* daemon_before,
                    const batchd::v1::ServerStatus* daemon_after);
 

@@ -11,8 +11,8 @@ using ::testing::StartsWith;
 
 // An interval of `wall_s` seconds with `waited_s` spent in Next() over 100
 // steps of 1 MB, `copy_s` copying.
-Loader::Stats Interval(double wall_s, double waited_s, double copy_s = 0) {
-  Loader::Stats s;
+LoaderStats Interval(double wall_s, double waited_s, double copy_s = 0) {
+  LoaderStats s;
   s.batches = 100;
   s.images = 6400;
   s.bytes = 100'000'000;
@@ -82,7 +82,7 @@ TEST(DiagnosisTest, UnderAutoscalingSaysWhetherWorkersOrDaemonsAreNeeded) {
 TEST(DiagnosisTest, WaitingWithIdleWorkersIsNetworkBound) {
   const auto before = Daemon(8, 0, 0);
   const auto after = Daemon(8, 28, 80);
-  Loader::Stats interval = Interval(10, 6);
+  LoaderStats interval = Interval(10, 6);
   interval.received_bytes = 11'000'000'000;
   const Diagnosis d = Diagnose(interval, &before, &after);
   EXPECT_EQ(d.verdict, Verdict::kNetworkBound);
@@ -127,7 +127,7 @@ TEST(DiagnosisTest, ARestartedDaemonFallsBackToTheRecentFraction) {
 
 TEST(DiagnosisTest, TheFirstBatchOfAnEpochDoesNotMakeItInputBound) {
   // 1 s filling the pipeline, then 0.1 s of waiting over 9 s of steps.
-  Loader::Stats interval = Interval(10, 1.1);
+  LoaderStats interval = Interval(10, 1.1);
   interval.startup_waited = absl::Seconds(1);
   const auto after = Daemon(2, 1, 20);
   const Diagnosis d = Diagnose(interval, nullptr, &after);
@@ -136,7 +136,7 @@ TEST(DiagnosisTest, TheFirstBatchOfAnEpochDoesNotMakeItInputBound) {
 }
 
 TEST(DiagnosisTest, NoStepsIsUnknown) {
-  Loader::Stats empty;
+  LoaderStats empty;
   empty.wall = absl::Seconds(3);
   const Diagnosis d = Diagnose(empty, nullptr, nullptr);
   EXPECT_EQ(d.verdict, Verdict::kUnknown);
@@ -144,18 +144,18 @@ TEST(DiagnosisTest, NoStepsIsUnknown) {
 }
 
 TEST(DiagnosisTest, StatsSinceAndRates) {
-  Loader::Stats a = Interval(10, 4, 1);
-  Loader::Stats b = Interval(30, 6, 2);
+  LoaderStats a = Interval(10, 4, 1);
+  LoaderStats b = Interval(30, 6, 2);
   b.batches = 300;
   b.bytes = 300'000'000;
-  const Loader::Stats d = b.Since(a);
+  const LoaderStats d = b.Since(a);
   EXPECT_EQ(d.batches, 200u);
   EXPECT_EQ(d.wall, absl::Seconds(20));
   EXPECT_DOUBLE_EQ(d.waited_fraction(), 0.1);
   EXPECT_DOUBLE_EQ(d.copy_fraction(), 0.05);
   EXPECT_DOUBLE_EQ(d.batches_per_second(), 10);
   EXPECT_DOUBLE_EQ(d.bytes_per_second(), 10e6);
-  EXPECT_DOUBLE_EQ(Loader::Stats().waited_fraction(), 0);
+  EXPECT_DOUBLE_EQ(LoaderStats().waited_fraction(), 0);
 }
 
 TEST(DiagnosisTest, FormatsRates) {
@@ -174,7 +174,7 @@ DaemonStats Up(const std::string& endpoint, int latency_ms, uint64_t served) {
 }
 
 TEST(DiagnosisTest, SeveralDaemonsNameTheSlowOne) {
-  Loader::Stats s = Interval(10, 0.1);
+  LoaderStats s = Interval(10, 0.1);
   s.daemons = {Up("a:1", 100, 40), Up("b:2", 320, 9), Up("c:3", 120, 35)};
   s.daemons.push_back(Up("d:4", 0, 0));
   s.daemons.back().state = "down";
@@ -190,7 +190,7 @@ TEST(DiagnosisTest, SeveralDaemonsNameTheSlowOne) {
 }
 
 TEST(DiagnosisTest, EvenDaemonsNameNone) {
-  Loader::Stats s = Interval(10, 5);
+  LoaderStats s = Interval(10, 5);
   s.daemons = {Up("a:1", 100, 40), Up("b:2", 140, 30)};
   const Diagnosis d = Diagnose(s, nullptr, nullptr);
   EXPECT_TRUE(d.slow_daemon.empty());

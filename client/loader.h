@@ -1,16 +1,18 @@
 // The batchd client: streams the batches of one plan from one or more
 // daemons, in order.
 //
-// A Loader keeps a ring of `window` host buffers ("slots"), allocated once
-// through a BufferAllocator and reused. It asks for a batch only when a slot
-// is free for it (credit-based flow control, DESIGN.md §3), so memory stays
-// bounded. With several daemons it holds one StreamBatches stream to each
+// A Loader keeps a ring of `window` host buffers ("slots", client/slot_ring.h),
+// allocated once through a BufferAllocator and reused. It asks for a batch
+// only when a slot is free for it (credit-based flow control: never more
+// batches outstanding than free slots), so memory stays bounded. With
+// several daemons it holds one StreamBatches stream to each
 // (client/daemon_stream.h), spreads its requests over the healthy ones
 // (client/request_scheduler.h), asks again elsewhere for what a lost daemon
-// owed, and hedges batches that take far longer than usual. Each stream's
-// reader thread writes chunks straight into their batch's slot (one copy
-// from the gRPC message); batches may arrive in any order and from any
-// daemon, and Next() hands them out in batch-index order. Because a batch is
+// owed, and hedges batches that take far longer than usual (all of that is
+// client/daemon_set.h). Each stream's reader thread writes chunks straight
+// into their batch's slot (one copy from the gRPC message); batches may
+// arrive in any order and from any daemon, and Next() hands them out in
+// batch-index order. Because a batch is
 // a pure function of (plan, epoch, index), the bytes are the same whichever
 // daemon produced them.
 //
@@ -52,6 +54,8 @@
 #include "client/buffer.h"
 #include "client/channel_security.h"
 #include "client/endpoints.h"
+#include "client/loader_options.h"
+#include "client/loader_stats.h"
 #include "grpcpp/channel.h"
 
 namespace batchd::client {
@@ -61,119 +65,6 @@ class LoaderCore;
 }  // namespace internal
 
 struct Diagnosis;  // client/diagnosis.h
-
-// The daemon's AdminService.GetStatus over `channel`, waiting at most
-// `timeout`. Errors carry gRPC's code and message, prefixed with "GetStatus: ".
-absl::StatusOr<batchd::v1::ServerStatus> FetchServerStatus(
-    const std::shared_ptr<grpc::Channel>& channel, absl::Duration timeout);
-
-struct LoaderOptions {
-  // The daemons: "host:port" or "unix:/path", a comma-separated list of
-  // them, or one "dns:///name:port" standing for every address the name
-  // resolves to (client/endpoints.h). All must serve the same dataset.
-  std::string endpoint;
-  // What to stream; validated by the daemon.
-  batchd::v1::Plan plan;
-  // Same-host shared memory (docs/design-choices.md): with one endpoint
-  // that is a unix: socket or a loopback address, offer the daemon the
-  // ring as a sealed memfd, so that its workers decode straight into the
-  // slots and only headers cross the stream. When the daemon declines or
-  // the side channel fails, the loader streams bytes and logs one line
-  // saying why; Stats::transport says which is in use. false: bytes always.
-  bool shared_memory = true;
-  // TLS and the bearer token, for every daemon (client/channel_security.h).
-  // The default is plaintext with $BATCHD_TOKEN, if set.
-  SecurityOptions security;
-  // Requested window: how many batches may be outstanding, and so the number
-  // of ring slots. With one daemon it is capped at the daemon's grant; 0
-  // takes the daemon's default (times the number of daemons at start).
-  uint32_t prefetch = 4;
-  // Grow the ring beyond `prefetch` while the trainer's waits are bursty
-  // and the daemons keep up on average: once a second, by half (at least
-  // one slot), when the trainer waited more than 5 % of the time but at
-  // most half of its steps waited at all. Never beyond
-  // `auto_prefetch_max_bytes` of slots nor the daemons' granted windows
-  // (the plan asks for that many); never shrinks. docs/autoscaling.md.
-  bool auto_prefetch = false;
-  uint64_t auto_prefetch_max_bytes = uint64_t{1} << 30;
-  // Where slots come from; nullptr means 64-byte aligned heap memory. Not
-  // owned; must outlive the Loader and every Batch it returned.
-  BufferAllocator* allocator = nullptr;
-  // Create() waits this long for the first daemon to open the plan.
-  absl::Duration connect_timeout = absl::Seconds(10);
-  // Called on the consumer thread when Next() reaches the end of an epoch,
-  // with the epoch's one-line diagnosis (client/diagnosis.h), e.g.
-  // "epoch 0: input-bound: waited 43 % of wall time; ...". nullptr reports
-  // nothing; epoch_diagnosis() has the line either way.
-  std::function<void(const std::string& line)> report;
-  // Once every remaining batch of the epoch has been requested, free slots
-  // ask for the first batches of the next epoch, so that StartEpoch(epoch +
-  // 1) finds them built or on their way and the trainer does not wait for
-  // the pipeline to fill at every epoch. A batch is a pure function of
-  // (plan, epoch, index), so they are the batches it will get; a StartEpoch
-  // elsewhere drops them. The cost: up to `window` batches built for
-  // nothing after the last epoch, unless `last_epoch` says which it is.
-  bool next_epoch_prefetch = true;
-  // The last epoch this trainer will start, when it knows: nothing of a
-  // later epoch is read ahead, so the daemons build nothing for nothing at
-  // the end of the run and their counts are the run's. The default (and
-  // anything beyond 2^32-1) sets no limit.
-  uint64_t last_epoch = std::numeric_limits<uint64_t>::max();
-  // Test and diagnostic knob: paces each receiving thread to at most this
-  // many pixel bytes per second, as a slow network link would; 0 (the
-  // default) does not pace. Used to rehearse the network-bound diagnosis.
-  uint64_t max_receive_bytes_per_second = 0;
-  // How often the trainer's wait and compute times go to each daemon
-  // (batchd.v1.TrainerReport), which sizes its workers by them under
-  // --workers auto and shows them in its status; 0 sends none.
-  absl::Duration report_interval = absl::Seconds(1);
-
-  // ---- Many daemons (docs/design-choices.md, "Many daemons") ----
-  // How often a "dns:///" name is looked up again. A new address gets
-  // requests after the next lookup; one that disappeared is drained (its
-  // outstanding batches finish, it gets no new ones).
-  absl::Duration resolve_interval = absl::Seconds(10);
-  // Looks names up; nullptr uses the system resolver. Tests inject
-  // addresses here.
-  Resolver resolver;
-  // A daemon with batches outstanding that sends nothing for this long is
-  // marked down and its batches are asked of the others. Longer than any
-  // healthy batch takes (a 4096-image batch on one worker: ~5 s here).
-  absl::Duration stall_timeout = absl::Seconds(20);
-  // When no daemon has been up for this long, Next() fails with UNAVAILABLE
-  // naming each daemon and its last error. Long enough for a daemon's
-  // restart; short enough that a trainer does not hang silently.
-  absl::Duration unavailable_timeout = absl::Seconds(30);
-  // Hedging: a batch outstanding longer than this multiple of the recent
-  // median latency is asked of a second daemon too; the first answer wins.
-  // 0 disables; there is never hedging with a single daemon up.
-  double hedge_factor = 3.0;
-  // Reconnecting to a down daemon: exponential backoff from `min` to `max`,
-  // with +-20 % jitter so that many clients do not retry in step.
-  absl::Duration reconnect_backoff_min = absl::Milliseconds(100);
-  absl::Duration reconnect_backoff_max = absl::Seconds(5);
-};
-
-// One daemon as the client sees it; in Loader::Stats.
-struct DaemonStats {
-  std::string endpoint;
-  // "connecting", "up", "draining", "down", "failed" (not retried: it broke
-  // the protocol or refused the plan) or "removed" (gone from DNS).
-  std::string state;
-  uint64_t requested = 0;  // batch requests sent, hedges included
-  uint64_t served = 0;     // batches whose bytes it delivered
-  uint64_t lost = 0;       // requests lost when it went down
-  uint64_t hedges = 0;     // hedge requests it received
-  uint64_t discarded = 0;  // losing copies it sent whole anyway
-  uint64_t cancelled = 0;  // losing copies withdrawn before their bytes
-  // Smoothed time from request to last chunk; zero until known.
-  absl::Duration latency;
-  // Why it last went down; OK if it never did.
-  absl::Status last_error;
-  // How its current stream carries pixels: "shared-memory", "unix" or
-  // "tcp".
-  std::string transport;
-};
 
 // Which samples a batch holds, as the daemon's header says; shared by Batch
 // and DeviceBatch.
@@ -304,80 +195,10 @@ class Loader {
   // daemon's status (up to 2 s) to mark the start of the epoch's diagnosis.
   absl::Status Restore(const LoaderState& state);
 
-  // Where one step's time went.
-  struct StepTimes {
-    // Inside the Next() call that returned the batch.
-    absl::Duration waited;
-    // From the previous Next() returning to this one being called: the
-    // trainer's own work.
-    absl::Duration compute;
-    // Copying this batch's bytes into its ring buffer (receive thread), plus
-    // any copy reported with RecordCopy().
-    absl::Duration copy;
-  };
-
-  // Totals since Create(); Since() turns two snapshots into an interval.
-  struct Stats {
-    // Steps: Next() calls that returned a batch; their images and pixel
-    // bytes.
-    uint64_t batches = 0;
-    uint64_t images = 0;
-    uint64_t bytes = 0;
-    // Time spent inside Next() (waiting for input), all calls.
-    absl::Duration waited;
-    // The part of `waited` spent in the first Next() of each epoch (after
-    // StartEpoch() or Restore()), while the pipeline fills.
-    absl::Duration startup_waited;
-    // Time between a Next() returning and the next call (the trainer's
-    // compute), all calls.
-    absl::Duration compute;
-    // Time the receive thread spent copying batch bytes into ring buffers,
-    // plus copies reported with RecordCopy() (e.g. host to device).
-    absl::Duration copy;
-    // Pixel bytes received from the daemon, including batches no longer
-    // wanted after a StartEpoch().
-    uint64_t received_bytes = 0;
-    // Time since Create() (for an interval: its length).
-    absl::Duration wall;
-    // Batches asked again after the daemon holding them was lost, and
-    // hedge requests sent (totals, differenced by Since()).
-    uint64_t rerequested = 0;
-    uint64_t hedged = 0;
-    // TrainerReports sent to the daemons, and those a daemon refused
-    // (totals, differenced by Since()).
-    uint64_t reports_sent = 0;
-    uint64_t reports_rejected = 0;
-    // Ring slots in use now (not differenced), and how often auto_prefetch
-    // grew the ring (differenced).
-    uint32_t prefetch = 0;
-    uint64_t prefetch_grows = 0;
-    // How pixels arrive now (not differenced): "shared-memory" (the
-    // daemon writes them into the ring), or bytes over "unix" or "tcp";
-    // empty before the first daemon answered. `transport_note` says why
-    // shared memory is not in use, when it is not.
-    std::string transport;
-    std::string transport_note;
-    // Per daemon, now (not differenced by Since()).
-    std::vector<DaemonStats> daemons;
-    // The last step (not differenced by Since()).
-    StepTimes last_step;
-
-    // `*this` minus `earlier`: the figures of the interval between them.
-    Stats Since(const Stats& earlier) const;
-    // Shares of wall time, 0..1 (0 when wall is 0).
-    double waited_fraction() const;
-    // Waited share once the pipeline is full: `waited` and `wall` without
-    // `startup_waited`. The diagnosis uses this, so that a short interval
-    // is not called input-bound for its first batch alone.
-    double steady_waited_fraction() const;
-    double compute_fraction() const;
-    double copy_fraction() const;
-    // Rates over wall time, per second.
-    double batches_per_second() const;
-    double images_per_second() const;
-    double bytes_per_second() const;
-    double received_bytes_per_second() const;
-  };
+  // Where one step's time went, and totals since Create()
+  // (client/loader_stats.h).
+  using StepTimes = LoaderStepTimes;
+  using Stats = LoaderStats;
   Stats stats() const;
 
   // Adds `duration` to the copy time (of the total and of the last step):

@@ -23,8 +23,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "batchd/v1/admin.grpc.pb.h"
-#include "client/loader.h"
+#include "batchd/v1/admin.pb.h"
+#include "client/daemon_status.h"
 #include "client/security_flags.h"
 #include "client/top_view.h"
 

@@ -11,7 +11,9 @@
 // Receiving: DecodeResponse reads a received ByteBuffer. A chunk's data is
 // copied once, straight from gRPC's slices to the destination the caller
 // chooses from the chunk's (epoch, batch index, offset, length); every other
-// message is parsed with protobuf.
+// message is parsed with protobuf. The client reads its stream as raw
+// ByteBuffers through grpc::GenericStub (client/daemon_stream.h), so no
+// custom gRPC serializer is needed.
 //
 // Thread-compatible functions.
 #ifndef BATCHD_COMMON_CHUNK_CODEC_H_
@@ -23,17 +25,9 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "batchd/v1/data.pb.h"
-#include "grpcpp/impl/codegen/serialization_traits.h"
 #include "grpcpp/support/byte_buffer.h"
 
 namespace batchd::common {
-
-// A message kept as its serialized bytes, so a stream can be read (or
-// written) without protobuf parsing (or copying) the payload:
-//   grpc::ClientReaderWriter<StreamRequest, RawMessage>
-struct RawMessage {
-  grpc::ByteBuffer buffer;
-};
 
 // Serializes `message` into a ByteBuffer (copies; for small messages).
 grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& message);
@@ -65,24 +59,5 @@ absl::StatusOr<batchd::v1::StreamResponse::KindCase> DecodeResponse(
     ChunkDestination destination, ChunkInfo* chunk = nullptr);
 
 }  // namespace batchd::common
-
-namespace grpc {
-template <>
-class SerializationTraits<batchd::common::RawMessage, void> {
- public:
-  static Status Serialize(const batchd::common::RawMessage& message,
-                          ByteBuffer* buffer, bool* own_buffer) {
-    *buffer = message.buffer;
-    *own_buffer = true;
-    return Status::OK;
-  }
-  static Status Deserialize(ByteBuffer* buffer,
-                            batchd::common::RawMessage* message) {
-    message->buffer.Swap(buffer);
-    buffer->Clear();
-    return Status::OK;
-  }
-};
-}  // namespace grpc
 
 #endif  // BATCHD_COMMON_CHUNK_CODEC_H_

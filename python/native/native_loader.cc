@@ -2,10 +2,8 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "batchd/v1/data.grpc.pb.h"
+#include "client/daemon_status.h"
 #include "common/status_macros.h"
-#include "grpcpp/client_context.h"
 
 namespace batchd::python {
 
@@ -21,21 +19,8 @@ absl::StatusOr<batchd::v1::ListDatasetsResponse> ListDatasets(
     absl::Duration timeout) {
   ASSIGN_OR_RETURN(client::ChannelSecurity loaded,
                    client::ChannelSecurity::Load(security));
-  auto stub = batchd::v1::DataService::NewStub(
-      client::NewBatchdChannel(endpoint, loaded));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  batchd::v1::ListDatasetsResponse response;
-  grpc::Status status = stub->ListDatasets(
-      &context, batchd::v1::ListDatasetsRequest(), &response);
-  if (!status.ok()) {
-    return absl::Status(
-        static_cast<absl::StatusCode>(status.error_code()),
-        absl::StrCat("ListDatasets at ", endpoint, ": ",
-                     client::WithConnectionHint(status.error_message(),
-                                                loaded)));
-  }
-  return response;
+  return client::ListDatasets(client::NewBatchdChannel(endpoint, loaded),
+                              endpoint, loaded, timeout);
 }
 
 }  // namespace batchd::python
