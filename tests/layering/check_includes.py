@@ -12,7 +12,8 @@ A file's room is the first directory of its path (server/service/x.cc is in
 ("batchd/v1/..." is the generated wire API, room "proto"). Anything else
 (absl/, grpcpp/, gtest/, system headers) is outside the project and allowed,
 except gRPC's implementation headers (grpcpp/impl/) and grpc::internal, which
-are not a public API. Unit tests (*_test.cc) may also include testing/.
+are not a public API. Unit tests and their helpers (*_test.cc,
+*_test_util.h) may also include testing/.
 
 Usage: check_includes.py [REPO_ROOT]        exit 1 and one line per violation
        check_includes.py --self-test         shows that a forbidden include
@@ -69,7 +70,7 @@ def violations(root):
             if room not in rooms:
                 continue
             allowed = edges[room] | {room}
-            if name.endswith("_test.cc"):
+            if name.endswith(("_test.cc", "_test_util.h")):
                 allowed = allowed | {"testing"}
             with open(os.path.join(dirpath, name), encoding="utf-8",
                       errors="replace") as f:
