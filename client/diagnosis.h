@@ -1,7 +1,7 @@
 // Diagnosis: says in one plain line what limits a training run's input,
 // from the client's stall accounting (LoaderStats over an interval) and
-// the daemon's admin status (batchd.v1.ServerStatus), so that the verdict
-// spans the network boundary.
+// the admin status (batchd.v1.ServerStatus) of the daemon that served the
+// most batches, so that the verdict spans the network boundary.
 //
 //   LoaderStats start = loader->stats();
 //   ... train an epoch ...

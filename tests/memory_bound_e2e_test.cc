@@ -3,8 +3,8 @@
 // budget; the daemon's RSS, sampled throughout, must stay within
 //   start-up RSS + --max-buffer-bytes + --idle-buffer-bytes
 //     + the encoded files of the batches being built + slack,
-// the formula the README states, and fall back to within --idle-buffer-bytes
-// of the start-up RSS once the burst has gone.
+// the formula docs/deploy.md states ("Memory"), and fall back to within
+// --idle-buffer-bytes of the start-up RSS once the burst has gone.
 #include <sys/stat.h>
 
 #include <algorithm>

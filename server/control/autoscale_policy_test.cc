@@ -20,8 +20,8 @@ using Action = AutoscaleDecision::Action;
 // A host and its trainers, one second at a time. Each worker decodes
 // `per_worker` images/s while there are cores for it; past `cores`, the
 // workers share them and every decode slows down by `oversubscription_cost`
-// per extra worker (the README's diagnosing section measured that on this
-// machine). Each job's trainers would take `demand` images/s; the pool is
+// per extra worker (docs/observability.md, "Diagnosing a slow input
+// pipeline", measured that on this machine). Each job's trainers would take `demand` images/s; the pool is
 // shared fairly (max-min) between the jobs.
 struct Host {
   int cores = 2;
