@@ -121,7 +121,8 @@ absl::Status DaemonSet::Start() {
   absl::MutexLock lock(&mu_);
   // Nothing has been requested yet, so no reader thread touches a slot.
   // Over shared memory the slots' bytes are the attached ring's.
-  absl::Status built = ring_.Build(max_batch_bytes, opened_.batches_per_epoch(),
+  absl::Status built = ring_.Build(max_batch_bytes,
+                                   EpochBatchesOf(options_.plan, opened_),
                                    size.window, size.most,
                                    /*shared=*/daemons_[0].ring != nullptr);
   if (!built.ok()) return built;
@@ -264,10 +265,11 @@ absl::Status DaemonSet::StartEpoch(uint64_t epoch, uint64_t first_batch) {
       return absl::InvalidArgumentError(
           absl::StrCat("epoch ", epoch, " is beyond 2^32-1"));
     }
-    if (first_batch > opened_.batches_per_epoch()) {
+    if (const uint64_t batches = ring_.batches_in(epoch);
+        first_batch > batches) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "first batch ", first_batch, " is beyond the epoch's ",
-          opened_.batches_per_epoch(), " batches"));
+          "first batch ", first_batch, " is beyond epoch ", epoch, "'s ",
+          batches, " batches"));
     }
     if (!error_.ok()) return error_;
     for (const Key& key : ring_.Retarget(epoch, first_batch)) {
@@ -288,10 +290,11 @@ absl::StatusOr<SlotRing::Lease> DaemonSet::TakeNext() {
       return absl::FailedPreconditionError(
           "Next() before StartEpoch() or Restore()");
     }
-    if (ring_.next_batch() >= opened_.batches_per_epoch()) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "end of epoch ", ring_.epoch(), ": all ",
-          opened_.batches_per_epoch(), " batches returned"));
+    if (const uint64_t batches = ring_.batches_in(ring_.epoch());
+        ring_.next_batch() >= batches) {
+      return absl::OutOfRangeError(absl::StrCat("end of epoch ", ring_.epoch(),
+                                                ": all ", batches,
+                                                " batches returned"));
     }
     const Key key{ring_.epoch(), ring_.next_batch()};
     auto resolved = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

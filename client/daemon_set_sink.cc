@@ -55,6 +55,7 @@ bool IsRetryable(grpc::StatusCode code) {
 // Same shape, sizes and counts: the daemons serve the same plan.
 bool SamePlan(const PlanOpened& a, const PlanOpened& b) {
   return a.batches_per_epoch() == b.batches_per_epoch() &&
+         a.resumed_epoch_batches() == b.resumed_epoch_batches() &&
          a.samples_per_epoch() == b.samples_per_epoch() &&
          a.max_batch_bytes() == b.max_batch_bytes() &&
          std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(),

@@ -7,6 +7,16 @@
 
 namespace batchd::client {
 
+common::EpochBatches EpochBatchesOf(const batchd::v1::Plan& plan,
+                                    const batchd::v1::PlanOpened& opened) {
+  common::EpochBatches batches{.per_epoch = opened.batches_per_epoch()};
+  if (plan.resume().position() > 0) {
+    batches.resumed_epoch = plan.resume().epoch();
+    batches.resumed = opened.resumed_epoch_batches();
+  }
+  return batches;
+}
+
 RingSize SizeRing(uint32_t prefetch, bool auto_prefetch,
                   uint64_t auto_prefetch_max_bytes,
                   const batchd::v1::PlanOpened& opened, uint64_t daemons) {
@@ -26,10 +36,10 @@ RingSize SizeRing(uint32_t prefetch, bool auto_prefetch,
 SlotRing::SlotRing(BufferAllocator* allocator, Options options)
     : allocator_(allocator), options_(options) {}
 
-absl::Status SlotRing::Build(uint64_t slot_bytes, uint64_t batches_per_epoch,
+absl::Status SlotRing::Build(uint64_t slot_bytes, common::EpochBatches batches,
                              size_t window, size_t most, bool shared) {
   slot_bytes_ = slot_bytes;
-  batches_per_epoch_ = batches_per_epoch;
+  batches_ = batches;
   std::vector<Slot> slots(std::max(window, most));
   for (size_t i = window; i < slots.size(); ++i) {
     slots[i].state = State::kInactive;
@@ -72,13 +82,13 @@ size_t SlotRing::Grow(std::vector<std::unique_ptr<HostBuffer>> buffers) {
 }
 
 std::optional<SlotRing::Key> SlotRing::Ahead(uint64_t ahead) const {
-  const uint64_t end = batches_per_epoch_;
+  const uint64_t end = batches_.In(epoch_);
   const uint64_t position = next_batch_ + ahead;
   if (position < end) return Key{epoch_, position};
   const uint64_t last_epoch = std::min<uint64_t>(
       options_.last_epoch, std::numeric_limits<uint32_t>::max());
-  if (!options_.next_epoch_prefetch || position - end >= end ||
-      epoch_ >= last_epoch) {
+  if (!options_.next_epoch_prefetch || epoch_ >= last_epoch ||
+      position - end >= batches_.In(epoch_ + 1)) {
     return std::nullopt;
   }
   return Key{epoch_ + 1, position - end};

@@ -40,8 +40,14 @@
 #include "batchd/v1/data.pb.h"
 #include "client/buffer.h"
 #include "client/shared_ring.h"
+#include "common/sampler.h"
 
 namespace batchd::client {
+
+// The batches in each epoch of `plan` as its daemon opened it: fewer in
+// the epoch an elastic resume (Plan.resume) starts part-way.
+common::EpochBatches EpochBatchesOf(const batchd::v1::Plan& plan,
+                                    const batchd::v1::PlanOpened& opened);
 
 // The ring's size: `window` slots in use at first, and the most
 // auto_prefetch may grow it to (`most`). With one daemon more slots than
@@ -91,9 +97,11 @@ class SlotRing {
   // Over shared memory (`shared`) their bytes come from the attached ring;
   // otherwise each active slot gets a buffer now. The allocator's error,
   // or INTERNAL for a buffer smaller than asked.
-  absl::Status Build(uint64_t slot_bytes, uint64_t batches_per_epoch,
+  absl::Status Build(uint64_t slot_bytes, common::EpochBatches batches,
                      size_t window, size_t most, bool shared);
   bool built() const { return built_; }
+  // Batches in `epoch`.
+  uint64_t batches_in(uint64_t epoch) const { return batches_.In(epoch); }
   // Slots in use, and the most the ring may grow to.
   size_t active() const { return active_; }
   size_t capacity() const { return slots_.size(); }
@@ -187,7 +195,7 @@ class SlotRing {
   BufferAllocator* const allocator_;
   const Options options_;
   uint64_t slot_bytes_ = 0;
-  uint64_t batches_per_epoch_ = 0;
+  common::EpochBatches batches_;
   bool built_ = false;
   // Size fixed by Build(): the first active_ are in use, the rest kInactive.
   std::vector<Slot> slots_;

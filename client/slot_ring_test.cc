@@ -22,7 +22,7 @@ using Key = SlotRing::Key;
 using State = SlotRing::State;
 
 constexpr uint64_t kSlotBytes = 64;
-constexpr uint64_t kBatchesPerEpoch = 10;
+constexpr common::EpochBatches kBatchesPerEpoch{.per_epoch = 10};
 
 batchd::v1::BatchHeader HeaderOf(const Key& key) {
   batchd::v1::BatchHeader header;
@@ -36,9 +36,10 @@ batchd::v1::BatchHeader HeaderOf(const Key& key) {
 // epoch 0.
 class SlotRingTest : public ::testing::Test {
  protected:
-  void Build(size_t window, size_t most, SlotRing::Options options = {}) {
+  void Build(size_t window, size_t most, SlotRing::Options options = {},
+             common::EpochBatches batches = kBatchesPerEpoch) {
     ring_ = std::make_unique<SlotRing>(allocator_.get(), options);
-    ASSERT_OK(ring_->Build(kSlotBytes, kBatchesPerEpoch, window, most,
+    ASSERT_OK(ring_->Build(kSlotBytes, batches, window, most,
                            /*shared=*/false));
   }
 
@@ -165,6 +166,20 @@ TEST_F(SlotRingTest, ReadsTheNextEpochAheadUpToTheLastEpoch) {
   ring_->Retarget(/*epoch=*/1, /*first_batch=*/9);
   EXPECT_EQ(ring_->Ahead(0), (Key{1, 9}));
   EXPECT_EQ(ring_->Ahead(1), std::nullopt);  // epoch 1 is the last
+}
+
+TEST_F(SlotRingTest, AResumedEpochIsShorterAndTheNextOneWhole) {
+  // An elastic resume left 2 batches of epoch 4; epoch 5 has all 10.
+  Build(/*window=*/4, /*most=*/4, SlotRing::Options{},
+        {.per_epoch = 10, .resumed_epoch = 4, .resumed = 2});
+  EXPECT_EQ(ring_->batches_in(4), 2u);
+  EXPECT_EQ(ring_->batches_in(5), 10u);
+  ring_->Retarget(/*epoch=*/4, /*first_batch=*/0);
+  EXPECT_THAT(ring_->Reserve(),
+              ElementsAre(Key{4, 0}, Key{4, 1}, Key{5, 0}, Key{5, 1}));
+  ring_->Retarget(/*epoch=*/5, /*first_batch=*/8);
+  EXPECT_EQ(ring_->Ahead(1), (Key{5, 9}));
+  EXPECT_EQ(ring_->Ahead(2), (Key{6, 0}));
 }
 
 TEST_F(SlotRingTest, WithoutNextEpochPrefetchTheWindowEndsWithTheEpoch) {

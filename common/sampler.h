@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -39,6 +40,18 @@ struct ShardSpec {
   uint32_t batch_size = 1;   // > 0
   // Positions of the epoch's order consumed before this run; < N.
   uint64_t start_position = 0;
+};
+
+// Batches in each epoch of a plan: `per_epoch`, except `resumed` in the
+// epoch an elastic resume starts part-way (batchd.v1.Plan.resume).
+struct EpochBatches {
+  uint64_t per_epoch = 0;
+  std::optional<uint64_t> resumed_epoch;
+  uint64_t resumed = 0;
+
+  uint64_t In(uint64_t epoch) const {
+    return epoch == resumed_epoch ? resumed : per_epoch;
+  }
 };
 
 // Samples in this shard per epoch: ceil((N - start_position) / world_size).

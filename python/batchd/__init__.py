@@ -38,6 +38,8 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 from . import _native, errors  # noqa: E402
 from ._native import LoaderArgs, NativeLoader  # noqa: E402,F401
 from .errors import BatchdError  # noqa: E402,F401
+from .state import STATE_VERSION as _STATE_VERSION, merge_states  # noqa: E402,F401
+from .state import batches_in_rest as _batches  # noqa: E402
 
 __all__ = ["Loader", "Diagnosis", "BatchdError", "errors", "list_datasets",
            "merge_states", "IMAGENET_NORMALIZE", "VERDICTS"]
@@ -45,8 +47,6 @@ __all__ = ["Loader", "Diagnosis", "BatchdError", "errors", "list_datasets",
 #: torchvision's ImageNet ``Normalize(mean, std)``, in 0..1 units.
 IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
-# 2 adds the epoch's global position (elastic resume); 1 still loads.
-_STATE_VERSION = 2
 
 #: What :meth:`Loader.diagnose` can conclude (client/diagnosis.h).
 VERDICTS = ("compute-bound", "input-bound", "network-bound", "client-bound",
@@ -101,43 +101,6 @@ def list_datasets(endpoint, timeout=10.0, *, tls_ca=None, tls_cert=None,
         endpoint, timeout,
         security=_security(tls_ca, tls_cert, tls_key, tls_server_name,
                            token_file))
-
-
-def _batches(samples, world_size, batch_size, drop_last):
-    """Batches per rank of an epoch (or its rest) of `samples` samples, as
-    the sampler cuts them (common/sampler.h)."""
-    per_rank = -(-samples // world_size)
-    return per_rank // batch_size if drop_last else -(-per_rank // batch_size)
-
-
-def merge_states(states):
-    """One state for the whole job from every rank's ``state_dict()``.
-
-    In lockstep (DDP) every rank has reached the same global position of
-    the same epoch; a disagreement means the states were not taken at the
-    same step and is a ValueError naming the ranks. Each rank may
-    load_state_dict() the merged state on any world size.
-    """
-    states = list(states)
-    if not states:
-        raise ValueError("merge_states needs at least one rank's state")
-    keys = ("version", "epoch", "epoch_start", "position", "samples",
-            "dataset",
-            "batch_size", "seed", "shuffle", "drop_last", "world_size")
-    first = states[0]
-    for key in keys:
-        values = collections.defaultdict(list)
-        for state in states:
-            values[state.get(key)].append(state.get("rank"))
-        if len(values) > 1:
-            detail = "; ".join(f"ranks {sorted(ranks)} have {value!r}"
-                               for value, ranks in values.items())
-            raise ValueError(f"the ranks' states disagree on {key}: {detail}")
-    ranks = sorted(state.get("rank") for state in states)
-    if ranks != list(range(first["world_size"])):
-        raise ValueError(f"merge_states needs one state from each of the "
-                         f"{first['world_size']} ranks, got ranks {ranks}")
-    return dict(first, rank=None)
 
 
 def _log_diagnosis(line):
@@ -348,6 +311,9 @@ class Loader:
         # Time spent waiting for batches, and batches yielded.
         self.waited_s = 0.0
         self.batches = 0
+        #: Dataset indices of the samples of the batch yielded last, in
+        #: order (what an exactly-once check or a debugger wants).
+        self.sample_indices = []
 
     def _open(self, args, backend, normalize, depth):
         """Opens the stream of `args` as self._native, on `backend`."""
@@ -477,6 +443,7 @@ class Loader:
                 return
             self._position = (epoch, self._position[1] + 1)
             self.batches += 1
+            self.sample_indices = batch.sample_indices
             # The frame keeps no reference to what it yields (no local names
             # it): the slot is the consumer's to free.
             box = [batch]

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/sampler.h"
 
 namespace batchd::server {
 
@@ -58,16 +59,7 @@ class StreamLedger {
     kSentWhole,  // its header is out: the rest of it is sent
   };
 
-  // Batches in each epoch of the plan: `per_epoch`, except `resumed` in
-  // epoch `resumed_epoch` when the plan resumes one (Plan.resume).
-  struct EpochBatches {
-    uint64_t per_epoch = 0;
-    std::optional<uint64_t> resumed_epoch;
-    uint64_t resumed = 0;
-    uint64_t In(uint64_t epoch) const {
-      return epoch == resumed_epoch ? resumed : per_epoch;
-    }
-  };
+  using EpochBatches = common::EpochBatches;
 
   // The plan is open: at most `window` batches outstanding, batch indices
   // below `batches.In(epoch)`, `reserved_bytes` of the daemon's buffer
