@@ -112,6 +112,8 @@ class DaemonSet : public StreamSink {
 
   // The first daemon's answer to the plan. REQUIRES: Start() returned OK.
   const batchd::v1::PlanOpened& opened() const { return opened_; }
+  // The plan, as the loader was created with it.
+  const batchd::v1::Plan& plan() const { return options_.plan; }
   // Slots in use.
   uint32_t window() const ABSL_LOCKS_EXCLUDED(mu_);
   // (epoch, next batch) of the consumer.

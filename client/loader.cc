@@ -1,5 +1,6 @@
 #include "client/loader.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "client/daemon_status.h"
 #include "client/diagnosis.h"
 #include "common/malloc_tuning.h"
+#include "common/sampler.h"
 
 namespace batchd::client {
 namespace internal {
@@ -338,7 +340,18 @@ absl::StatusOr<Batch> Loader::Next() { return core_->Next(core_); }
 
 LoaderState Loader::state() const {
   const auto [epoch, next_batch] = core_->daemons().position();
-  return LoaderState{epoch, next_batch};
+  const batchd::v1::Plan& plan = core_->daemons().plan();
+  common::ShardSpec shard;
+  shard.num_samples = core_->daemons().opened().dataset_samples();
+  shard.drop_last = plan.drop_last();
+  shard.rank = plan.rank();
+  shard.world_size = std::max<uint32_t>(plan.world_size(), 1);
+  shard.batch_size = plan.batch_size();
+  if (plan.resume().position() > 0 && plan.resume().epoch() == epoch) {
+    shard.start_position = plan.resume().position();
+  }
+  return LoaderState{epoch, next_batch,
+                     common::GlobalPosition(shard, next_batch)};
 }
 
 absl::Status Loader::Restore(const LoaderState& state) {

@@ -118,6 +118,15 @@ struct LoaderState {
   uint64_t epoch = 0;
   // Index of the batch the next Next() returns.
   uint64_t next_batch = 0;
+  // The epoch's global position that every rank of the plan's world has
+  // reached once each has returned `next_batch` batches in lockstep
+  // (common::GlobalPosition; the dataset's size once the epoch is done).
+  // To resume on another world size, open the plan with
+  // Plan.resume = {epoch, position} and StartEpoch(epoch, 0): every
+  // remaining sample comes exactly once over the new ranks
+  // (docs/python.md, "Elastic resume"). Set by state(); Restore() reads
+  // only epoch and next_batch.
+  uint64_t position = 0;
 };
 
 // Streams one plan's batches from its daemons. See the file comment.

@@ -326,6 +326,82 @@ TEST_F(DeterminismTest, RestoredLoaderContinuesByteForByte) {
   EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
 }
 
+// The C++ side of an elastic resume: two ranks take 3 batches each in
+// lockstep, their state's global position opens the plan again on three
+// ranks (Plan.resume), and the three deliver every remaining sample exactly
+// once, plus one sample of padding (the epoch's head), with the bytes a
+// single rank gives each sample.
+TEST_F(DeterminismTest, ElasticResumeOnThreeRanksDeliversTheRestOnce) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                       StartDaemon(2));
+  const v1::Plan plan = TrainPlan("d", 4, kSize, 17);
+  constexpr uint64_t kEpoch = 2;
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> whole,
+                       ReadEpochs(daemon->endpoint(), plan, kEpoch));
+  std::map<uint64_t, std::string> reference;  // sample -> its bytes
+  std::vector<uint64_t> order;
+  for (const BatchRecord& record : whole) {
+    for (size_t i = 0; i < record.sample_indices.size(); ++i) {
+      reference[record.sample_indices[i]] = SampleBytes(record, i);
+      order.push_back(record.sample_indices[i]);
+    }
+  }
+  ASSERT_EQ(order.size(), static_cast<size_t>(kImages));
+
+  auto open = [&](uint32_t rank, uint32_t world_size, uint64_t position) {
+    LoaderOptions options;
+    options.endpoint = daemon->endpoint();
+    options.plan = plan;
+    options.plan.set_rank(rank);
+    options.plan.set_world_size(world_size);
+    if (position > 0) {
+      options.plan.mutable_resume()->set_epoch(kEpoch);
+      options.plan.mutable_resume()->set_position(position);
+    }
+    options.last_epoch = kEpoch;
+    return Loader::Create(std::move(options));
+  };
+  std::multiset<uint64_t> seen;
+  auto take = [&](const std::vector<BatchRecord>& records) {
+    for (const BatchRecord& record : records) {
+      for (size_t i = 0; i < record.sample_indices.size(); ++i) {
+        const uint64_t sample = record.sample_indices[i];
+        seen.insert(sample);
+        EXPECT_EQ(SampleBytes(record, i), reference[sample])
+            << "sample " << sample;
+      }
+    }
+  };
+  uint64_t position = 0;
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader, open(rank, 2, 0));
+    ASSERT_OK(loader->StartEpoch(kEpoch));
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> head, ReadFrom(*loader, 3));
+    take(head);
+    const LoaderState state = loader->state();
+    EXPECT_EQ(state.next_batch, 3u);
+    position = state.position;
+  }
+  ASSERT_EQ(position, 3u * 4 * 2);
+  EXPECT_EQ(seen, std::multiset<uint64_t>(order.begin(), order.begin() + 24));
+
+  for (uint32_t rank = 0; rank < 3; ++rank) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+                         open(rank, 3, position));
+    // 26 samples left: 9 per rank, in batches of 4, 4 and 1.
+    EXPECT_EQ(loader->opened().resumed_epoch_batches(), 3u);
+    ASSERT_OK(loader->StartEpoch(kEpoch));
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> rest, ReadFrom(*loader));
+    EXPECT_EQ(rest.size(), 3u);
+    take(rest);
+    EXPECT_EQ(loader->state().position, static_cast<uint64_t>(kImages));
+  }
+  std::multiset<uint64_t> expected(order.begin(), order.end());
+  expected.insert(order[0]);  // the padding: 27 places for 26 samples
+  EXPECT_EQ(seen, expected);
+  EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
+}
+
 TEST_F(DeterminismTest, RestartingOnTheSameLoaderDiscardsOutstandingBatches) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
                            StartDaemon(2));
