@@ -23,14 +23,7 @@
 namespace batchd::client {
 namespace {
 
-using ::batchd::client::testing::FakeDataService;
-using ::batchd::client::testing::FakePixel;
-using ::batchd::client::testing::FakeSampleIndex;
-using ::batchd::client::testing::FakeServer;
-using ::batchd::client::testing::FakeStream;
-using ::batchd::testing::StatusIs;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
+// The fake service and matchers come with client/loader_test_util.h.
 
 TEST(LoaderTest, RejectedBatchIsAnErrorAndIsAskedForAgain) {
   FakeDataService::Options fake;

@@ -64,6 +64,17 @@ def fresh_daemon(binaries, dataset_dir, tmp_path):
     d.stop()
 
 
+@pytest.fixture
+def two_daemons(binaries, dataset_dir, tmp_path):
+    """Two one-worker daemons serving `tiny`, for tests that kill one."""
+    daemons = [Daemon(binaries["daemon"], {"tiny": dataset_dir},
+                      ["--workers", "1"], directory=tmp_path / f"d{i}")
+               for i in range(2)]
+    yield daemons
+    for d in daemons:
+        d.stop()
+
+
 def fnv1a64(data):
     """FNV-1a, 64 bits, as batchd-client --dump computes it."""
     h = 0xcbf29ce484222325

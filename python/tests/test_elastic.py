@@ -10,7 +10,6 @@ import textwrap
 import pytest
 
 import batchd
-from batchd_testing.daemon import Daemon
 from conftest import python_env
 
 SIZE = 16
@@ -88,16 +87,6 @@ def run_phase(tmp_path, name, endpoints, world, batch, steps, state=None,
         with open(directory / f"rank{rank}.json") as f:
             outputs.append(json.load(f))
     return outputs
-
-
-@pytest.fixture
-def two_daemons(binaries, dataset_dir, tmp_path):
-    daemons = [Daemon(binaries["daemon"], {"tiny": dataset_dir},
-                      ["--workers", "1"], directory=tmp_path / f"d{i}")
-               for i in range(2)]
-    yield daemons
-    for d in daemons:
-        d.stop()
 
 
 def single_process_hashes(endpoint):

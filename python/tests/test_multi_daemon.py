@@ -3,7 +3,6 @@ when one of them is killed mid-epoch, and per-daemon stats."""
 import pytest
 
 import batchd
-from batchd_testing.daemon import Daemon
 from conftest import fnv1a64
 
 SIZE = 16
@@ -23,16 +22,6 @@ def read_epoch(endpoint, epoch, kill=None, **kwargs):
     stats = loader.stats()
     loader.close()
     return out, stats
-
-
-@pytest.fixture
-def two_daemons(binaries, dataset_dir, tmp_path):
-    daemons = [Daemon(binaries["daemon"], {"tiny": dataset_dir},
-                      ["--workers", "1"], directory=tmp_path / f"d{i}")
-               for i in range(2)]
-    yield daemons
-    for d in daemons:
-        d.stop()
 
 
 def test_list_of_daemons_gives_the_bytes_of_one(daemon, two_daemons):
