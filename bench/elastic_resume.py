@@ -117,8 +117,7 @@ def main():
                      "epoch_start": 0, "position": position,
                      "samples": args.samples, "dataset": "big",
                      "batch_size": batch, "seed": 1, "shuffle": True,
-                     "drop_last": False, "rank": 0, "world_size": before,
-                     "batches_per_epoch": None}
+                     "drop_last": False, "rank": 0, "world_size": before}
             # Warm-up: the index is loaded and the code paths are hot.
             first_batch(args, daemon.endpoint, args.world_after, None)
             plain, resumed = [], []

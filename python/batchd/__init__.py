@@ -40,6 +40,7 @@ from ._native import LoaderArgs, NativeLoader  # noqa: E402,F401
 from .errors import BatchdError  # noqa: E402,F401
 from .state import STATE_VERSION as _STATE_VERSION, merge_states  # noqa: E402,F401
 from .state import batches_in_rest as _batches  # noqa: E402
+from .state import global_position as _global_position  # noqa: E402
 
 __all__ = ["Loader", "Diagnosis", "BatchdError", "errors", "list_datasets",
            "merge_states", "IMAGENET_NORMALIZE", "VERDICTS"]
@@ -560,10 +561,9 @@ class Loader:
         else:
             epoch, next_batch = self._epoch, self._start
         start = self._resume[1] if epoch == self._resume[0] else 0
-        if next_batch >= self._batches_in(epoch):
-            position = self._samples
-        else:
-            position = start + next_batch * self.batch_size * self.world_size
+        position = _global_position(self._samples, start, next_batch,
+                                    self._batches_in(epoch), self.batch_size,
+                                    self.world_size)
         return {
             "version": _STATE_VERSION,
             "epoch": epoch,
@@ -630,8 +630,8 @@ class Loader:
         if not 0 <= next_batch <= batches:
             raise ValueError(f"next_batch {next_batch} is outside "
                              f"0..{batches}")
-        position = (self._samples if next_batch == batches else
-                    start + next_batch * old_batch * old_world)
+        position = _global_position(self._samples, start, next_batch, batches,
+                                    old_batch, old_world)
         if _batches(self._samples - position, self.world_size,
                     self.batch_size, self.drop_last) == 0:
             # Nothing of the epoch is left for this world: iterating it

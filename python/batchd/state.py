@@ -17,6 +17,16 @@ def batches_in_rest(samples, world_size, batch_size, drop_last):
     return per_rank // batch_size if drop_last else -(-per_rank // batch_size)
 
 
+def global_position(samples, start, next_batch, batches, batch_size,
+                    world_size):
+    """The epoch's position every rank has reached in lockstep after
+    `next_batch` of its `batches` batches, from `start`; `samples` once the
+    epoch is done (common::GlobalPosition)."""
+    if next_batch >= batches:
+        return samples
+    return start + next_batch * batch_size * world_size
+
+
 def merge_states(states):
     """One state for the whole job from every rank's ``state_dict()``.
 
