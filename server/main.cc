@@ -164,6 +164,11 @@ ABSL_FLAG(double, max_job_buffer_share, 0.5,
 ABSL_FLAG(uint32_t, max_open_streams, 1024,
           "Most StreamBatches calls open at once, over all clients; more are "
           "refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint32_t, max_idle_jobs, 64,
+          "Jobs with no stream open that GetStatus, batchd top and /metrics "
+          "still list, most recently active first; older ones are summed "
+          "under job \"_other\", so that many short-lived job names cannot "
+          "grow the daemon or its metrics.");
 ABSL_FLAG(int, max_concurrent_streams, 100,
           "Most calls open at once on one client connection "
           "(GRPC_ARG_MAX_CONCURRENT_STREAMS); more wait on the client. 0: "
@@ -433,6 +438,7 @@ int main(int argc, char** argv) {
   options.reflection = absl::GetFlag(FLAGS_reflection);
   options.drain_deadline = absl::GetFlag(FLAGS_drain_deadline).value;
   options.service.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
+  options.max_idle_jobs = absl::GetFlag(FLAGS_max_idle_jobs);
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time).value;
   options.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout).value;

@@ -190,14 +190,15 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
     server->shared_memory_ = *std::move(broker);
     options.service.shared_memory = server->shared_memory_.get();
   }
+  server->stats_ = std::make_unique<JobStats>(options.max_idle_jobs);
   server->pipeline_ = std::make_unique<Pipeline>(options.pipeline);
   server->autoscaler_ = std::make_unique<Autoscaler>(
       options.autoscale, server->pipeline_.get(), &server->reports_);
   server->data_ = std::make_unique<DataServiceImpl>(
       options.datasets, options.service, server->pipeline_.get(),
-      &server->stats_, &server->reports_);
+      server->stats_.get(), &server->reports_);
   server->admin_ = std::make_unique<AdminServiceImpl>(
-      server->pipeline_.get(), server->data_.get(), &server->stats_,
+      server->pipeline_.get(), server->data_.get(), server->stats_.get(),
       &server->reports_, server->autoscaler_.get(), options.max_workers);
 
   // Process-wide, and read when a builder builds: every server of this

@@ -104,6 +104,9 @@ struct ServerOptions {
   // HTTP/2 streams (calls) open at once on one connection; further calls
   // wait on the client side. 0 leaves gRPC's default (unlimited).
   int max_concurrent_streams = 100;
+  // Jobs with no stream open kept in GetStatus and /metrics, most recently
+  // active first; older ones are summed under "_other" (JobStats).
+  size_t max_idle_jobs = JobStats::kDefaultMaxIdleJobs;
 };
 
 // How long, once Stop begins, calls other than StreamBatches (a
@@ -179,7 +182,7 @@ class BatchdServer {
   // services, then the pipeline, then the metrics they record into.
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Authorizer> authorizer_;
-  JobStats stats_;
+  std::unique_ptr<JobStats> stats_;
   TrainerReports reports_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<Autoscaler> autoscaler_;

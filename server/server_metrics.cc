@@ -49,7 +49,16 @@ ServerMetrics::ServerMetrics()
           "batchd_shared_memory_attach_total",
           "Shared-memory side-channel handshakes, by result: attached, or "
           "the refusal's gRPC status code.",
-          {"result"})) {}
+          {"result"})),
+      bound_hits_(registry_.AddCounter(
+          "batchd_bound_hits_total",
+          "Times a resource bound of the daemon was reached, by bound "
+          "(RELIABILITY.md, \"Resource model\").",
+          {"bound"})) {}
+
+void ServerMetrics::BoundHit(const char* bound) {
+  bound_hits_.With({bound}).Increment();
+}
 
 void ServerMetrics::SharedMemoryAttach(const char* result) {
   shared_memory_attach_.With({result}).Increment();
@@ -170,7 +179,18 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
     for (const batchd::v1::JobStatus& job : status.jobs()) {
       writer.Sample({{"job", job.job()}}, family.value(job));
     }
+    // Retired jobs' totals, so that a sum over jobs never goes down.
+    if (status.retired_jobs() > 0 && family.type == Type::kCounter) {
+      writer.Sample({{"job", status.other_jobs().job()}},
+                    family.value(status.other_jobs()));
+    }
   }
+
+  writer.Begin("batchd_retired_jobs_total",
+               "Idle jobs no longer listed per job (beyond --max-idle-jobs); "
+               "their totals are under job=\"_other\".",
+               Type::kCounter);
+  writer.Sample({}, static_cast<double>(status.retired_jobs()));
 
   writer.Begin("batchd_capacity_demand_ratio",
                "Images/s the trainers would take over what this daemon can "

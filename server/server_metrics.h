@@ -54,6 +54,12 @@ class ServerMetrics {
   // RequestRejected, and streams ended because a request was invalid.
   void RequestRejected(int grpc_code);
 
+  // batchd_bound_hits_total{bound}: a resource bound of the resource model
+  // (RELIABILITY.md) was reached: "stream_reads_paused",
+  // "planless_stream_timeout", "planless_streams_per_peer",
+  // "auth_failure_logs_suppressed", ...
+  void BoundHit(const char* bound);
+
   // Writes the families read from an admin status (workers, queues, busy
   // fraction, per-job figures) and process memory.
   static void WriteStatus(const batchd::v1::ServerStatus& status,
@@ -73,6 +79,7 @@ class ServerMetrics {
   Gauge& outstanding_;
   Gauge& shared_memory_bytes_;
   Family<Counter>& shared_memory_attach_;
+  Family<Counter>& bound_hits_;
 };
 
 // The name of a gRPC status code as gRPC spells it (INVALID_ARGUMENT);

@@ -135,6 +135,31 @@ TEST_F(StreamErrorsTest, BadPlansAreRefusedWithInvalidArgument) {
     p.clear_pipeline();
     cases.push_back({"no transform", p, "pipeline has no transform"});
   }
+  {
+    v1::Plan p = GoodPlan();
+    p.mutable_pipeline()->mutable_eval()->set_size(64);
+    p.mutable_pipeline()->mutable_eval()->set_resize_shorter(4294967295u);
+    cases.push_back({"resize_shorter 2^32-1", p,
+                     "pipeline.eval.resize_shorter is 4294967295"});
+  }
+  {
+    // Job names reach terminals (batchd top) and logs.
+    v1::Plan p = GoodPlan();
+    p.set_job("\x1b[2J\x1b[31mEVIL\x1b[0m");
+    cases.push_back({"escape sequence in job", p,
+                     "job name has byte 0x1b at offset 0"});
+  }
+  {
+    v1::Plan p = GoodPlan();
+    p.set_job("_other");
+    cases.push_back({"daemon's own job name", p,
+                     "job name has byte 0x5f at offset 0"});
+  }
+  {
+    v1::Plan p = GoodPlan();
+    p.set_job(std::string(129, 'j'));
+    cases.push_back({"job name too long", p, "job name is 129 characters"});
+  }
   for (const Case& c : cases) {
     grpc::Status status = OpenAndExpectFailure(c.plan);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)

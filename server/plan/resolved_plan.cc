@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -67,16 +68,19 @@ absl::Status ResolveEval(const batchd::v1::ResizeCenterCrop& in,
     return s;
   }
   out->size = static_cast<int>(in.size());
-  out->resize_shorter = in.resize_shorter() != 0
-                            ? static_cast<int>(in.resize_shorter())
-                            : out->size * 256 / 224;
-  if (out->resize_shorter < out->size ||
-      out->resize_shorter > 4 * limits.max_output_size) {
+  // Checked as the unsigned value the client sent: narrowed first, 2^32-1
+  // would be reported as -1.
+  const uint64_t resize_shorter =
+      in.resize_shorter() != 0 ? in.resize_shorter()
+                               : uint64_t{in.size()} * 256 / 224;
+  const uint64_t most = 4 * static_cast<uint64_t>(limits.max_output_size);
+  if (resize_shorter < in.size() || resize_shorter > most) {
     return Invalid(absl::StrCat(
-        "pipeline.eval.resize_shorter is ", out->resize_shorter,
+        "pipeline.eval.resize_shorter is ", resize_shorter,
         "; it must be at least pipeline.eval.size (", out->size,
-        ") and at most ", 4 * limits.max_output_size));
+        ") and at most ", most));
   }
+  out->resize_shorter = static_cast<int>(resize_shorter);
   return absl::OkStatus();
 }
 
@@ -94,6 +98,27 @@ CropSpec ResolvedPlan::Crop(uint64_t epoch, uint64_t sample_index, int width,
   common::SampleRandom rng(shard.seed, epoch, sample_index,
                            common::RandomPurpose::kAugment);
   return RandomResizedCropSpec(width, height, train_transform, rng);
+}
+
+absl::Status CheckJobName(const std::string& job) {
+  constexpr size_t kMaxJobName = 128;
+  if (job.empty() || job.size() > kMaxJobName) {
+    return Invalid(absl::StrCat("job name is ", job.size(),
+                                " characters long; use 1 to ", kMaxJobName));
+  }
+  for (size_t i = 0; i < job.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(job[i]);
+    const bool alnum = absl::ascii_isalnum(c);
+    if (alnum || (i > 0 && absl::string_view("._:/@+=-").find(c) !=
+                               absl::string_view::npos)) {
+      continue;
+    }
+    return Invalid(absl::StrCat(
+        "job name has byte 0x", absl::Hex(c, absl::kZeroPad2), " at offset ",
+        i, "; use letters, digits and ._:/@+=- (starting with a letter or a "
+        "digit)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
@@ -202,8 +227,8 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
                                   "LAYOUT_NCHW"));
   }
   resolved->job = plan.job().empty() ? "default" : plan.job();
-  if (resolved->job.size() > 128) {
-    return Invalid("job name is longer than 128 characters");
+  if (absl::Status name = CheckJobName(resolved->job); !name.ok()) {
+    return name;
   }
   return std::shared_ptr<const ResolvedPlan>(std::move(resolved));
 }

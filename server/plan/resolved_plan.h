@@ -73,6 +73,13 @@ struct ResolvedPlan {
 
 using DatasetMap = std::map<std::string, std::shared_ptr<const Dataset>>;
 
+// Job names reach logs, terminals (`batchd top`), metric labels and
+// GetStatus, so they are kept to a safe set: 1 to 128 characters from
+// [A-Za-z0-9._:/@+=-], starting with a letter or a digit (names starting
+// with '_' are the daemon's own: JobStats' kOtherJobs). INVALID_ARGUMENT,
+// saying which byte is refused, otherwise.
+absl::Status CheckJobName(const std::string& job);
+
 // Checks `plan` and fills in defaults. INVALID_ARGUMENT with a message naming
 // the field and the accepted range for every kind of bad plan.
 absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(

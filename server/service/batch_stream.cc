@@ -91,10 +91,7 @@ void BatchStream::OnReadDone(bool ok) {
             "`cancel` or `report`"));
         break;
     }
-    if (keep_reading) {
-      HandToGrpc();
-      StartRead(&request_bytes_);
-    }
+    if (keep_reading && !PauseReadingIfBacklogged()) StartNextRead();
   }
   Pump();
   HandToGrpc();
@@ -147,6 +144,7 @@ void BatchStream::OnDone() {
   {
     absl::MutexLock lock(&mu_);
     queue_.clear();
+    queued_messages_ = 0;
     const size_t dropped = ledger_.Close();
     if (ServerMetrics* metrics = context_.metrics) {
       // Batches accepted but never fully sent (the stream ended first).
@@ -208,11 +206,13 @@ bool BatchStream::HandleOpen(const batchd::v1::OpenPlan& open) {
   if (grpc::Status counted = registry.AddJobStream(p.job); !counted.ok()) {
     return FailStream(std::move(counted));
   }
-  // From here the stream counts against its job until OnDone.
+  // From here the stream counts against its job, and in its statistics,
+  // until OnDone.
   {
     absl::MutexLock lock(&mu_);
     plan_ = *plan;
   }
+  context_.stats->StreamOpened(p.job);
   BufferBudget& budget = *context_.budget;
   const uint32_t window = budget.ReserveUpTo(p.job, wanted, max_batch_bytes);
   if (window == 0) {
@@ -240,12 +240,11 @@ bool BatchStream::HandleOpen(const batchd::v1::OpenPlan& open) {
   if (open.offer_shared_memory()) {
     InviteSharedMemory(max_batch_bytes, opened->mutable_shared_memory());
   }
-  context_.stats->StreamOpened(p.job);
   report_id_ = context_.reports->Open(p.job, p.shard.batch_size, absl::Now());
 
   absl::MutexLock lock(&mu_);
   ledger_.Open(window, batches, uint64_t{window} * max_batch_bytes);
-  queue_.push_back(Outgoing{std::move(response)});
+  QueueMessageLocked(std::move(response));
   return true;
 }
 
@@ -317,7 +316,7 @@ void BatchStream::QueueRejectionLocked(const Key& key,
   rejected->set_batch_index(key.second);
   rejected->set_code(code);
   rejected->set_message(std::string(status.message()));
-  queue_.push_back(Outgoing{std::move(response)});
+  QueueMessageLocked(std::move(response));
 }
 
 bool BatchStream::HandleRequest(const batchd::v1::BatchRequest& request) {
@@ -438,7 +437,24 @@ bool BatchStream::HandleReport(const batchd::v1::TrainerReport& report) {
     StreamResponse response;
     response.mutable_report_rejected()->set_message(
         std::string(kept.message()));
-    queue_.push_back(Outgoing{std::move(response)});
+    QueueMessageLocked(std::move(response));
+  }
+  return true;
+}
+
+void BatchStream::QueueMessageLocked(StreamResponse response) {
+  queue_.push_back(Outgoing{std::move(response)});
+  ++queued_messages_;
+}
+
+bool BatchStream::PauseReadingIfBacklogged() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (queued_messages_ < kMaxQueuedMessages) return false;
+    read_paused_ = true;
+  }
+  if (ServerMetrics* metrics = context_.metrics) {
+    metrics->BoundHit("stream_reads_paused");
   }
   return true;
 }
@@ -478,6 +494,7 @@ bool BatchStream::NextMessageLocked() {
   if (front.message) {
     current_ = common::EncodeMessage(*front.message);
     queue_.pop_front();
+    --queued_messages_;
     return true;
   }
   BuiltBatch& batch = *front.batch;
@@ -535,7 +552,19 @@ void BatchStream::ReleaseBudgetLocked() {
 
 void BatchStream::Pump() {
   bool write = false;
+  bool resume_reading = false;
   std::optional<grpc::Status> finish;
+  {
+    absl::MutexLock lock(&mu_);
+    // Reading resumes once the client has taken half the backlog (hence
+    // not one read per write at the bound).
+    if (read_paused_ && !finished_ && !finish_status_ &&
+        queued_messages_ <= kMaxQueuedMessages / 2) {
+      read_paused_ = false;
+      resume_reading = true;
+    }
+  }
+  if (resume_reading) StartNextRead();
   {
     absl::MutexLock lock(&mu_);
     if (write_in_flight_ || finished_) return;
@@ -567,9 +596,20 @@ void BatchStream::Pump() {
     HandToGrpc();
     StartWrite(&current_);
   } else if (finish) {
+    {
+      absl::MutexLock lock(&grpc_ops_mu_);
+      finish_called_ = true;
+    }
     HandToGrpc();
     Finish(*finish);
   }
+}
+
+void BatchStream::StartNextRead() {
+  absl::MutexLock lock(&grpc_ops_mu_);
+  if (finish_called_) return;
+  HandToGrpc();
+  StartRead(&request_bytes_);
 }
 
 void BatchStream::HandToGrpc() { common::TsanHandOff(this); }

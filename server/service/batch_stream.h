@@ -55,6 +55,13 @@ grpc::Status ToGrpc(const absl::Status& status);
 // which gRPC moves an order of magnitude faster than larger ones.
 inline constexpr uint64_t kMaxChunkBytes = (uint64_t{4} << 20) - 1024;
 
+// Most small messages (rejections, report answers) a stream queues for a
+// client before it stops reading that client's requests: a client that
+// sends and never reads meets HTTP/2 flow control instead of growing the
+// daemon. One request adds at most a window's worth, so the queue holds at
+// most kMaxQueuedMessages + max window messages.
+inline constexpr uint32_t kMaxQueuedMessages = 64;
+
 class BatchStream;
 
 // The service's side of its open streams: admission, per-job counts and
@@ -183,6 +190,12 @@ class BatchStream final
       ABSL_LOCKS_EXCLUDED(mu_);
 
   void CountRejected(grpc::StatusCode code);
+  // Queues a message other than a batch (counted for the read-side bound).
+  void QueueMessageLocked(batchd::v1::StreamResponse response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Called instead of the next StartRead: with kMaxQueuedMessages queued,
+  // marks reading paused (Pump resumes it) and returns true.
+  bool PauseReadingIfBacklogged() ABSL_LOCKS_EXCLUDED(mu_);
   // Queues the in-band rejection of batch `key` with `status`.
   void QueueRejectionLocked(const Key& key, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -201,6 +214,11 @@ class BatchStream final
   // Starts the next write, or finishes the stream, if either is due.
   // REQUIRES: mu_ not held (StartWrite and Finish may run reactions inline).
   void Pump() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Starts reading the next request unless the stream is finishing: reads
+  // resume from reactions and from Pump on any thread, and none may start
+  // once Finish was called.
+  void StartNextRead() ABSL_LOCKS_EXCLUDED(mu_, grpc_ops_mu_);
 
   // gRPC orders the stream's construction, its Start* calls and Finish
   // before the reactions they lead to, with synchronisation of its own
@@ -235,13 +253,21 @@ class BatchStream final
   std::shared_ptr<common::SharedRegion> region_ ABSL_GUARDED_BY(mu_);
   uint64_t slot_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
+  // Messages in queue_ (not batches), and whether reading waits for them
+  // to drain (no read in flight while it does).
+  uint32_t queued_messages_ ABSL_GUARDED_BY(mu_) = 0;
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
   // The serialized message being written; owned by the write in flight.
   grpc::ByteBuffer current_;
   std::optional<CompletedBatch> written_batch_ ABSL_GUARDED_BY(mu_);
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish called
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish is due
+  // Orders StartRead before Finish: held around StartRead, and set just
+  // before Finish is called (not under mu_: Finish may run reactions).
+  absl::Mutex grpc_ops_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  bool finish_called_ ABSL_GUARDED_BY(grpc_ops_mu_) = false;
 };
 
 }  // namespace batchd::server
