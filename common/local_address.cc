@@ -58,4 +58,21 @@ bool IsLocalPeer(absl::string_view peer) {
   return false;
 }
 
+std::string PeerHost(absl::string_view peer) {
+  if (absl::StartsWith(peer, "unix:") ||
+      absl::StartsWith(peer, "unix-abstract:")) {
+    return "unix";
+  }
+  for (absl::string_view scheme : {"ipv4:", "ipv6:"}) {
+    if (!absl::ConsumePrefix(&peer, scheme)) continue;
+    const size_t colon = peer.rfind(':');
+    absl::string_view host =
+        colon == absl::string_view::npos ? peer : peer.substr(0, colon);
+    absl::ConsumePrefix(&host, "[");
+    absl::ConsumeSuffix(&host, "]");
+    return std::string(host);
+  }
+  return std::string(peer);
+}
+
 }  // namespace batchd::common

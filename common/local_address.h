@@ -5,6 +5,8 @@
 #ifndef BATCHD_COMMON_LOCAL_ADDRESS_H_
 #define BATCHD_COMMON_LOCAL_ADDRESS_H_
 
+#include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace batchd::common {
@@ -17,6 +19,11 @@ bool IsLocalAddress(absl::string_view address);
 // "ipv6:[::1]:5", "unix:/path", "unix-abstract:name") is on this host:
 // a Unix socket, 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104.
 bool IsLocalPeer(absl::string_view peer);
+
+// The host part of a gRPC peer string, which per-peer limits count by:
+// "ipv4:1.2.3.4:5" -> "1.2.3.4", "ipv6:[::1]:5" -> "::1"; a Unix socket's
+// peers are one host, "unix". Anything else is returned whole.
+std::string PeerHost(absl::string_view peer);
 
 }  // namespace batchd::common
 

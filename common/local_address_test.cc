@@ -31,5 +31,15 @@ TEST(LocalAddressTest, PeersOnThisHost) {
   }
 }
 
+TEST(LocalAddressTest, PeerHostDropsThePort) {
+  EXPECT_EQ(PeerHost("ipv4:10.1.2.3:50123"), "10.1.2.3");
+  EXPECT_EQ(PeerHost("ipv4:10.1.2.3:50124"), "10.1.2.3");
+  EXPECT_EQ(PeerHost("ipv6:[2001:db8::1]:50123"), "2001:db8::1");
+  EXPECT_EQ(PeerHost("unix:/tmp/batchd.sock"), "unix");
+  EXPECT_EQ(PeerHost("unix:"), "unix");
+  EXPECT_EQ(PeerHost("unix-abstract:batchd"), "unix");
+  EXPECT_EQ(PeerHost("something-else"), "something-else");
+}
+
 }  // namespace
 }  // namespace batchd::common

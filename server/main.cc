@@ -164,6 +164,13 @@ ABSL_FLAG(double, max_job_buffer_share, 0.5,
 ABSL_FLAG(uint32_t, max_open_streams, 1024,
           "Most StreamBatches calls open at once, over all clients; more are "
           "refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(FlagDuration, open_timeout, FlagDuration{absl::Seconds(10)},
+          "A StreamBatches call must send its plan (`open`) within this, or "
+          "it ends with DEADLINE_EXCEEDED; seconds or a duration.");
+ABSL_FLAG(uint32_t, max_planless_streams_per_peer, 64,
+          "Most StreamBatches calls one client host may have open that have "
+          "not sent their plan yet; more are refused with "
+          "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(uint32_t, max_idle_jobs, 64,
           "Jobs with no stream open that GetStatus, batchd top and /metrics "
           "still list, most recently active first; older ones are summed "
@@ -184,6 +191,13 @@ ABSL_FLAG(FlagDuration, keepalive_min_ping_interval,
           "Shortest interval between client pings accepted without data in "
           "flight (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS); "
           "pings without calls are allowed.");
+ABSL_FLAG(FlagDuration, handshake_timeout, FlagDuration{absl::Seconds(10)},
+          "A connection that has not finished its TLS and HTTP/2 handshake "
+          "within this is closed (GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS).");
+ABSL_FLAG(FlagDuration, max_connection_idle, FlagDuration{absl::Minutes(5)},
+          "A connection with no call open for this long is closed with "
+          "GOAWAY (GRPC_ARG_MAX_CONNECTION_IDLE_MS); clients reconnect when "
+          "they next call.");
 ABSL_FLAG(int, keepalive_max_ping_strikes, 2,
           "Too-frequent client pings tolerated before the connection is "
           "closed with GOAWAY too_many_pings (GRPC_ARG_HTTP2_MAX_PING_STRIKES); "
@@ -439,9 +453,15 @@ int main(int argc, char** argv) {
   options.drain_deadline = absl::GetFlag(FLAGS_drain_deadline).value;
   options.service.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
   options.max_idle_jobs = absl::GetFlag(FLAGS_max_idle_jobs);
+  options.service.open_timeout = absl::GetFlag(FLAGS_open_timeout).value;
+  options.service.max_planless_streams_per_peer =
+      absl::GetFlag(FLAGS_max_planless_streams_per_peer);
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time).value;
   options.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout).value;
+  options.handshake_timeout = absl::GetFlag(FLAGS_handshake_timeout).value;
+  options.max_connection_idle =
+      absl::GetFlag(FLAGS_max_connection_idle).value;
   options.min_ping_interval =
       absl::GetFlag(FLAGS_keepalive_min_ping_interval).value;
   options.max_ping_strikes = absl::GetFlag(FLAGS_keepalive_max_ping_strikes);

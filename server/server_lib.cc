@@ -85,6 +85,15 @@ absl::Status CheckOptions(const ServerOptions& options) {
   if (options.service.max_open_streams < 1) {
     return absl::InvalidArgumentError("--max-open-streams must be at least 1");
   }
+  if (options.service.max_planless_streams_per_peer < 1) {
+    return absl::InvalidArgumentError(
+        "--max-planless-streams-per-peer must be at least 1");
+  }
+  if (options.service.open_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--open-timeout is ", absl::FormatDuration(options.service.open_timeout),
+        "; it must be positive"));
+  }
   if (options.drain_deadline < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--drain-deadline is ",
@@ -100,6 +109,15 @@ absl::Status CheckOptions(const ServerOptions& options) {
         " and --keepalive-timeout ",
         absl::FormatDuration(options.keepalive_timeout),
         "; both must be at least 1s"));
+  }
+  if (options.handshake_timeout < absl::Milliseconds(100) ||
+      options.max_connection_idle < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--handshake-timeout is ",
+        absl::FormatDuration(options.handshake_timeout),
+        " and --max-connection-idle ",
+        absl::FormatDuration(options.max_connection_idle),
+        "; they must be at least 100ms and 1s"));
   }
   if (options.min_ping_interval < absl::ZeroDuration() ||
       options.max_ping_strikes < 0 || options.max_concurrent_streams < 0) {
@@ -230,6 +248,10 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   // stream is open but idle (a paused trainer): that is the peer most
   // likely to have died unnoticed. gRPC's default stops after 2.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             Millis(options.handshake_timeout));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             Millis(options.max_connection_idle));
   if (options.max_concurrent_streams > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                                options.max_concurrent_streams);

@@ -104,6 +104,15 @@ struct ServerOptions {
   // HTTP/2 streams (calls) open at once on one connection; further calls
   // wait on the client side. 0 leaves gRPC's default (unlimited).
   int max_concurrent_streams = 100;
+  // A connection must finish its handshake (TLS, then the HTTP/2 preface
+  // and SETTINGS) within this, or it is closed: gRPC's default, 120 s,
+  // lets a peer that opens connections and sends nothing hold each for two
+  // minutes.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  // A connection with no call open for this long is closed with a GOAWAY
+  // (GRPC_ARG_MAX_CONNECTION_IDLE_MS); clients reconnect when they next
+  // call. Bounds connections that sent a preface and nothing since.
+  absl::Duration max_connection_idle = absl::Minutes(5);
   // Jobs with no stream open kept in GetStatus and /metrics, most recently
   // active first; older ones are summed under "_other" (JobStats).
   size_t max_idle_jobs = JobStats::kDefaultMaxIdleJobs;

@@ -1,6 +1,7 @@
 #include "testing/e2e_helpers.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -208,6 +209,53 @@ absl::StatusOr<batchd::v1::SetWorkersResponse> SetWorkers(
   grpc::Status rpc = stub->SetWorkers(&context, request, &response);
   if (!rpc.ok()) return FromGrpc(rpc);
   return response;
+}
+
+uint64_t ProcStatusBytes(pid_t pid, const char* field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  const std::string prefix = absl::StrCat(field, ":");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.compare(0, prefix.size(), prefix) != 0) continue;
+    return std::strtoull(line.c_str() + prefix.size(), nullptr, 10) * 1024;
+  }
+  return 0;
+}
+
+int OpenFds(pid_t pid) {
+  std::error_code error;
+  std::filesystem::directory_iterator it(
+      "/proc/" + std::to_string(pid) + "/fd", error);
+  if (error) return 0;
+  return static_cast<int>(std::distance(it, {}));
+}
+
+absl::StatusOr<double> ImagesPerSecond(const std::string& endpoint,
+                                       const batchd::v1::Plan& plan,
+                                       absl::Duration duration) {
+  LoaderOptions options;
+  options.endpoint = endpoint;
+  options.plan = plan;
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(std::move(options));
+  if (!loader.ok()) return loader.status();
+  uint64_t images = 0;
+  absl::Time start;
+  for (uint64_t epoch = 0;; ++epoch) {
+    if (absl::Status s = (*loader)->StartEpoch(epoch); !s.ok()) return s;
+    while (true) {
+      absl::StatusOr<batchd::client::Batch> batch = (*loader)->Next();
+      if (absl::IsOutOfRange(batch.status())) break;
+      if (!batch.ok()) return batch.status();
+      if (start == absl::Time()) {
+        start = absl::Now();  // the first batch paid for the connection
+        continue;
+      }
+      images += batch->sample_indices.size();
+      const absl::Duration elapsed = absl::Now() - start;
+      if (elapsed >= duration) return images / absl::ToDoubleSeconds(elapsed);
+    }
+  }
 }
 
 const batchd::v1::JobStatus* FindJob(const batchd::v1::ServerStatus& status,

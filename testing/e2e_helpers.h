@@ -11,6 +11,8 @@
 #ifndef BATCHD_TESTING_E2E_HELPERS_H_
 #define BATCHD_TESTING_E2E_HELPERS_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "batchd/v1/admin.pb.h"
 #include "batchd/v1/data.pb.h"
 #include "client/loader.h"
@@ -94,6 +97,20 @@ std::string ReadPortFile(const std::string& path);
 // ("name{labels}", labels sorted) -> value.
 using Page = std::map<std::string, double>;
 absl::StatusOr<Page> ScrapeWithPrometheusParser(const std::string& url);
+
+// A field of /proc/PID/status in bytes ("VmRSS", "RssShmem"); 0 when the
+// process or the field is gone.
+uint64_t ProcStatusBytes(pid_t pid, const char* field);
+// File descriptors the process has open (/proc/PID/fd).
+int OpenFds(pid_t pid);
+
+// Images per second one client with `plan` reads from `endpoint` over
+// `duration` (after its first batch, which pays for the connection): what
+// adversarial tests compare, with and without an attack, to show that a
+// well-behaved job keeps its throughput.
+absl::StatusOr<double> ImagesPerSecond(const std::string& endpoint,
+                                       const batchd::v1::Plan& plan,
+                                       absl::Duration duration);
 
 // The job named `job` in `status`, or nullptr.
 const batchd::v1::JobStatus* FindJob(const batchd::v1::ServerStatus& status,

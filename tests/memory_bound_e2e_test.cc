@@ -52,17 +52,7 @@ constexpr uint64_t kSlackBytes = 16 * kMiB + kConsumers * kMiB;
 // leaked stream's window (9.6 MB) plus the pool.
 constexpr uint64_t kIdleSlackBytes = 12 * kMiB;
 
-uint64_t RssBytes(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    unsigned long long kib = 0;
-    if (std::sscanf(line.c_str(), "VmRSS: %llu kB", &kib) == 1) {
-      return kib * 1024;
-    }
-  }
-  return 0;
-}
+uint64_t RssBytes(pid_t pid) { return ProcStatusBytes(pid, "VmRSS"); }
 
 // Removes the files above kMaxFileBytes; returns the largest file left.
 uint64_t TrimLargeFiles(const std::string& root) {

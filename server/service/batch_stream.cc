@@ -31,8 +31,10 @@ BatchStream::BatchStream(const BatchStreamContext* context,
   // thread, and a read must not be started after Finish.
   HandToGrpc();
   StartRead(&request_bytes_);
-  grpc::Status refused = caller.ok() ? context_.registry->AddStream(this)
-                                     : ToGrpc(caller.status());
+  grpc::Status refused =
+      caller.ok()
+          ? context_.registry->AddStream(this, common::PeerHost(peer_))
+          : ToGrpc(caller.status());
   if (!refused.ok()) {
     FailStream(std::move(refused));
     Pump();
@@ -47,6 +49,14 @@ void BatchStream::Cancel(const grpc::Status& status) {
     if (!finish_status_) finish_status_ = status;
   }
   Pump();
+}
+
+void BatchStream::CancelIfNoPlan(const grpc::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (plan_arrived_) return;
+  }
+  Cancel(status);
 }
 
 void BatchStream::OnReadDone(bool ok) {
@@ -181,6 +191,11 @@ bool BatchStream::FailStream(grpc::Status status) {
 
 bool BatchStream::HandleOpen(const batchd::v1::OpenPlan& open) {
   StreamRegistry& registry = *context_.registry;
+  {
+    absl::MutexLock lock(&mu_);
+    plan_arrived_ = true;
+  }
+  registry.PlanArrived(this);
   if (registry.draining()) return FailStream(registry.DrainingRefusal());
   if (plan_ != nullptr) {
     return FailStream(grpc::Status(

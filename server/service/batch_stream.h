@@ -69,9 +69,14 @@ class BatchStream;
 class StreamRegistry {
  public:
   virtual ~StreamRegistry() = default;
-  // Registers a new stream, or returns why it is refused (draining, or
-  // --max-open-streams reached).
-  virtual grpc::Status AddStream(BatchStream* stream) = 0;
+  // Registers a new stream from `peer_host`, waiting for its plan, or
+  // returns why it is refused (draining, --max-open-streams or
+  // --max-planless-streams-per-peer reached).
+  virtual grpc::Status AddStream(BatchStream* stream,
+                                 const std::string& peer_host) = 0;
+  // The stream's first `open` arrived: it no longer waits for its plan.
+  // Idempotent.
+  virtual void PlanArrived(BatchStream* stream) = 0;
   virtual void RemoveStream(BatchStream* stream) = 0;
   // Counts a stream of `job` that opened its plan, or returns why it is
   // refused (--max-streams-per-job reached); RemoveJobStream uncounts it.
@@ -127,6 +132,9 @@ class BatchStream final
   // Stops building this stream's batches and ends it with `status` once no
   // write is in flight.
   void Cancel(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancel, unless the stream's plan has arrived (the open deadline's
+  // race with a late `open`).
+  void CancelIfNoPlan(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
   void OnReadDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -247,6 +255,8 @@ class BatchStream final
   // The shared-memory ticket offered to the client, set by HandleOpen;
   // empty when none was.
   std::string ticket_;
+  // Whether an `open` has arrived (whatever became of it).
+  bool plan_arrived_ ABSL_GUARDED_BY(mu_) = false;
   StreamLedger ledger_ ABSL_GUARDED_BY(mu_);
   // Same-host shared memory, once attached (AttachSharedMemory): the
   // client's ring and its slot size.

@@ -24,7 +24,50 @@ DataServiceImpl::DataServiceImpl(DatasetMap datasets,
                       stats,
                       reports,
                       &budget_,
-                      /*registry=*/this} {}
+                      /*registry=*/this},
+      reaper_([this] { ReapPlanlessStreams(); }) {}
+
+DataServiceImpl::~DataServiceImpl() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  reaper_.join();
+}
+
+void DataServiceImpl::ReapPlanlessStreams() {
+  // A quarter of a second's lateness is nothing next to the deadline, and
+  // the loop costs nothing measurable.
+  constexpr absl::Duration kTick = absl::Milliseconds(250);
+  const grpc::Status timed_out(
+      grpc::StatusCode::DEADLINE_EXCEEDED,
+      absl::StrCat("no plan within --open-timeout (",
+                   absl::FormatDuration(options_.open_timeout),
+                   "): send `open` with a Plan as the stream's first "
+                   "message"));
+  absl::MutexLock lock(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), kTick)) {
+    const absl::Time now = absl::Now();
+    std::vector<BatchStream*> overdue;
+    for (auto& [stream, awaiting] : streams_) {
+      if (awaiting.has_value() && awaiting->deadline <= now) {
+        stream->AddRef();
+        overdue.push_back(stream);
+        PlanArrivedLocked(stream);  // counted once, here
+      }
+    }
+    if (overdue.empty()) continue;
+    mu_.Unlock();
+    for (BatchStream* stream : overdue) {
+      if (ServerMetrics* metrics = options_.metrics) {
+        metrics->BoundHit("planless_stream_timeout");
+      }
+      stream->CancelIfNoPlan(timed_out);
+      stream->Unref();
+    }
+    mu_.Lock();
+  }
+}
 
 void DataServiceImpl::AddSendTime(absl::Duration send) {
   send_nanos_ += static_cast<uint64_t>(absl::ToInt64Nanoseconds(send));
@@ -87,7 +130,8 @@ void DataServiceImpl::RemoveJobStream(const std::string& job) {
   if (it != job_streams_.end() && --it->second == 0) job_streams_.erase(it);
 }
 
-grpc::Status DataServiceImpl::AddStream(BatchStream* stream) {
+grpc::Status DataServiceImpl::AddStream(BatchStream* stream,
+                                        const std::string& peer_host) {
   absl::MutexLock lock(&mu_);
   if (draining_.load()) return DrainingRefusalLocked();
   if (streams_.size() >= options_.max_open_streams) {
@@ -98,12 +142,40 @@ grpc::Status DataServiceImpl::AddStream(BatchStream* stream) {
                      "limit; close a stream, retry later or on another "
                      "daemon, or raise --max-open-streams"));
   }
-  streams_.insert(stream);
+  uint32_t& planless = planless_by_host_[peer_host];
+  if (planless >= options_.max_planless_streams_per_peer) {
+    if (ServerMetrics* metrics = options_.metrics) {
+      metrics->BoundHit("planless_streams_per_peer");
+    }
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("host ", peer_host, " already has ", planless,
+                     " StreamBatches calls open that have not sent their "
+                     "plan, the most --max-planless-streams-per-peer "
+                     "allows; send `open` first on the streams you have"));
+  }
+  ++planless;
+  streams_.emplace(stream, AwaitingPlan{peer_host,
+                                        absl::Now() + options_.open_timeout});
   return grpc::Status::OK;
+}
+
+void DataServiceImpl::PlanArrived(BatchStream* stream) {
+  absl::MutexLock lock(&mu_);
+  PlanArrivedLocked(stream);
+}
+
+void DataServiceImpl::PlanArrivedLocked(BatchStream* stream) {
+  auto it = streams_.find(stream);
+  if (it == streams_.end() || !it->second.has_value()) return;
+  auto host = planless_by_host_.find(it->second->peer_host);
+  if (--host->second == 0) planless_by_host_.erase(host);
+  it->second.reset();
 }
 
 void DataServiceImpl::RemoveStream(BatchStream* stream) {
   absl::MutexLock lock(&mu_);
+  PlanArrivedLocked(stream);
   streams_.erase(stream);
 }
 
@@ -111,7 +183,8 @@ std::vector<BatchStream*> DataServiceImpl::RefStreams() {
   absl::MutexLock lock(&mu_);
   std::vector<BatchStream*> streams;
   streams.reserve(streams_.size());
-  for (BatchStream* stream : streams_) {
+  for (const auto& entry : streams_) {
+    BatchStream* stream = entry.first;
     // Registered streams are alive: OnDone unregisters before it drops
     // gRPC's reference.
     stream->AddRef();

@@ -20,11 +20,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -59,6 +60,15 @@ struct DataServiceOptions {
   // with RESOURCE_EXHAUSTED. The buffer budget already bounds pixel memory;
   // this bounds the per-stream state a client that leaks streams can pin.
   uint32_t max_open_streams = 1024;
+  // A stream must send its plan (`open`) within this, or it ends with
+  // DEADLINE_EXCEEDED: a call that never sends one would hold a
+  // max_open_streams place for good.
+  absl::Duration open_timeout = absl::Seconds(10);
+  // Most streams one peer host (common::PeerHost) may have open that have
+  // not sent their plan yet; more are refused with RESOURCE_EXHAUSTED, so
+  // that one host cannot take every max_open_streams place before any job
+  // is known.
+  uint32_t max_planless_streams_per_peer = 64;
   // The version and limits sent in every PlanOpened.daemon.
   batchd::v1::DaemonInfo daemon_info;
   // Who may call; nullptr: anyone. Not owned; must outlive the service.
@@ -84,6 +94,7 @@ class DataServiceImpl final
   DataServiceImpl(DatasetMap datasets, DataServiceOptions options,
                   Pipeline* pipeline, JobStats* stats,
                   TrainerReports* reports);
+  ~DataServiceImpl() override;
 
   grpc::ServerUnaryReactor* ListDatasets(
       grpc::CallbackServerContext* context,
@@ -125,8 +136,9 @@ class DataServiceImpl final
 
  private:
   // StreamRegistry, for the BatchStreams.
-  grpc::Status AddStream(BatchStream* stream) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  grpc::Status AddStream(BatchStream* stream, const std::string& peer_host)
+      override ABSL_LOCKS_EXCLUDED(mu_);
+  void PlanArrived(BatchStream* stream) override ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveStream(BatchStream* stream) override ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status AddJobStream(const std::string& job) override
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -137,6 +149,12 @@ class DataServiceImpl final
 
   // The open streams, each with a reference the caller must drop (Unref).
   std::vector<BatchStream*> RefStreams() ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops counting `stream` as waiting for its plan. REQUIRES: registered.
+  void PlanArrivedLocked(BatchStream* stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The open-deadline reaper's loop: ends streams that sent no plan within
+  // options_.open_timeout, until the service is destroyed.
+  void ReapPlanlessStreams() ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status DrainingRefusalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
@@ -149,13 +167,26 @@ class DataServiceImpl final
   std::atomic<uint64_t> send_nanos_{0};
 
   mutable absl::Mutex mu_;
-  // Every StreamBatches call between its reactor's construction and OnDone.
-  absl::flat_hash_set<BatchStream*> streams_ ABSL_GUARDED_BY(mu_);
+  // A registered stream that has not sent its plan yet.
+  struct AwaitingPlan {
+    std::string peer_host;
+    absl::Time deadline;
+  };
+  // Every StreamBatches call between its reactor's construction and OnDone;
+  // a value while it waits for its plan.
+  absl::flat_hash_map<BatchStream*, std::optional<AwaitingPlan>> streams_
+      ABSL_GUARDED_BY(mu_);
+  // Streams waiting for their plan, by peer host; hosts with none absent.
+  absl::flat_hash_map<std::string, uint32_t> planless_by_host_
+      ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // the reaper exits
   // Streams with an open plan, by job; jobs with none are absent.
   absl::flat_hash_map<std::string, uint32_t> job_streams_ ABSL_GUARDED_BY(mu_);
   std::string drain_reason_ ABSL_GUARDED_BY(mu_);
   // Set once, under mu_, by BeginDrain; read without it on the hot path.
   std::atomic<bool> draining_{false};
+  // Runs ReapPlanlessStreams; joined by the destructor.
+  std::thread reaper_;
 };
 
 }  // namespace batchd::server
