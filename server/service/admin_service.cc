@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "server/service/raw_unary.h"
 
 namespace batchd::server {
 
@@ -92,46 +93,40 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetStatus(
-    grpc::CallbackServerContext* context,
-    const batchd::v1::GetStatusRequest* /*request*/,
-    batchd::v1::ServerStatus* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::StatusOr<Caller> caller = data_->Authenticate(*context);
-      !caller.ok()) {
-    reactor->Finish(ToGrpc(caller.status()));
-    return reactor;
-  }
-  *response = Status();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeRawUnary<batchd::v1::GetStatusRequest, batchd::v1::ServerStatus>(
+      context, *request, response, data_->Authenticate(*context).status(),
+      [this](const batchd::v1::GetStatusRequest& /*request*/,
+             batchd::v1::ServerStatus* status) {
+        *status = Status();
+        return grpc::Status::OK;
+      });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetWorkers(
-    grpc::CallbackServerContext* context,
-    const batchd::v1::SetWorkersRequest* request,
-    batchd::v1::SetWorkersResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   absl::StatusOr<Caller> caller = data_->Authenticate(*context);
-  absl::Status allowed =
-      caller.ok() ? CheckAdmin(*caller, "SetWorkers") : caller.status();
-  if (!allowed.ok()) {
-    reactor->Finish(ToGrpc(allowed));
-    return reactor;
-  }
-  const uint32_t wanted = request->workers();
-  if (wanted < 1 || wanted > static_cast<uint32_t>(max_workers_)) {
-    reactor->Finish(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("workers is ", wanted, "; it must be 1..", max_workers_,
-                     " (--max-workers)")));
-    return reactor;
-  }
-  WorkerPool& workers = pipeline_->workers();
-  response->set_previous(static_cast<uint32_t>(workers.num_workers()));
-  workers.SetNumWorkers(static_cast<int>(wanted));
-  response->set_workers(wanted);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return ServeRawUnary<batchd::v1::SetWorkersRequest,
+                       batchd::v1::SetWorkersResponse>(
+      context, *request, response,
+      caller.ok() ? CheckAdmin(*caller, "SetWorkers") : caller.status(),
+      [this](const batchd::v1::SetWorkersRequest& set,
+             batchd::v1::SetWorkersResponse* changed) {
+        const uint32_t wanted = set.workers();
+        if (wanted < 1 || wanted > static_cast<uint32_t>(max_workers_)) {
+          return grpc::Status(
+              grpc::StatusCode::INVALID_ARGUMENT,
+              absl::StrCat("workers is ", wanted, "; it must be 1..",
+                           max_workers_, " (--max-workers)"));
+        }
+        WorkerPool& workers = pipeline_->workers();
+        changed->set_previous(static_cast<uint32_t>(workers.num_workers()));
+        workers.SetNumWorkers(static_cast<int>(wanted));
+        changed->set_workers(wanted);
+        return grpc::Status::OK;
+      });
 }
 
 }  // namespace batchd::server

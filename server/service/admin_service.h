@@ -23,8 +23,12 @@
 
 namespace batchd::server {
 
+// Served raw, so that a request body that does not parse gets a clear
+// status (raw_unary.h).
 class AdminServiceImpl final
-    : public batchd::v1::AdminService::CallbackService {
+    : public batchd::v1::AdminService::WithRawCallbackMethod_GetStatus<
+          batchd::v1::AdminService::WithRawCallbackMethod_SetWorkers<
+              batchd::v1::AdminService::Service>> {
  public:
   // Not owned; all must outlive this.
   AdminServiceImpl(Pipeline* pipeline, DataServiceImpl* data,
@@ -35,14 +39,12 @@ class AdminServiceImpl final
   // The status as GetStatus returns it.
   batchd::v1::ServerStatus Status();
 
-  grpc::ServerUnaryReactor* GetStatus(
-      grpc::CallbackServerContext* context,
-      const batchd::v1::GetStatusRequest* request,
-      batchd::v1::ServerStatus* response) override;
-  grpc::ServerUnaryReactor* SetWorkers(
-      grpc::CallbackServerContext* context,
-      const batchd::v1::SetWorkersRequest* request,
-      batchd::v1::SetWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SetWorkers(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
 
  private:
   struct Utilisation {

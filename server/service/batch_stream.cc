@@ -69,11 +69,8 @@ void BatchStream::OnReadDone(bool ok) {
   }
   if (ok && !failed) {
     bool keep_reading = true;
-    grpc::Slice bytes;
     request_.Clear();
-    if (!request_bytes_.DumpToSingleSlice(&bytes).ok() ||
-        !request_.ParseFromArray(bytes.begin(),
-                                 static_cast<int>(bytes.size()))) {
+    if (!common::DecodeMessage(request_bytes_, &request_)) {
       request_.Clear();
       keep_reading = FailStream(
           grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/service/raw_unary.h"
 
 namespace batchd::server {
 
@@ -78,24 +79,23 @@ double DataServiceImpl::send_seconds() const {
 }
 
 grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
-    grpc::CallbackServerContext* context,
-    const batchd::v1::ListDatasetsRequest* /*request*/,
-    batchd::v1::ListDatasetsResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::StatusOr<Caller> caller = Authenticate(*context); !caller.ok()) {
-    reactor->Finish(ToGrpc(caller.status()));
-    return reactor;
-  }
-  for (const auto& [name, dataset] : datasets_) {
-    batchd::v1::DatasetInfo* info = response->add_datasets();
-    info->set_name(name);
-    info->set_num_samples(dataset->size());
-    for (const std::string& c : dataset->class_names()) {
-      info->add_class_names(c);
-    }
-  }
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeRawUnary<batchd::v1::ListDatasetsRequest,
+                       batchd::v1::ListDatasetsResponse>(
+      context, *request, response, Authenticate(*context).status(),
+      [this](const batchd::v1::ListDatasetsRequest& /*request*/,
+             batchd::v1::ListDatasetsResponse* list) {
+        for (const auto& [name, dataset] : datasets_) {
+          batchd::v1::DatasetInfo* info = list->add_datasets();
+          info->set_name(name);
+          info->set_num_samples(dataset->size());
+          for (const std::string& c : dataset->class_names()) {
+            info->add_class_names(c);
+          }
+        }
+        return grpc::Status::OK;
+      });
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

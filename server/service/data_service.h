@@ -81,11 +81,12 @@ struct DataServiceOptions {
   SharedMemoryBroker* shared_memory = nullptr;
 };
 
-// StreamBatches is served raw (ByteBuffer in and out) so that batch chunks
-// go out as slices of the batch buffer; the bytes are the same StreamRequest
-// and StreamResponse messages as in the proto.
+// Both methods are served raw (ByteBuffer in and out): StreamBatches so that
+// batch chunks go out as slices of the batch buffer, ListDatasets so that a
+// body that does not parse gets a clear status (raw_unary.h). The bytes are
+// the messages of the proto.
 class DataServiceImpl final
-    : public batchd::v1::DataService::WithCallbackMethod_ListDatasets<
+    : public batchd::v1::DataService::WithRawCallbackMethod_ListDatasets<
           batchd::v1::DataService::WithRawCallbackMethod_StreamBatches<
               batchd::v1::DataService::Service>>,
       private StreamRegistry {
@@ -96,10 +97,9 @@ class DataServiceImpl final
                   TrainerReports* reports);
   ~DataServiceImpl() override;
 
-  grpc::ServerUnaryReactor* ListDatasets(
-      grpc::CallbackServerContext* context,
-      const batchd::v1::ListDatasetsRequest* request,
-      batchd::v1::ListDatasetsResponse* response) override;
+  grpc::ServerUnaryReactor* ListDatasets(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamBatches(
       grpc::CallbackServerContext* context) override;

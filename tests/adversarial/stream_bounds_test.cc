@@ -20,10 +20,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "batchd/v1/data.grpc.pb.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "testing/daemon_process.h"
@@ -389,6 +391,45 @@ TEST_F(StreamBoundsTest, IdleConnectionsAreClosed) {
                        ImagesPerSecond(daemon->endpoint(), SmallPlan("after"),
                                        absl::Milliseconds(500)));
   EXPECT_GT(images_per_second, 0);
+  EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
+}
+
+// Item: a unary request body that does not parse was answered UNIMPLEMENTED
+// with an empty message, which reads as "no such method".
+TEST_F(StreamBoundsTest, UnaryBodyThatDoesNotParseIsInvalidArgument) {
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "1"}));
+  grpc::GenericStub stub(OwnChannel(daemon->endpoint(), 0));
+  // A field 1 varint whose value never ends: no message parses from it.
+  const std::string garbage("\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11);
+  for (const auto& [method, type] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"/batchd.v1.AdminService/GetStatus", "batchd.v1.GetStatusRequest"},
+           {"/batchd.v1.AdminService/SetWorkers", "batchd.v1.SetWorkersRequest"},
+           {"/batchd.v1.DataService/ListDatasets",
+            "batchd.v1.ListDatasetsRequest"}}) {
+    grpc::Slice slice(garbage);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    absl::Notification done;
+    grpc::Status status;
+    stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                   [&](grpc::Status s) {
+                     status = std::move(s);
+                     done.Notify();
+                   });
+    done.WaitForNotification();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("is not a " + type))
+        << method;
+  }
+  // A well-formed call still works.
+  ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
+                       GetServerStatus(daemon->endpoint()));
+  EXPECT_GE(status.workers(), 1u);
   EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
 }
 

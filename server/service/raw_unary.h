@@ -1,0 +1,62 @@
+// ServeRawUnary: one unary call of a method served raw (ByteBuffer in and
+// out), so that a request body that does not parse is answered
+// INVALID_ARGUMENT naming the message it should have been; gRPC's typed
+// handler answers UNIMPLEMENTED with no message, which reads as "no such
+// method".
+//
+//   grpc::ServerUnaryReactor* AdminServiceImpl::GetStatus(
+//       grpc::CallbackServerContext* context, const grpc::ByteBuffer* in,
+//       grpc::ByteBuffer* out) {
+//     return ServeRawUnary<GetStatusRequest, ServerStatus>(
+//         context, *in, out, Authorize(*context),
+//         [&](const GetStatusRequest& request, ServerStatus* response) {
+//           ...; return grpc::Status::OK;
+//         });
+//   }
+#ifndef BATCHD_SERVER_SERVICE_RAW_UNARY_H_
+#define BATCHD_SERVER_SERVICE_RAW_UNARY_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/chunk_codec.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/server_callback.h"
+#include "grpcpp/support/status.h"
+
+namespace batchd::server {
+
+// Finishes the call at once: with `allowed` when it is an error (the caller
+// is checked before the body is looked at), INVALID_ARGUMENT when `in` is
+// not a Request, else with what `handle(request, &response)` returns (and
+// the response, when OK).
+template <typename Request, typename Response, typename Handler>
+grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer& in,
+                                        grpc::ByteBuffer* out,
+                                        const absl::Status& allowed,
+                                        Handler handle) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Request request;
+  Response response;
+  grpc::Status status;
+  if (!allowed.ok()) {
+    status = grpc::Status(static_cast<grpc::StatusCode>(allowed.code()),
+                          std::string(allowed.message()));
+  } else if (!common::DecodeMessage(in, &request)) {
+    status = grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("the request is not a ", request.GetTypeName(),
+                     "; check the client against batchd's .proto files"));
+  } else {
+    status = handle(request, &response);
+    if (status.ok()) *out = common::EncodeMessage(response);
+  }
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_SERVICE_RAW_UNARY_H_
