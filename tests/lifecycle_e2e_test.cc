@@ -346,7 +346,9 @@ TEST_F(LifecycleTest, HelpListsEveryLifecycleFlag) {
   for (const char* flag :
        {"--drain_deadline", "--reflection", "--max_open_streams",
         "--max_concurrent_streams", "--keepalive_time", "--keepalive_timeout",
-        "--keepalive_min_ping_interval", "--keepalive_max_ping_strikes"}) {
+        "--keepalive_min_ping_interval", "--keepalive_max_ping_strikes",
+        "--handshake_timeout", "--max_connection_idle", "--open_timeout",
+        "--max_planless_streams_per_peer", "--max_idle_jobs"}) {
     EXPECT_THAT(run.output, HasSubstr(flag));
   }
   EXPECT_THAT(run.output, HasSubstr("default: 10s;"));
