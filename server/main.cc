@@ -171,6 +171,16 @@ ABSL_FLAG(uint32_t, max_planless_streams_per_peer, 64,
           "Most StreamBatches calls one client host may have open that have "
           "not sent their plan yet; more are refused with "
           "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(bool, share_batches, true,
+          "Streams whose plans are identical in everything that decides the "
+          "bytes (dataset, pipeline, seed, shuffle, batch size, layout, "
+          "rank/world size, drop_last; not the job) share each batch: it "
+          "is built once and sent to all. --share-batches=false builds "
+          "every stream's own.");
+ABSL_FLAG(int64_t, shared_batch_bytes, -1,
+          "Finished shared batches kept for streams that ask for them later, "
+          "bytes, evicted oldest first; -1: a quarter of --max-buffer-bytes. "
+          "On top of the buffer budget in the memory bound.");
 ABSL_FLAG(uint32_t, max_idle_jobs, 64,
           "Jobs with no stream open that GetStatus, batchd top and /metrics "
           "still list, most recently active first; older ones are summed "
@@ -439,6 +449,18 @@ int main(int argc, char** argv) {
   options.service.default_window = absl::GetFlag(FLAGS_default_window);
   options.service.max_window = absl::GetFlag(FLAGS_max_window);
   options.service.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
+  options.share_batches = absl::GetFlag(FLAGS_share_batches);
+  {
+    const int64_t retention = absl::GetFlag(FLAGS_shared_batch_bytes);
+    if (retention < -1) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--shared-batch-bytes is ", retention,
+          "; give bytes, or -1 for a quarter of --max-buffer-bytes")));
+    }
+    options.shared_batches.retention_bytes =
+        retention == -1 ? options.service.max_buffer_bytes / 4
+                        : static_cast<uint64_t>(retention);
+  }
   options.service.max_job_buffer_bytes = static_cast<uint64_t>(
       job_share * static_cast<double>(options.service.max_buffer_bytes));
   options.service.max_streams_per_job =

@@ -210,6 +210,11 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   }
   server->stats_ = std::make_unique<JobStats>(options.max_idle_jobs);
   server->pipeline_ = std::make_unique<Pipeline>(options.pipeline);
+  if (options.share_batches) {
+    server->shared_batches_ = std::make_unique<SharedBatches>(
+        server->pipeline_.get(), options.shared_batches);
+    options.service.shared_batches = server->shared_batches_.get();
+  }
   server->autoscaler_ = std::make_unique<Autoscaler>(
       options.autoscale, server->pipeline_.get(), &server->reports_);
   server->data_ = std::make_unique<DataServiceImpl>(
@@ -217,7 +222,8 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
       server->stats_.get(), &server->reports_);
   server->admin_ = std::make_unique<AdminServiceImpl>(
       server->pipeline_.get(), server->data_.get(), server->stats_.get(),
-      &server->reports_, server->autoscaler_.get(), options.max_workers);
+      &server->reports_, server->autoscaler_.get(),
+      server->shared_batches_.get(), options.max_workers);
 
   // Process-wide, and read when a builder builds: every server of this
   // process gets grpc.health.v1.Health (Check and Watch).

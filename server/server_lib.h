@@ -35,6 +35,7 @@
 #include "server/metrics/metrics_http_server.h"
 #include "server/pipeline.h"
 #include "server/server_metrics.h"
+#include "server/shared_batches.h"
 #include "server/service/admin_service.h"
 #include "server/service/auth.h"
 #include "server/service/data_service.h"
@@ -116,6 +117,10 @@ struct ServerOptions {
   // Jobs with no stream open kept in GetStatus and /metrics, most recently
   // active first; older ones are summed under "_other" (JobStats).
   size_t max_idle_jobs = JobStats::kDefaultMaxIdleJobs;
+  // Streams of identical plans share their batches (server/shared_batches.h),
+  // keeping finished ones in `shared_batches.retention_bytes`.
+  bool share_batches = true;
+  SharedBatchesOptions shared_batches;
 };
 
 // How long, once Stop begins, calls other than StreamBatches (a
@@ -193,6 +198,8 @@ class BatchdServer {
   std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<JobStats> stats_;
   TrainerReports reports_;
+  // Outlives the pipeline, whose tasks call it back, and the data service.
+  std::unique_ptr<SharedBatches> shared_batches_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<Autoscaler> autoscaler_;
   // Outlives the data service: streams withdraw their tickets as they end.

@@ -192,6 +192,34 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
                Type::kCounter);
   writer.Sample({}, static_cast<double>(status.retired_jobs()));
 
+  const batchd::v1::SharedBatchStatus& shared = status.shared_batches();
+  writer.Begin("batchd_shared_batch_requests_total",
+               "Batch requests of streams, by plan (16 hex digits of its "
+               "fingerprint) and how they were served: built (started a "
+               "build), attached (to a build already running) or retained "
+               "(a finished batch kept for later requests).",
+               Type::kCounter);
+  for (const batchd::v1::PlanSharing& plan : shared.plans()) {
+    writer.Sample({{"plan", plan.plan()}, {"served", "built"}},
+                  static_cast<double>(plan.built()));
+    writer.Sample({{"plan", plan.plan()}, {"served", "attached"}},
+                  static_cast<double>(plan.attached()));
+    writer.Sample({{"plan", plan.plan()}, {"served", "retained"}},
+                  static_cast<double>(plan.retained()));
+  }
+  writer.Begin("batchd_shared_batch_retained_bytes",
+               "Finished batches kept for streams of the same plan, bytes.",
+               Type::kGauge);
+  writer.Sample({}, static_cast<double>(shared.retained_bytes()));
+  writer.Begin("batchd_shared_batch_retention_limit_bytes",
+               "Bound on retained shared batches (--shared-batch-bytes).",
+               Type::kGauge);
+  writer.Sample({}, static_cast<double>(shared.retention_limit_bytes()));
+  writer.Begin("batchd_shared_batch_evictions_total",
+               "Retained shared batches dropped to keep the bound.",
+               Type::kCounter);
+  writer.Sample({}, static_cast<double>(shared.evictions()));
+
   writer.Begin("batchd_capacity_demand_ratio",
                "Images/s the trainers would take over what this daemon can "
                "decode at its most workers; above 1 it needs more daemons "

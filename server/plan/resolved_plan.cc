@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace batchd::server {
@@ -98,6 +99,38 @@ CropSpec ResolvedPlan::Crop(uint64_t epoch, uint64_t sample_index, int width,
   common::SampleRandom rng(shard.seed, epoch, sample_index,
                            common::RandomPurpose::kAugment);
   return RandomResizedCropSpec(width, height, train_transform, rng);
+}
+
+std::string PlanFingerprint(const ResolvedPlan& plan) {
+  const common::ShardSpec& s = plan.shard;
+  // Doubles in hex ("%a"): exact, so no two values print alike.
+  std::string transform =
+      plan.train
+          ? absl::StrFormat("train size=%d scale=%a..%a ratio=%a..%a flip=%a",
+                            plan.train_transform.size,
+                            plan.train_transform.scale_min,
+                            plan.train_transform.scale_max,
+                            plan.train_transform.ratio_min,
+                            plan.train_transform.ratio_max,
+                            plan.train_transform.flip_probability)
+          : absl::StrFormat("eval size=%d resize_shorter=%d",
+                            plan.eval_transform.size,
+                            plan.eval_transform.resize_shorter);
+  return absl::StrCat(
+      "dataset=", plan.dataset->name(), " samples=", s.num_samples,
+      " seed=", s.seed, " shuffle=", s.shuffle, " drop_last=", s.drop_last,
+      " rank=", s.rank, "/", s.world_size, " batch=", s.batch_size, " ",
+      transform, " layout=", batchd::v1::Layout_Name(plan.layout),
+      " dtype=uint8");
+}
+
+std::string FingerprintLabel(const std::string& fingerprint) {
+  uint64_t hash = 0xcbf29ce484222325;  // FNV-1a, 64-bit
+  for (unsigned char c : fingerprint) {
+    hash ^= c;
+    hash *= 0x100000001b3;
+  }
+  return absl::StrFormat("%016x", hash);
 }
 
 absl::Status CheckJobName(const std::string& job) {
@@ -230,6 +263,7 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
   if (absl::Status name = CheckJobName(resolved->job); !name.ok()) {
     return name;
   }
+  resolved->fingerprint = PlanFingerprint(*resolved);
   return std::shared_ptr<const ResolvedPlan>(std::move(resolved));
 }
 

@@ -41,6 +41,12 @@ struct ResolvedPlan {
   EvalTransform eval_transform;
   batchd::v1::Layout layout = batchd::v1::LAYOUT_NHWC;
   std::string job;
+  // Every field above that decides a batch's bytes, in a canonical text
+  // (PlanFingerprint): two plans with the same fingerprint get
+  // byte-identical batches, so their streams can share them
+  // (server/shared_batches.h). Not in it: the job, and the resume point
+  // (which only moves the resumed epoch's start, ShardFor).
+  std::string fingerprint;
 
   int output_size() const {
     return train ? train_transform.size : eval_transform.size;
@@ -79,6 +85,13 @@ using DatasetMap = std::map<std::string, std::shared_ptr<const Dataset>>;
 // with '_' are the daemon's own: JobStats' kOtherJobs). INVALID_ARGUMENT,
 // saying which byte is refused, otherwise.
 absl::Status CheckJobName(const std::string& job);
+
+// The canonical text of what decides `plan`'s bytes (ResolvedPlan's
+// fingerprint); ResolvePlan sets it.
+std::string PlanFingerprint(const ResolvedPlan& plan);
+// A short stable name of a fingerprint for metric labels and status: 16
+// hex digits of its 64-bit FNV-1a hash.
+std::string FingerprintLabel(const std::string& fingerprint);
 
 // Checks `plan` and fills in defaults. INVALID_ARGUMENT with a message naming
 // the field and the accepted range for every kind of bad plan.

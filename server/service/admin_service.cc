@@ -13,12 +13,15 @@ namespace batchd::server {
 
 AdminServiceImpl::AdminServiceImpl(Pipeline* pipeline, DataServiceImpl* data,
                                    JobStats* stats, TrainerReports* reports,
-                                   Autoscaler* autoscaler, int max_workers)
+                                   Autoscaler* autoscaler,
+                                   SharedBatches* shared_batches,
+                                   int max_workers)
     : pipeline_(pipeline),
       data_(data),
       stats_(stats),
       reports_(reports),
       autoscaler_(autoscaler),
+      shared_batches_(shared_batches),
       max_workers_(max_workers),
       started_(absl::Now()) {
   sampler_ = std::thread([this] { SampleLoop(); });
@@ -89,6 +92,9 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
     if (it != loads.end()) *job.mutable_trainer() = it->second;
   }
   autoscaler_->Fill(&status);
+  if (shared_batches_ != nullptr) {
+    shared_batches_->Fill(status.mutable_shared_batches());
+  }
   return status;
 }
 

@@ -30,10 +30,12 @@ class AdminServiceImpl final
           batchd::v1::AdminService::WithRawCallbackMethod_SetWorkers<
               batchd::v1::AdminService::Service>> {
  public:
-  // Not owned; all must outlive this.
+  // Not owned; all must outlive this. `shared_batches` may be null
+  // (--share-batches=false).
   AdminServiceImpl(Pipeline* pipeline, DataServiceImpl* data,
                    JobStats* stats, TrainerReports* reports,
-                   Autoscaler* autoscaler, int max_workers);
+                   Autoscaler* autoscaler, SharedBatches* shared_batches,
+                   int max_workers);
   ~AdminServiceImpl() override;
 
   // The status as GetStatus returns it.
@@ -59,6 +61,7 @@ class AdminServiceImpl final
   JobStats* const stats_;
   TrainerReports* const reports_;
   Autoscaler* const autoscaler_;
+  SharedBatches* const shared_batches_;
   const int max_workers_;
   const absl::Time started_;
 

@@ -391,12 +391,22 @@ bool BatchStream::HandleRequest(const batchd::v1::BatchRequest& request) {
   }
   for (Accepted& a : accepted) {
     auto ref = std::make_shared<Ref>(this);
-    const absl::Status started = context_.pipeline->BuildBatch(
-        plan_, epoch, a.index, std::move(a.cancellation),
-        [ref, key = Key{epoch, a.index}](std::unique_ptr<BuiltBatch> batch) {
-          ref->stream->OnBatchBuilt(key, std::move(batch));
-        },
-        std::move(a.destination));
+    const Key key{epoch, a.index};
+    // A batch for shared memory is decoded straight into the client's slot,
+    // so it is this stream's own; bytes on the wire can be shared.
+    const absl::Status started =
+        context_.shared_batches != nullptr && a.destination.data == nullptr
+            ? context_.shared_batches->Get(
+                  plan_, epoch, a.index, std::move(a.cancellation),
+                  [ref, key](std::shared_ptr<const BuiltBatch> batch) {
+                    ref->stream->OnBatchBuilt(key, std::move(batch));
+                  })
+            : context_.pipeline->BuildBatch(
+                  plan_, epoch, a.index, std::move(a.cancellation),
+                  [ref, key](std::unique_ptr<BuiltBatch> batch) {
+                    ref->stream->OnBatchBuilt(key, std::move(batch));
+                  },
+                  std::move(a.destination));
     if (!started.ok()) {
       return FailStream(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                      std::string(started.message())));
@@ -479,7 +489,7 @@ void BatchStream::AnswerWithdrawnLocked(const Key& key) {
 }
 
 void BatchStream::OnBatchBuilt(const Key& key,
-                               std::unique_ptr<BuiltBatch> batch) {
+                               std::shared_ptr<const BuiltBatch> batch) {
   {
     absl::MutexLock lock(&mu_);
     if (finished_ || finish_status_) return;
@@ -509,7 +519,7 @@ bool BatchStream::NextMessageLocked() {
     --queued_messages_;
     return true;
   }
-  BuiltBatch& batch = *front.batch;
+  const BuiltBatch& batch = *front.batch;
   if (!front.header_sent) {
     StreamResponse response;
     batchd::v1::BatchHeader* header = response.mutable_header();

@@ -41,6 +41,7 @@
 #include "server/pipeline.h"
 #include "server/plan/resolved_plan.h"
 #include "server/server_metrics.h"
+#include "server/shared_batches.h"
 #include "server/service/auth.h"
 #include "server/service/buffer_budget.h"
 #include "server/service/shared_memory_broker.h"
@@ -105,6 +106,9 @@ struct BatchStreamContext {
   ServerMetrics* metrics = nullptr;
   SharedMemoryBroker* shared_memory = nullptr;
   Pipeline* pipeline = nullptr;
+  // Batches shared between streams of identical plans; nullptr builds each
+  // stream's own (--share-batches=false).
+  SharedBatches* shared_batches = nullptr;
   JobStats* stats = nullptr;
   TrainerReports* reports = nullptr;
   BufferBudget* budget = nullptr;
@@ -155,8 +159,9 @@ class BatchStream final
   // A message to send, or a finished batch to send as header + chunks.
   struct Outgoing {
     std::optional<batchd::v1::StreamResponse> message;
-    // Shared with the chunks' slices, which gRPC may hold after the write.
-    std::shared_ptr<BuiltBatch> batch;
+    // Shared with the chunks' slices, which gRPC may hold after the write,
+    // and with other streams of the same plan (SharedBatches).
+    std::shared_ptr<const BuiltBatch> batch;
     bool header_sent = false;
     uint64_t offset = 0;
   };
@@ -193,8 +198,9 @@ class BatchStream final
                                   uint32_t slots, uint64_t slot_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Runs on a pipeline thread. `batch` is null when its work was cancelled.
-  void OnBatchBuilt(const Key& key, std::unique_ptr<BuiltBatch> batch)
+  // Runs on a pipeline thread (or inline, for a batch SharedBatches
+  // retained). `batch` is null when its work was cancelled.
+  void OnBatchBuilt(const Key& key, std::shared_ptr<const BuiltBatch> batch)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   void CountRejected(grpc::StatusCode code);

@@ -79,6 +79,9 @@ struct DataServiceOptions {
   // The side channel for same-host shared memory; nullptr declines every
   // offer (--shm=false). Not owned; must outlive the service.
   SharedMemoryBroker* shared_memory = nullptr;
+  // Batches shared between streams of identical plans; nullptr: none
+  // (--share-batches=false). Not owned; must outlive the service.
+  SharedBatches* shared_batches = nullptr;
 };
 
 // Both methods are served raw (ByteBuffer in and out): StreamBatches so that
