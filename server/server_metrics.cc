@@ -42,14 +42,20 @@ ServerMetrics::ServerMetrics()
           registry_
               .AddGauge("batchd_shared_memory_bytes",
                         "Trainer memory mapped for same-host shared memory "
-                        "over all streams, bytes (apart from the buffer "
+                        "over all streams, bytes (counted in the buffer "
                         "budget).")
               .With({})),
       shared_memory_attach_(registry_.AddCounter(
           "batchd_shared_memory_attach_total",
           "Shared-memory side-channel handshakes, by result: attached, or "
           "the refusal's gRPC status code.",
-          {"result"})) {}
+          {"result"})),
+      tls_handshake_failures_(
+          registry_
+              .AddCounter("batchd_tls_handshake_failures_total",
+                          "TLS handshakes that failed (plaintext clients, "
+                          "unknown CAs, scanners); gRPC logs a few of them.")
+              .With({})) {}
 
 void ServerMetrics::SharedMemoryAttach(const char* result) {
   shared_memory_attach_.With({result}).Increment();
