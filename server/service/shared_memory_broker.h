@@ -130,6 +130,8 @@ class SharedMemoryBroker {
   const common::UniqueFd listener_;
   const common::UniqueFd wake_;  // eventfd: the destructor's stop signal
   const std::string socket_;
+
+  // Thread-safe itself.
   common::LogLimiter refusal_log_;
 
   absl::Mutex mu_;
