@@ -143,11 +143,16 @@ TEST_F(BrokerTest, OneUidHoldsAtMostItsLimitOfWaitingConnections) {
                 StartsWith("8 too many shared-memory handshakes waiting"))
         << i;
   }
-  // A well-behaved client of the same uid is still served.
+  // A well-behaved client of the same uid is still served. Its descriptor
+  // usually comes with the connection; when the broker accepts first, its
+  // connection waits too and takes the oldest idle one's place.
   const common::SharedRegion ring = Ring(1);
   EXPECT_EQ(Handshake(Invite(/*window=*/1), 1, ring.fd()), "0 attached");
-  for (int i = 6; i < 10; ++i) EXPECT_FALSE(Answered(idle[i].get())) << i;
-  EXPECT_EQ(Count("RESOURCE_EXHAUSTED"), 6u);
+  int answered = 0;
+  for (int i = 6; i < 10; ++i) answered += Answered(idle[i].get());
+  EXPECT_LE(answered, 1);
+  EXPECT_FALSE(Answered(idle[9].get()));
+  EXPECT_EQ(Count("RESOURCE_EXHAUSTED"), 6u + answered);
   EXPECT_EQ(Count("attached"), 1u);
 }
 
