@@ -116,5 +116,37 @@ TEST_F(SideChannelTest, IdleConnectionsDoNotDelayATrainersAttach) {
       << daemon->Log();
 }
 
+TEST_F(SideChannelTest, FlagsSetTheLimitAndTheDeadline) {
+  const std::string shm_socket = absl::StrCat("@batchd-adv-flags-", getpid());
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "1",
+                            "--shm-socket", shm_socket,
+                            "--shm-max-handshakes-per-uid", "2",
+                            "--shm-handshake-timeout-ms", "300"}));
+  std::vector<common::UniqueFd> idle;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 10; ++i) {
+    absl::StatusOr<common::UniqueFd> fd =
+        common::ConnectUnix(shm_socket, absl::Seconds(3));
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    idle.push_back(*std::move(fd));
+  }
+  int exhausted = 0, deadline = 0;
+  for (const common::UniqueFd& fd : idle) {
+    char line[256] = {};
+    ASSERT_GT(recv(fd.get(), line, sizeof(line) - 1, 0), 0);
+    exhausted += line[0] == '8';
+    deadline += line[0] == '4';
+  }
+  EXPECT_EQ(exhausted, 8);
+  EXPECT_EQ(deadline, 2);
+  // The last two waited for their 300 ms deadline, not the default 500 ms
+  // nor longer.
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(2)) << took;
+}
+
 }  // namespace
 }  // namespace batchd::testing
