@@ -83,6 +83,13 @@ ABSL_FLAG(std::string, shm_socket, "",
 ABSL_FLAG(std::string, shm_allowed_uids, "",
           "Comma-separated uids that may attach shared memory "
           "(SO_PEERCRED). Default: the daemon's own uid.");
+ABSL_FLAG(int, shm_handshake_timeout_ms, 500,
+          "Milliseconds a side-channel connection may wait for its "
+          "descriptor before it is answered DEADLINE_EXCEEDED (1..60000).");
+ABSL_FLAG(int, shm_max_handshakes_per_uid, 8,
+          "Side-channel connections of one uid waiting for their descriptor "
+          "at once; a newer one takes the oldest one's place (1..64, at most "
+          "64 in all).");
 ABSL_FLAG(std::string, tls_cert, "",
           "Serve TLS on the TCP port with this PEM certificate chain (with "
           "--tls-key). The files are read again every "
@@ -373,6 +380,21 @@ int main(int argc, char** argv) {
     }
     options.shared_memory.allowed_uids.push_back(uid);
   }
+  const int handshake_ms = absl::GetFlag(FLAGS_shm_handshake_timeout_ms);
+  if (handshake_ms < 1 || handshake_ms > 60000) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--shm-handshake-timeout-ms is ", handshake_ms,
+        "; give 1..60000 milliseconds (a trainer sends its descriptor right "
+        "after connecting; the default is 500)")));
+  }
+  options.shared_memory.handshake_timeout = absl::Milliseconds(handshake_ms);
+  const int per_uid = absl::GetFlag(FLAGS_shm_max_handshakes_per_uid);
+  if (per_uid < 1 || per_uid > batchd::server::kMaxHandshakes) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--shm-max-handshakes-per-uid is ", per_uid, "; give 1..",
+        batchd::server::kMaxHandshakes)));
+  }
+  options.shared_memory.max_handshakes_per_uid = per_uid;
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

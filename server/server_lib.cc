@@ -197,6 +197,8 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   const bool reflection =
       options.reflection && !server->authorizer_->required();
   server->metrics_ = std::make_unique<ServerMetrics>();
+  // gRPC logs one line per failed TLS handshake: counted, and a few logged.
+  InstallGrpcLogFilter(&server->metrics_->tls_handshake_failures());
   options.pipeline.metrics = server->metrics_.get();
   options.service.metrics = server->metrics_.get();
   if (options.shm) {
@@ -289,7 +291,12 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   return server;
 }
 
-BatchdServer::~BatchdServer() { Stop(); }
+BatchdServer::~BatchdServer() {
+  Stop();
+  if (metrics_ != nullptr) {
+    RemoveGrpcLogCounter(&metrics_->tls_handshake_failures());
+  }
+}
 
 absl::Status BatchdServer::Drain(absl::Duration deadline,
                                  absl::string_view reason) {

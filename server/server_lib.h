@@ -38,6 +38,7 @@
 #include "server/service/admin_service.h"
 #include "server/service/auth.h"
 #include "server/service/data_service.h"
+#include "server/service/grpc_log_filter.h"
 #include "server/service/shared_memory_broker.h"
 #include "server/service/transport_security.h"
 

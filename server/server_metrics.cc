@@ -42,7 +42,7 @@ ServerMetrics::ServerMetrics()
           registry_
               .AddGauge("batchd_shared_memory_bytes",
                         "Trainer memory mapped for same-host shared memory "
-                        "over all streams, bytes (apart from the buffer "
+                        "over all streams, bytes (counted in the buffer "
                         "budget).")
               .With({})),
       shared_memory_attach_(registry_.AddCounter(
@@ -54,7 +54,13 @@ ServerMetrics::ServerMetrics()
           "batchd_bound_hits_total",
           "Times a resource bound of the daemon was reached, by bound "
           "(RELIABILITY.md, \"Resource model\").",
-          {"bound"})) {}
+          {"bound"})),
+      tls_handshake_failures_(
+          registry_
+              .AddCounter("batchd_tls_handshake_failures_total",
+                          "TLS handshakes that failed (plaintext clients, "
+                          "unknown CAs, scanners); gRPC logs a few of them.")
+              .With({})) {}
 
 void ServerMetrics::BoundHit(const char* bound) {
   bound_hits_.With({bound}).Increment();
