@@ -168,7 +168,9 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
   for (const JobFamily& family : kJobFamilies) {
     writer.Begin(family.name, family.help, family.type);
     for (const batchd::v1::JobStatus& job : status.jobs()) {
-      writer.Sample({{"job", job.job()}}, family.value(job));
+      // Not `job`: Prometheus gives every scraped series its scrape
+      // config's `job` label and would rename ours to `exported_job`.
+      writer.Sample({{"batchd_job", job.job()}}, family.value(job));
     }
   }
 
