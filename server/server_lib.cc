@@ -179,6 +179,7 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   const bool reflection =
       options.reflection && !server->authorizer_->required();
   server->metrics_ = std::make_unique<ServerMetrics>();
+  server->metrics_->SetJobLimits(options.service.daemon_info);
   options.pipeline.metrics = server->metrics_.get();
   options.service.metrics = server->metrics_.get();
   if (options.shm) {

@@ -51,6 +51,22 @@ ServerMetrics::ServerMetrics()
           "the refusal's gRPC status code.",
           {"result"})) {}
 
+void ServerMetrics::SetJobLimits(const batchd::v1::DaemonInfo& info) {
+  registry_
+      .AddGauge("batchd_job_max_streams",
+                "The most streams one job may have open "
+                "(--max-streams-per-job); more are refused with "
+                "RESOURCE_EXHAUSTED.")
+      .With({})
+      .Set(info.max_streams_per_job());
+  registry_
+      .AddGauge("batchd_job_max_buffer_bytes",
+                "The most batch-buffer bytes one job's streams may reserve "
+                "(--max-job-buffer-share of --max-buffer-bytes).")
+      .With({})
+      .Set(static_cast<double>(info.max_job_buffer_bytes()));
+}
+
 void ServerMetrics::SharedMemoryAttach(const char* result) {
   shared_memory_attach_.With({result}).Increment();
 }

@@ -45,6 +45,11 @@ class ServerMetrics {
   // "attached" or the refusal's gRPC code name.
   void SharedMemoryAttach(const char* result);
 
+  // batchd_job_max_streams and batchd_job_max_buffer_bytes: the per-job
+  // limits of `info` (--max-streams-per-job, --max-job-buffer-share of
+  // --max-buffer-bytes), for dashboards that draw a job against them.
+  void SetJobLimits(const batchd::v1::DaemonInfo& info);
+
   // batchd_substitutions_total{reason}.
   void SampleSubstituted(batchd::v1::SubstitutionReason reason);
   // batchd_damaged_samples_decoded_total{reason}: with --corrupt-policy
