@@ -37,14 +37,15 @@ def summary(timeline):
 
 def plot(timeline, path, title=None):
     """Draws `timeline` (a :meth:`batchd.Loader.timeline` dict) as a PNG at
-    `path`: per step, a bar of its wait (red), copy (orange) and compute
-    (green) at its place in time, and the waited share in the title.
-    Raises ImportError, saying which package to install, without
-    matplotlib."""
+    `path`, and returns `path`. Above, the run as one lane: each step's
+    wait (red), copy (orange) and compute (green) at its place in time;
+    below, each step's parts stacked, in milliseconds, at the same place;
+    the title gives the waited share. Uses no pyplot state (a Figure of its
+    own), so it leaves a notebook's backend alone. Raises ImportError,
+    saying which package to install, without matplotlib."""
     try:
-        import matplotlib
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401 - the package first, for the message
+        from matplotlib.figure import Figure
         from matplotlib.patches import Patch
     except ImportError as error:
         raise ImportError(
@@ -53,34 +54,38 @@ def plot(timeline, path, title=None):
             "matplotlib)") from error
     totals = summary(timeline)
     t0 = timeline["start_s"][0] if totals["steps"] else 0.0
-    figure, axes = plt.subplots(figsize=(10, 3.6))
-    try:
-        for i, start in enumerate(timeline["start_s"]):
-            left = start - t0
-            for key in ("wait_s", "copy_s", "compute_s"):
-                width = timeline[key][i]
-                if width > 0:
-                    axes.broken_barh([(left, width)], (0, 1),
-                                     facecolors=_COLOURS[key])
-                left += width
-        axes.set_yticks([])
-        axes.set_xlabel("seconds since the first step shown")
-        axes.set_xlim(0, max(totals["wall_s"], 1e-3))
-        # client/diagnosis.h's kInputBoundWaitFraction.
-        verdict = ("input-bound" if totals["wait_fraction"] >= 0.1
-                   else "compute-bound")
-        axes.set_title(title or (
-            f"{totals['steps']} steps, {totals['wall_s']:.2f} s: waited "
-            f"{100 * totals['wait_fraction']:.1f} % of the time "
-            f"({verdict})"))
-        axes.legend(handles=[Patch(color=_COLOURS["wait_s"], label="wait"),
-                             Patch(color=_COLOURS["copy_s"], label="copy"),
-                             Patch(color=_COLOURS["compute_s"],
-                                   label="compute")],
-                    loc="upper center", bbox_to_anchor=(0.5, -0.3),
-                    ncol=3, frameon=False)
-        figure.tight_layout()
-        figure.savefig(path, format="png")
-    finally:
-        plt.close(figure)
+    figure = Figure(figsize=(10, 5.5))
+    lane, steps = figure.subplots(
+        2, 1, sharex=True, gridspec_kw={"height_ratios": [1, 3]})
+    parts = ("wait_s", "copy_s", "compute_s")
+    for i, start in enumerate(timeline["start_s"]):
+        left = start - t0
+        length = sum(timeline[key][i] for key in parts)
+        bottom = 0.0
+        for key in parts:
+            width = timeline[key][i]
+            if width > 0:
+                lane.broken_barh([(left, width)], (0, 1),
+                                 facecolors=_COLOURS[key])
+                steps.bar(start - t0, 1e3 * width, width=length,
+                          bottom=bottom, align="edge",
+                          color=_COLOURS[key], linewidth=0)
+            left += width
+            bottom += 1e3 * width
+    lane.set_yticks([])
+    steps.set_ylabel("ms per step")
+    steps.set_xlabel("seconds since the first step shown")
+    steps.set_xlim(0, max(totals["wall_s"], 1e-3))
+    # client/diagnosis.h's kInputBoundWaitFraction.
+    verdict = ("input-bound" if totals["wait_fraction"] >= 0.1
+               else "compute-bound")
+    lane.set_title(title or (
+        f"{totals['steps']} steps, {totals['wall_s']:.2f} s: waited "
+        f"{100 * totals['wait_fraction']:.1f} % of the time ({verdict})"))
+    figure.legend(handles=[Patch(color=_COLOURS[key], label=label)
+                           for key, label in zip(parts, ("wait", "copy",
+                                                         "compute"))],
+                  loc="lower center", ncol=3, frameon=False)
+    figure.tight_layout(rect=(0, 0.05, 1, 1))
+    figure.savefig(path, format="png")
     return path

@@ -72,6 +72,11 @@ def test_plot_timeline_writes_a_png(daemon, tmp_path):
 
 def test_plot_timeline_without_matplotlib_says_what_to_install(
         daemon, tmp_path, monkeypatch):
+    # As if not installed: matplotlib and every submodule an earlier test
+    # imported cannot be imported.
+    for name in list(sys.modules):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with make(daemon) as loader:
         run_epoch(loader)
