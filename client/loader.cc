@@ -99,7 +99,7 @@ class LoaderCore : public TrainerClock {
   // When the Next() in progress was called; nullopt outside Next().
   std::optional<absl::Time> inside_next_since_ ABSL_GUARDED_BY(mu_);
   // The last steps, for timeline().
-  StepTimeline timeline_ ABSL_GUARDED_BY(mu_){kTimelineSteps};
+  StepTimeline timeline_ ABSL_GUARDED_BY(mu_) = StepTimeline(kTimelineSteps);
   // Steps that returned a batch, and those that waited (> kWaitedStep),
   // epochs' first batches left out.
   uint64_t steady_steps_ ABSL_GUARDED_BY(mu_) = 0;
