@@ -21,6 +21,14 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+try:
+    import wheel  # noqa: F401 - pip's build needs bdist_wheel
+except ImportError:
+    sys.exit("building batchd needs the `wheel` package in this interpreter "
+             f"({sys.executable}): on Debian 12 create the venv from "
+             "/usr/bin/python3 with --system-site-packages, with "
+             "python3-wheel installed (docs/python.md)")
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 
