@@ -77,8 +77,7 @@ class Prometheus:
         self.process = subprocess.Popen(
             [binary, f"--config.file={config_file}",
              f"--storage.tsdb.path={self.directory / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}",
-             "--web.enable-lifecycle"],
+             f"--web.listen-address=127.0.0.1:{self.port}"],
             stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while True:
@@ -274,17 +273,20 @@ def main():
                 raise RuntimeError("the two jobs never streamed together")
             time.sleep(0.5)
         # Refused: no token; a second stream of job-a.
-        for job, token_file in (("job-b", None), ("job-a", work / "token")):
+        for job, token_file, code in (
+                ("job-b", None, "UNAUTHENTICATED"),
+                ("job-a", work / "token", "RESOURCE_EXHAUSTED")):
             refused = run_client(args, daemon.endpoint, job, token_file, 1, 0)
             try:
                 _, err = refused.communicate(timeout=15)
             except subprocess.TimeoutExpired:
                 refused.kill()
                 _, err = refused.communicate()
-            if refused.returncode == 0:
-                raise RuntimeError(f"a client of {job} "
-                                   f"{'with' if token_file else 'without'} "
-                                   f"a token was not refused")
+            err = err.decode(errors="replace")
+            if refused.returncode == 0 or code not in err:
+                raise RuntimeError(f"a client of {job} was not refused with "
+                                   f"{code} (exit {refused.returncode}):\n"
+                                   f"{err[-2000:]}")
 
         values = resolve_variables(dashboard, prometheus)
         print("variables: " + ", ".join(f"${k}={v}"
