@@ -10,7 +10,9 @@ import batchd
 # The `tiny` dataset of conftest.py: 48 images.
 IMAGES = 48
 BATCH = 4
-STEP_S = 0.05
+# A step's compute: long enough that thread hand-offs on a loaded machine
+# stay far below 2 % of the epoch.
+STEP_S = 0.1
 
 
 def make(daemon):
@@ -18,15 +20,15 @@ def make(daemon):
                          rank=0, world_size=1, report=False)
 
 
-def run_epoch(loader):
-    """One epoch with a STEP_S compute per step; returns the wall time from
-    the first batch in hand to the epoch's end, as the loop saw it."""
+def run_epoch(loader, step_s=STEP_S):
+    """One epoch with a `step_s` compute per step; returns when the loop
+    had the first batch in hand and when the epoch ended, as it saw them."""
     loader.set_epoch(0)
     first = None
     for _ in loader:
         if first is None:
             first = time.time()
-        time.sleep(STEP_S)
+        time.sleep(step_s)
     return first, time.time()
 
 
@@ -62,7 +64,7 @@ def test_timeline_adds_up_to_the_wall_time(daemon):
 def test_plot_timeline_writes_a_png(daemon, tmp_path):
     pytest.importorskip("matplotlib")
     with make(daemon) as loader:
-        run_epoch(loader)
+        run_epoch(loader, step_s=0.01)
         path = loader.plot_timeline(tmp_path / "timeline.png")
     data = (tmp_path / "timeline.png").read_bytes()
     assert path == tmp_path / "timeline.png"
@@ -79,7 +81,7 @@ def test_plot_timeline_without_matplotlib_says_what_to_install(
             monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with make(daemon) as loader:
-        run_epoch(loader)
+        run_epoch(loader, step_s=0.01)
         with pytest.raises(ImportError, match="python3-matplotlib"):
             loader.plot_timeline(tmp_path / "timeline.png")
     assert not (tmp_path / "timeline.png").exists()
