@@ -199,6 +199,7 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   server->metrics_ = std::make_unique<ServerMetrics>();
   // gRPC logs one line per failed TLS handshake: counted, and a few logged.
   InstallGrpcLogFilter(&server->metrics_->tls_handshake_failures());
+  server->metrics_->SetJobLimits(options.service.daemon_info);
   options.pipeline.metrics = server->metrics_.get();
   options.service.metrics = server->metrics_.get();
   if (options.shm) {

@@ -47,6 +47,11 @@ class ServerMetrics {
   // batchd_tls_handshake_failures_total (service/grpc_log_filter.h).
   Counter& tls_handshake_failures() { return tls_handshake_failures_; }
 
+  // batchd_job_max_streams and batchd_job_max_buffer_bytes: the per-job
+  // limits of `info` (--max-streams-per-job, --max-job-buffer-share of
+  // --max-buffer-bytes), for dashboards that draw a job against them.
+  void SetJobLimits(const batchd::v1::DaemonInfo& info);
+
   // batchd_substitutions_total{reason}.
   void SampleSubstituted(batchd::v1::SubstitutionReason reason);
   // batchd_damaged_samples_decoded_total{reason}: with --corrupt-policy

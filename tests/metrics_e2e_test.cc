@@ -115,7 +115,7 @@ TEST_F(MetricsE2eTest, PageParsesAndMatchesTheRun) {
   }
 
   ASSERT_OK_AND_ASSIGN(Page page, ScrapeWithPrometheusParser(url));
-  const std::string job = "{job=\"metrics-job\"}";
+  const std::string job = "{batchd_job=\"metrics-job\"}";
   EXPECT_EQ(page["batchd_job_batches_total" + job], batches);
   EXPECT_EQ(page["batchd_job_images_total" + job], images);
   EXPECT_EQ(page["batchd_job_bytes_total" + job], bytes);
