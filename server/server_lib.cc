@@ -257,9 +257,17 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
                                    writer);
       });
   if (options.metrics_port >= 0) {
+    if (options.metrics_auth) {
+      options.metrics_http.authorize =
+          [authorizer = server->authorizer_.get()](
+              absl::string_view authorization) {
+            return authorizer->AuthenticateHttp(authorization).ok();
+          };
+    }
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
         MetricsHttpServer::Start(&server->metrics_->registry(),
-                                 options.metrics_host, options.metrics_port);
+                                 options.metrics_host, options.metrics_port,
+                                 options.metrics_http);
     if (!http.ok()) return http.status();
     server->http_ = *std::move(http);
   }
