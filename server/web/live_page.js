@@ -157,7 +157,7 @@ function makeChart(spec, built, data) {
                                            (spec.unit || "")}, s))),
     axes: spec.axes ? [{}].concat(spec.axes) :
         [{}, {values: spec.bytes ? (u, vals) => vals.map(bytes) : undefined,
-              size: 70}],
+              size: 80}],
     scales: Object.assign({x: {time: true}},
                           spec.scales || (spec.range ? {y: {range: spec.range}}
                                                      : {})),
