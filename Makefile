@@ -7,7 +7,11 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   libbenchmark-dev libcpp-httplib-dev libyuv-dev \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
   python3-torchvision python3-pil python3-prometheus-client util-linux openssl \
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev \
+  nodejs chromium $(if $(shell command -v npm),,npm)
+# nodejs and npm fetch uPlot (the live page) and puppeteer-core (its browser
+# test) from server/web/package-lock.json; Debian's npm is asked for only
+# when no npm is installed (a nodejs from elsewhere may bring its own).
 
 .PHONY: all setup build test test-asan test-tsan fuzz soak demo deploy-test clean
 
