@@ -172,7 +172,14 @@ TEST(MetricsHttpAdversarialTest, ConnectionsOverTheCapAreClosedAndCounted) {
     idle.push_back(Connect(port));
     ASSERT_GE(idle.back(), 0);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Until the server has taken all of them (it counts them open).
+  for (int i = 0; i < 100 && Sample(registry.Render(),
+                                    "batchd_metrics_http_connections") < kCap;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(Sample(registry.Render(), "batchd_metrics_http_connections"),
+            kCap);
   for (int extra = 0; extra < 3; ++extra) {
     const int fd = Connect(port);
     ASSERT_GE(fd, 0);
@@ -184,12 +191,12 @@ TEST(MetricsHttpAdversarialTest, ConnectionsOverTheCapAreClosedAndCounted) {
   }
   for (int fd : idle) close(fd);
   // Their slots free up as the server sees them close.
-  std::string page;
-  for (int i = 0; i < 50; ++i) {
-    page = Get(port, "/metrics");
-    if (absl::StartsWith(page, "HTTP/1.1 200")) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 100 && Sample(registry.Render(),
+                                    "batchd_metrics_http_connections") > 0;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  const std::string page = Get(port, "/metrics");
   ASSERT_TRUE(absl::StartsWith(page, "HTTP/1.1 200")) << page;
   EXPECT_EQ(Sample(page, "batchd_metrics_http_connections_rejected_total"), 3);
 }
