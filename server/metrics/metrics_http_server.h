@@ -18,8 +18,9 @@
 // keep-alive connection is closed after `idle_timeout`. With `authorize`,
 // every route needs an accepted `Authorization` header.
 //
-// Owns one listener thread and the connection threads. Thread-safe; the
-// destructor stops and joins.
+// Owns one listener thread and the connection threads (started as
+// connections need them, at most `max_connections`, then kept for the next
+// connections until Stop). Thread-safe; the destructor stops and joins.
 #ifndef BATCHD_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 #define BATCHD_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 
