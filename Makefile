@@ -9,7 +9,11 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   python3-torchvision python3-pil python3-prometheus-client python3-matplotlib \
   python3-yaml prometheus python3-venv python3-pip python3-setuptools python3-wheel \
   util-linux openssl \
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev \
+  nodejs chromium $(if $(shell command -v npm),,npm)
+# nodejs and npm fetch uPlot (the live page) and puppeteer-core (its browser
+# test) from server/web/package-lock.json; Debian's npm is asked for only
+# when no npm is installed (a nodejs from elsewhere may bring its own).
 
 .PHONY: all setup build test test-asan test-tsan fuzz soak demo deploy-test clean
 

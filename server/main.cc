@@ -123,6 +123,17 @@ ABSL_FLAG(int, metrics_port, -1,
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written to this file once "
           "serving.");
+ABSL_FLAG(bool, metrics_auth, false,
+          "Require a token from --auth-token-file on the metrics port too "
+          "(/metrics, the live page, /api/timeline): `Authorization: Bearer "
+          "<token>`, or HTTP Basic with the token as the password.");
+ABSL_FLAG(int, metrics_max_connections, 128,
+          "Connections the metrics port serves at once; more are answered "
+          "503 and closed at once.");
+ABSL_FLAG(FlagDuration, metrics_request_deadline,
+          FlagDuration{absl::Seconds(5)},
+          "Time a request on the metrics port gets, from its first byte "
+          "awaited to its answer sent; a slower peer is cut off.");
 ABSL_FLAG(std::string, workers, "",
           "Decode worker threads, shared by all streams: a number, or "
           "\"auto\" to size the pool from the trainers' measured wait, "
@@ -471,6 +482,16 @@ int main(int argc, char** argv) {
     options.metrics_host = port_flag >= 0 ? host : "127.0.0.1";
   }
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_auth = absl::GetFlag(FLAGS_metrics_auth);
+  options.metrics_http.max_connections =
+      absl::GetFlag(FLAGS_metrics_max_connections);
+  options.metrics_http.request_deadline =
+      absl::GetFlag(FLAGS_metrics_request_deadline).value;
+  if (options.metrics_auth && options.auth_token_file.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--metrics-auth checks the tokens of --auth-token-file; give that "
+        "file too"));
+  }
   options.reflection = absl::GetFlag(FLAGS_reflection);
   options.drain_deadline = absl::GetFlag(FLAGS_drain_deadline).value;
   options.service.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);

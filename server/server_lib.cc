@@ -14,6 +14,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/web/web_assets.h"
 
 #ifndef BATCHD_VERSION
 #error "BATCHD_VERSION must be defined (server/CMakeLists.txt sets it)"
@@ -283,9 +284,26 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
                                    writer);
       });
   if (options.metrics_port >= 0) {
+    // The live page and its data (docs/observability.md).
+    for (const WebAsset& asset : LivePageAssets()) {
+      options.metrics_http.routes.push_back(
+          {std::string(asset.path), std::string(asset.content_type),
+           [body = asset.body] { return std::string(body); }});
+    }
+    options.metrics_http.routes.push_back(
+        {"/api/timeline", "application/json",
+         [admin = server->admin_.get()] { return admin->timeline().Json(); }});
+    if (options.metrics_auth) {
+      options.metrics_http.authorize =
+          [authorizer = server->authorizer_.get()](
+              absl::string_view authorization) {
+            return authorizer->AuthenticateHttp(authorization).ok();
+          };
+    }
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
         MetricsHttpServer::Start(&server->metrics_->registry(),
-                                 options.metrics_host, options.metrics_port);
+                                 options.metrics_host, options.metrics_port,
+                                 options.metrics_http);
     if (!http.ok()) return http.status();
     server->http_ = *std::move(http);
   }
