@@ -6,8 +6,14 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libgtest-dev libgmock-dev \
   libbenchmark-dev libcpp-httplib-dev libyuv-dev \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
-  python3-torchvision python3-pil python3-prometheus-client util-linux openssl \
-  clang libclang-rt-14-dev
+  python3-torchvision python3-pil python3-prometheus-client python3-matplotlib \
+  python3-yaml prometheus python3-venv python3-pip python3-setuptools python3-wheel \
+  util-linux openssl \
+  clang libclang-rt-14-dev \
+  nodejs chromium $(if $(shell command -v npm),,npm)
+# nodejs and npm fetch uPlot (the live page) and puppeteer-core (its browser
+# test) from server/web/package-lock.json; Debian's npm is asked for only
+# when no npm is installed (a nodejs from elsewhere may bring its own).
 
 .PHONY: all setup build test test-asan test-tsan fuzz soak demo deploy-test clean
 

@@ -56,6 +56,9 @@ ABSL_FLAG(bool, unix_socket, false, "Unix domain socket instead of TCP loopback"
 ABSL_FLAG(std::string, tls_dir, "",
           "TCP with TLS, using DIR/server.pem, DIR/server.key and DIR/ca.pem "
           "as scripts/make_test_certs.sh writes them; empty: plaintext");
+ABSL_FLAG(int, tls_max_frame_bytes, 0,
+          "with --tls_dir: grpc.tsi.max_frame_size on both sides (gRPC caps "
+          "TLS frames at 16384); 0: gRPC's default");
 ABSL_FLAG(std::string, path, "slices",
           "slices (zero-copy chunks, as the daemon) or protobuf (copying)");
 
@@ -326,6 +329,9 @@ class SliceWireService final
                                       ReadFileOrDie(dir + "/server.pem")});
     credentials = grpc::SslServerCredentials(ssl);
   }
+  if (const int frame = absl::GetFlag(FLAGS_tls_max_frame_bytes); frame > 0) {
+    builder.AddChannelArgument(GRPC_ARG_TSI_MAX_FRAME_SIZE, frame);
+  }
   builder.AddListeningPort(address, credentials, &port);
   if (absl::GetFlag(FLAGS_path) == "protobuf") {
     builder.RegisterService(&copying);
@@ -374,6 +380,9 @@ int Run() {
                               port);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);  // the client's limit
+  if (const int frame = absl::GetFlag(FLAGS_tls_max_frame_bytes); frame > 0) {
+    args.SetInt(GRPC_ARG_TSI_MAX_FRAME_SIZE, frame);
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       grpc::InsecureChannelCredentials();
   if (!tls_dir.empty()) {

@@ -24,34 +24,9 @@ double BusyFraction(const batchd::v1::ServerStatus* before,
   return after->busy_fraction();
 }
 
-std::string Percent(double fraction) {
-  const double percent = 100.0 * fraction;
-  // One decimal below 10 %, where it matters ("0.4 %"); whole numbers above.
-  return percent < 10 ? absl::StrFormat("%.1f %%", percent)
-                      : absl::StrFormat("%.0f %%", percent);
-}
-
-// What to do about saturated workers: under --workers auto the daemon adds
-// them itself until its --max-workers; past that, or when the trainers ask
-// more than that many could decode, only another daemon helps.
-std::string InputBoundAdvice(const batchd::v1::ServerStatus& daemon) {
-  const batchd::v1::AutoscaleStatus& autoscale = daemon.autoscale();
-  if (!autoscale.enabled()) return "add workers or a daemon";
-  const double ratio = daemon.capacity_demand_ratio();
-  if (daemon.workers() >= autoscale.max_workers() || ratio > 1) {
-    std::string advice = absl::StrFormat(
-        "add a daemon: this one runs up to %d workers (--max-workers)",
-        autoscale.max_workers());
-    if (ratio > 1) {
-      absl::StrAppendFormat(&advice,
-                            " and its trainers ask %.1fx what those decode",
-                            ratio);
-    }
-    return advice;
-  }
-  return absl::StrFormat("--workers auto is adding workers (up to %d)",
-                         autoscale.max_workers());
-}
+// The daemon-side verdict (common/daemon_verdict.h) words these the same.
+using common::InputBoundAdvice;
+std::string Percent(double fraction) { return common::FormatPercent(fraction); }
 
 }  // namespace
 

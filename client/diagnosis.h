@@ -37,15 +37,17 @@
 
 #include "batchd/v1/admin.pb.h"
 #include "client/loader_stats.h"
+#include "common/daemon_verdict.h"
 
 namespace batchd::client {
 
 // The trainer waited for input for less than this share of wall time: the
-// input pipeline keeps up.
-inline constexpr double kInputBoundWaitFraction = 0.10;
+// input pipeline keeps up. The daemon's own verdict uses the same.
+inline constexpr double kInputBoundWaitFraction =
+    common::kInputBoundWaitFraction;
 // The daemon's workers were busy at least this share of their time: they are
 // the limit.
-inline constexpr double kSaturatedBusyFraction = 0.75;
+inline constexpr double kSaturatedBusyFraction = common::kSaturatedBusyFraction;
 // The receive thread spent at least this share of wall time copying bytes
 // into buffers: the client side is the limit.
 inline constexpr double kCopyBoundFraction = 0.50;

@@ -10,6 +10,7 @@
 #include "client/daemon_set.h"
 #include "client/daemon_status.h"
 #include "client/diagnosis.h"
+#include "client/step_timeline.h"
 #include "common/malloc_tuning.h"
 #include "common/sampler.h"
 
@@ -22,6 +23,8 @@ constexpr absl::Duration kStatusTimeout = absl::Seconds(2);
 // A step that spent longer than this in Next() waited for its batch; less
 // is the cost of the call itself.
 constexpr absl::Duration kWaitedStep = absl::Milliseconds(1);
+// Steps kept for timeline(): the last kTimelineSteps.
+constexpr size_t kTimelineSteps = 1024;
 
 }  // namespace
 
@@ -55,6 +58,7 @@ class LoaderCore : public TrainerClock {
   absl::Status StartEpoch(uint64_t epoch, uint64_t first_batch);
   absl::StatusOr<Batch> Next(std::shared_ptr<LoaderCore> self);
   Loader::Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<TimelineStep> timeline() const ABSL_LOCKS_EXCLUDED(mu_);
   void RecordCopy(absl::Duration duration) ABSL_LOCKS_EXCLUDED(mu_);
   Diagnosis Diagnose() ABSL_LOCKS_EXCLUDED(mu_);
   std::string epoch_diagnosis() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -94,6 +98,8 @@ class LoaderCore : public TrainerClock {
   std::optional<absl::Time> last_return_ ABSL_GUARDED_BY(mu_);
   // When the Next() in progress was called; nullopt outside Next().
   std::optional<absl::Time> inside_next_since_ ABSL_GUARDED_BY(mu_);
+  // The last steps, for timeline().
+  StepTimeline timeline_ ABSL_GUARDED_BY(mu_) = StepTimeline(kTimelineSteps);
   // Steps that returned a batch, and those that waited (> kWaitedStep),
   // epochs' first batches left out.
   uint64_t steady_steps_ ABSL_GUARDED_BY(mu_) = 0;
@@ -126,6 +132,7 @@ absl::StatusOr<Batch> LoaderCore::Next(std::shared_ptr<LoaderCore> self) {
     absl::MutexLock lock(&mu_);
     if (last_return_.has_value()) stats_.compute += entered - *last_return_;
     inside_next_since_ = entered;
+    timeline_.Close(entered);
   }
   absl::StatusOr<SlotRing::Lease> lease = daemons_.TakeNext();
   const absl::Duration copy = lease.ok() ? lease->copy : absl::ZeroDuration();
@@ -184,6 +191,7 @@ bool LoaderCore::CountStep(const absl::StatusOr<Batch>& batch,
       if (returned - entered > kWaitedStep) ++waited_steps_;
     }
     first_of_epoch_ = false;
+    timeline_.Open(batch->epoch, batch->batch_index, entered, returned, copy);
     stats_.last_step.compute = last_return_.has_value()
                                    ? entered - *last_return_
                                    : absl::ZeroDuration();
@@ -220,6 +228,12 @@ void LoaderCore::RecordCopy(absl::Duration duration) {
   absl::MutexLock lock(&mu_);
   stats_.copy += duration;
   stats_.last_step.copy += duration;
+  timeline_.AddCopy(duration);
+}
+
+std::vector<TimelineStep> LoaderCore::timeline() const {
+  absl::MutexLock lock(&mu_);
+  return timeline_.Steps();
 }
 
 Loader::Stats LoaderCore::stats() const {
@@ -359,6 +373,10 @@ absl::Status Loader::Restore(const LoaderState& state) {
 }
 
 Loader::Stats Loader::stats() const { return core_->stats(); }
+
+std::vector<TimelineStep> Loader::timeline() const {
+  return core_->timeline();
+}
 
 void Loader::Cancel() { core_->Cancel(); }
 

@@ -30,7 +30,7 @@
 //   }  // each Batch returns its slot to the ring when destroyed
 //
 // Thread-safety: Next(), StartEpoch() and Restore() are called by one
-// consumer thread at a time. state(), stats(), opened(),
+// consumer thread at a time. state(), stats(), timeline(), opened(),
 // batches_per_epoch(), RecordCopy(), Diagnose(), epoch_diagnosis() and
 // Cancel() may be called from any thread. A Batch may be released
 // (destroyed) on any thread, also after its Loader is gone.
@@ -56,6 +56,7 @@
 #include "client/endpoints.h"
 #include "client/loader_options.h"
 #include "client/loader_stats.h"
+#include "client/step_timeline.h"
 #include "grpcpp/channel.h"
 
 namespace batchd::client {
@@ -209,6 +210,12 @@ class Loader {
   using StepTimes = LoaderStepTimes;
   using Stats = LoaderStats;
   Stats stats() const;
+
+  // The last 1024 finished steps, oldest first: when each began and how
+  // long it waited in Next(), copied (RecordCopy) and computed
+  // (client/step_timeline.h). A step ends when the following Next() is
+  // entered, so the step in progress is not among them. Any thread.
+  std::vector<TimelineStep> timeline() const;
 
   // Adds `duration` to the copy time (of the total and of the last step):
   // for a copy path outside the loader, e.g. host to device. Any thread.

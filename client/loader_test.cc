@@ -48,6 +48,44 @@ TEST(LoaderTest, DeliversEveryBatchInOrderWithItsBytes) {
   ExpectRestOfEpoch(**loader, 1, 0, server.service());
 }
 
+TEST(LoaderTest, TimelineHasOneStepPerBatchTilingTheConsumersTime) {
+  FakeDataService::Options fake;
+  fake.batches_per_epoch = 6;
+  FakeServer server(fake, FakeDataService::ServeInOrder());
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(OptionsFor(server));
+  ASSERT_OK(loader);
+  ASSERT_OK((*loader)->StartEpoch(0));
+  for (;;) {
+    absl::StatusOr<Batch> batch = (*loader)->Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    ASSERT_OK(batch);
+    (*loader)->RecordCopy(absl::Milliseconds(1));
+    absl::SleepFor(absl::Milliseconds(3));
+  }
+
+  const std::vector<TimelineStep> steps = (*loader)->timeline();
+  ASSERT_EQ(steps.size(), 6u);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].epoch, 0u);
+    EXPECT_EQ(steps[i].batch_index, i);
+    EXPECT_EQ(steps[i].copy, absl::Milliseconds(1));
+    EXPECT_GE(steps[i].compute, absl::Milliseconds(2));
+    if (i + 1 < steps.size()) {
+      EXPECT_EQ(steps[i].start + steps[i].waited + steps[i].copy +
+                    steps[i].compute,
+                steps[i + 1].start);
+    }
+  }
+  // The totals hold the steps' parts (and the epoch's end, and the ring's
+  // copies).
+  const Loader::Stats stats = (*loader)->stats();
+  EXPECT_GE(stats.copy, absl::Milliseconds(6));
+  absl::Duration waited;
+  for (const TimelineStep& step : steps) waited += step.waited;
+  EXPECT_LE(waited, stats.waited);
+}
+
 TEST(LoaderTest, ReportsTheTrainersWaitAndComputeToTheDaemon) {
   FakeDataService::Options fake;
   fake.batches_per_epoch = 12;

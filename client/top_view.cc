@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "common/daemon_verdict.h"
 
 namespace batchd::client {
 namespace {
@@ -97,6 +99,11 @@ std::vector<std::string> RenderTop(const std::vector<DaemonSample>& samples,
         bytes_per_second / 1e6, s.samples_substituted()));
     lines.push_back(
         StageLine(s, FindPrevious(previous, sample.endpoint)));
+    // The daemon's verdict, as the live page on its metrics port shows it;
+    // the frame is ASCII.
+    lines.push_back(absl::StrCat(
+        "  ", absl::StrReplaceAll(common::JudgeDaemon(s).line,
+                                  {{"\u2192", "->"}})));
     if (s.autoscale().enabled()) {
       const batchd::v1::AutoscaleStatus& a = s.autoscale();
       lines.push_back(absl::StrFormat(

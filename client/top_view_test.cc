@@ -38,7 +38,7 @@ TEST(TopViewTest, RendersDaemonsJobsAndStages) {
       {"otherhost:7070", absl::UnavailableError("connection refused"),
        absl::Now()}};
   const std::vector<std::string> lines = RenderTop(samples, nullptr, 80, 24);
-  ASSERT_EQ(lines.size(), 7u);
+  ASSERT_EQ(lines.size(), 8u);
   EXPECT_EQ(lines[0], "batchd top: 2 daemons, 1 reachable");
   EXPECT_THAT(lines[1], StartsWith("DAEMON"));
   EXPECT_EQ(lines[2],
@@ -47,9 +47,13 @@ TEST(TopViewTest, RendersDaemonsJobsAndStages) {
   EXPECT_EQ(lines[3],
             "  ms/img read 1.00 decode 2.00 transform 0.00  ms/batch send "
             "1.00 (avg)");
-  EXPECT_THAT(lines[4], StartsWith("  JOB"));
-  EXPECT_THAT(lines[5], StartsWith("  alpha                      2    640.5"));
-  EXPECT_EQ(lines[6], "otherhost:7070         unreachable: connection refused");
+  // The daemon's verdict (common/daemon_verdict.h), as its live page says.
+  EXPECT_EQ(lines[4],
+            "  unknown: 2 streams, none with trainer reports; workers 50 % "
+            "busy (4 workers)");
+  EXPECT_THAT(lines[5], StartsWith("  JOB"));
+  EXPECT_THAT(lines[6], StartsWith("  alpha                      2    640.5"));
+  EXPECT_EQ(lines[7], "otherhost:7070         unreachable: connection refused");
 }
 
 TEST(TopViewTest, ShowsTheAutoscalerAndTheTrainersReports) {
@@ -70,19 +74,23 @@ TEST(TopViewTest, ShowsTheAutoscalerAndTheTrainersReports) {
   std::vector<DaemonSample> samples = {
       {"localhost:7070", status, absl::Now()}};
   const std::vector<std::string> lines = RenderTop(samples, nullptr, 200, 24);
-  ASSERT_EQ(lines.size(), 8u);
-  EXPECT_EQ(lines[4],
+  ASSERT_EQ(lines.size(), 9u);
+  // Trainers waiting 40 % with workers half busy; the arrow is ASCII.
+  EXPECT_THAT(lines[4],
+              StartsWith("  network-bound: job \"alpha\" waits 40 %; "
+                         "workers 50 % busy (4 workers) -> the batches"));
+  EXPECT_EQ(lines[5],
             "  autoscale 1..8: 3 grows, 0 shrinks, 0 step backs; "
             "demand/capacity 0.61");
-  EXPECT_EQ(lines[5],
+  EXPECT_EQ(lines[6],
             "  12s ago: grow 3 -> 4: job \"alpha\" waits 40 % of its time, "
             "workers 98 % busy");
-  EXPECT_THAT(lines[6], HasSubstr("WAIT   DEMAND"));
-  EXPECT_THAT(lines[7], HasSubstr("  40%   1066.7"));
+  EXPECT_THAT(lines[7], HasSubstr("WAIT   DEMAND"));
+  EXPECT_THAT(lines[8], HasSubstr("  40%   1066.7"));
   // A job whose trainers do not report shows dashes.
   status.mutable_jobs(0)->clear_trainer();
   samples[0].status = status;
-  EXPECT_THAT(RenderTop(samples, nullptr, 200, 24)[7],
+  EXPECT_THAT(RenderTop(samples, nullptr, 200, 24)[8],
               HasSubstr("     -        -"));
 }
 
@@ -98,7 +106,7 @@ TEST(TopViewTest, WarnsOfAnInsecureDaemon) {
     if (lines[i].find("WARNING: --insecure") == std::string::npos) continue;
     ++warnings;
     // Under the daemon it is about, before the other daemon's line.
-    EXPECT_THAT(lines[i - 2], StartsWith("batchd-a:7070"));
+    EXPECT_THAT(lines[i - 3], StartsWith("batchd-a:7070"));
   }
   EXPECT_EQ(warnings, 1);
 }
@@ -122,7 +130,7 @@ TEST(TopViewTest, FitsTheTerminal) {
   const std::vector<std::string> lines = RenderTop(samples, nullptr, 40, 24);
   ASSERT_EQ(lines.size(), 24u);
   for (const std::string& line : lines) EXPECT_LE(line.size(), 40u);
-  EXPECT_THAT(lines.back(), StartsWith("... 19 more lines"));
+  EXPECT_THAT(lines.back(), StartsWith("... 29 more lines"));
 }
 
 TEST(TopViewTest, FormatsUptime) {

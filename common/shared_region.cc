@@ -67,7 +67,7 @@ absl::StatusOr<UniqueFd> ListenUnix(absl::string_view address) {
   if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
     return Errno(absl::StrCat("binding the Unix socket ", address));
   }
-  if (listen(fd.get(), 16) != 0) {
+  if (listen(fd.get(), kListenBacklog) != 0) {
     return Errno(absl::StrCat("listening on ", address));
   }
   return fd;
@@ -145,6 +145,21 @@ absl::StatusOr<SharedRegion> SharedRegion::MapSealed(UniqueFd fd,
         "); add F_SEAL_SHRINK | F_SEAL_GROW before passing it, so that it "
         "cannot be truncated under the daemon"));
   }
+  if ((seals & (kWriteSeal | kFutureWriteSeal)) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the shared-memory region is sealed against writing (seals 0x",
+        absl::Hex(seals),
+        "); the daemon writes the batches into it, so leave out F_SEAL_WRITE "
+        "and F_SEAL_FUTURE_WRITE"));
+  }
+  const int access = fcntl(fd.get(), F_GETFL);
+  if (access < 0) return Errno("fcntl(F_GETFL) of the memfd");
+  if ((access & O_ACCMODE) != O_RDWR) {
+    return absl::FailedPreconditionError(
+        "the shared-memory descriptor is open read-only; the daemon writes "
+        "the batches into it, so pass the read-write descriptor that "
+        "memfd_create returned");
+  }
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return Errno("fstat of the memfd");
   if (expected_bytes == 0 ||
@@ -153,11 +168,23 @@ absl::StatusOr<SharedRegion> SharedRegion::MapSealed(UniqueFd fd,
         "the shared-memory region has ", st.st_size, " bytes; the plan's "
         "slots need exactly ", expected_bytes));
   }
-  // MAP_POPULATE: the page-table entries in one call, not one fault per
-  // page as the workers first write each slot.
+  // No MAP_POPULATE: mapping costs the same whatever the size, and the
+  // daemon touches a page only when a worker writes a batch into a slot
+  // granted to it. Populating here would fault in, on the broker's thread
+  // and in the daemon's RSS, every page of a ring the client never touched.
   void* data = mmap(nullptr, expected_bytes, PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_POPULATE, fd.get(), 0);
-  if (data == MAP_FAILED) return Errno("mmap of the client's region");
+                    MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) {
+    const int error = errno;
+    if (error == EPERM || error == EACCES) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the shared-memory region cannot be mapped for writing (",
+          std::strerror(error),
+          "); pass a read-write memfd that is not sealed against writing"));
+    }
+    return absl::InternalError(absl::StrCat("mmap of the client's region: ",
+                                            std::strerror(error)));
+  }
   return SharedRegion(std::move(fd), static_cast<uint8_t*>(data),
                       expected_bytes);
 }

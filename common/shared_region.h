@@ -60,6 +60,9 @@ class SharedRegion {
  public:
   // The seals a region must carry before a daemon maps it.
   static constexpr int kRequiredSeals = 0x0002 | 0x0004;  // SHRINK | GROW
+  // Seals that make the region unwritable, which a daemon refuses.
+  static constexpr int kWriteSeal = 0x0008;         // F_SEAL_WRITE
+  static constexpr int kFutureWriteSeal = 0x0010;   // F_SEAL_FUTURE_WRITE
 
   // A new memfd of `bytes` (> 0), its pages allocated, sealed against
   // shrinking, growing and further sealing, mapped read-write.
@@ -67,7 +70,10 @@ class SharedRegion {
   // Maps a descriptor received from a client, after checking that it is a
   // memfd sealed against shrinking and growing (FAILED_PRECONDITION
   // otherwise: an unsealed file could be truncated under the mapping) and
-  // exactly `expected_bytes` long (INVALID_ARGUMENT otherwise).
+  // exactly `expected_bytes` long (INVALID_ARGUMENT otherwise). A
+  // descriptor open read-only or sealed against writing is
+  // FAILED_PRECONDITION too. Maps without populating: pages are touched
+  // (and counted in the daemon's RSS) only as batches are written.
   static absl::StatusOr<SharedRegion> MapSealed(UniqueFd fd,
                                                 size_t expected_bytes);
 
@@ -111,7 +117,9 @@ absl::StatusOr<ReceivedDescriptor> ReceiveDescriptor(int socket);
 // with its owner), anything else a filesystem path. INVALID_ARGUMENT for an
 // empty or over-long (> 107 bytes) address.
 //
-// ListenUnix binds and listens (backlog 16); a path must not exist yet.
+// ListenUnix binds and listens (backlog kListenBacklog); a path must not
+// exist yet.
+inline constexpr int kListenBacklog = 256;
 absl::StatusOr<UniqueFd> ListenUnix(absl::string_view address);
 // ConnectUnix connects, with `timeout` for every later read and write on
 // the socket (SO_RCVTIMEO / SO_SNDTIMEO). UNAVAILABLE when nobody listens.

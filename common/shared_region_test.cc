@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -99,6 +101,52 @@ TEST(SharedRegionTest, RefusesAWrongSize) {
                          "12389")));
   EXPECT_THAT(SharedRegion::Create(0),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0 bytes")));
+}
+
+// A sealed memfd of `bytes` whose pages were never touched, with `extra`
+// seals added.
+UniqueFd UntouchedMemfd(size_t bytes, int extra_seals = 0) {
+  UniqueFd fd(memfd_create("untouched", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  EXPECT_GE(fd.get(), 0);
+  EXPECT_EQ(ftruncate(fd.get(), static_cast<off_t>(bytes)), 0);
+  EXPECT_EQ(fcntl(fd.get(), F_ADD_SEALS,
+                  F_SEAL_SHRINK | F_SEAL_GROW | extra_seals),
+            0);
+  return fd;
+}
+
+TEST(SharedRegionTest, MappingTouchesNoPageOfTheClientsRegion) {
+  constexpr size_t kPages = 256;
+  absl::StatusOr<SharedRegion> daemon =
+      SharedRegion::MapSealed(UntouchedMemfd(kPages * 4096), kPages * 4096);
+  ASSERT_OK(daemon);
+  std::vector<unsigned char> resident(kPages);
+  ASSERT_EQ(mincore(daemon->data(), daemon->size(), resident.data()), 0);
+  size_t touched = 0;
+  for (unsigned char page : resident) touched += page & 1;
+  EXPECT_EQ(touched, 0u) << "pages faulted in by mapping alone";
+  daemon->data()[5 * 4096] = 1;  // a worker writes one page
+  ASSERT_EQ(mincore(daemon->data(), daemon->size(), resident.data()), 0);
+  touched = 0;
+  for (unsigned char page : resident) touched += page & 1;
+  EXPECT_EQ(touched, 1u);
+}
+
+TEST(SharedRegionTest, RefusesAWriteSealedMemfdWithTheReason) {
+  EXPECT_THAT(
+      SharedRegion::MapSealed(UntouchedMemfd(kBytes, F_SEAL_WRITE), kBytes),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("sealed against writing")));
+}
+
+TEST(SharedRegionTest, RefusesAReadOnlyDescriptorWithTheReason) {
+  UniqueFd writable = UntouchedMemfd(kBytes);
+  const std::string path = "/proc/self/fd/" + std::to_string(writable.get());
+  UniqueFd read_only(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_GE(read_only.get(), 0) << std::strerror(errno);
+  EXPECT_THAT(SharedRegion::MapSealed(std::move(read_only), kBytes),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("open read-only")));
 }
 
 TEST(SharedRegionTest, AMessageNeedsExactlyOneDescriptor) {

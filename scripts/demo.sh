@@ -58,5 +58,6 @@ echo "== stopping batchd"
 batchd_stop "$DAEMON"
 DAEMON=
 echo "== done. While a daemon runs with --metrics-port, Prometheus scrapes"
-echo "   $METRICS_URL (this one is gone now; see docs/observability.md)."
+echo "   $METRICS_URL and a browser shows the live page at ${METRICS_URL%metrics}"
+echo "   (this one is gone now; see docs/observability.md)."
 echo "== $(grep '^diagnosis: ' "$RUN/client.txt" | tail -1)"

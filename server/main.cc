@@ -83,6 +83,13 @@ ABSL_FLAG(std::string, shm_socket, "",
 ABSL_FLAG(std::string, shm_allowed_uids, "",
           "Comma-separated uids that may attach shared memory "
           "(SO_PEERCRED). Default: the daemon's own uid.");
+ABSL_FLAG(int, shm_handshake_timeout_ms, 500,
+          "Milliseconds a side-channel connection may wait for its "
+          "descriptor before it is answered DEADLINE_EXCEEDED (1..60000).");
+ABSL_FLAG(int, shm_max_handshakes_per_uid, 8,
+          "Side-channel connections of one uid waiting for their descriptor "
+          "at once; a newer one takes the oldest one's place (1..64, at most "
+          "64 in all).");
 ABSL_FLAG(std::string, tls_cert, "",
           "Serve TLS on the TCP port with this PEM certificate chain (with "
           "--tls-key). The files are read again every "
@@ -116,6 +123,17 @@ ABSL_FLAG(int, metrics_port, -1,
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written to this file once "
           "serving.");
+ABSL_FLAG(bool, metrics_auth, false,
+          "Require a token from --auth-token-file on the metrics port too "
+          "(/metrics, the live page, /api/timeline): `Authorization: Bearer "
+          "<token>`, or HTTP Basic with the token as the password.");
+ABSL_FLAG(int, metrics_max_connections, 128,
+          "Connections the metrics port serves at once; more are answered "
+          "503 and closed at once.");
+ABSL_FLAG(FlagDuration, metrics_request_deadline,
+          FlagDuration{absl::Seconds(5)},
+          "Time a request on the metrics port gets, from its first byte "
+          "awaited to its answer sent; a slower peer is cut off.");
 ABSL_FLAG(std::string, workers, "",
           "Decode worker threads, shared by all streams: a number, or "
           "\"auto\" to size the pool from the trainers' measured wait, "
@@ -383,6 +401,21 @@ int main(int argc, char** argv) {
     }
     options.shared_memory.allowed_uids.push_back(uid);
   }
+  const int handshake_ms = absl::GetFlag(FLAGS_shm_handshake_timeout_ms);
+  if (handshake_ms < 1 || handshake_ms > 60000) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--shm-handshake-timeout-ms is ", handshake_ms,
+        "; give 1..60000 milliseconds (a trainer sends its descriptor right "
+        "after connecting; the default is 500)")));
+  }
+  options.shared_memory.handshake_timeout = absl::Milliseconds(handshake_ms);
+  const int per_uid = absl::GetFlag(FLAGS_shm_max_handshakes_per_uid);
+  if (per_uid < 1 || per_uid > batchd::server::kMaxHandshakes) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--shm-max-handshakes-per-uid is ", per_uid, "; give 1..",
+        batchd::server::kMaxHandshakes)));
+  }
+  options.shared_memory.max_handshakes_per_uid = per_uid;
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
@@ -471,6 +504,16 @@ int main(int argc, char** argv) {
     options.metrics_host = port_flag >= 0 ? host : "127.0.0.1";
   }
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_auth = absl::GetFlag(FLAGS_metrics_auth);
+  options.metrics_http.max_connections =
+      absl::GetFlag(FLAGS_metrics_max_connections);
+  options.metrics_http.request_deadline =
+      absl::GetFlag(FLAGS_metrics_request_deadline).value;
+  if (options.metrics_auth && options.auth_token_file.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--metrics-auth checks the tokens of --auth-token-file; give that "
+        "file too"));
+  }
   options.reflection = absl::GetFlag(FLAGS_reflection);
   options.drain_deadline = absl::GetFlag(FLAGS_drain_deadline).value;
   options.service.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);

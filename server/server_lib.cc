@@ -14,6 +14,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/web/web_assets.h"
 
 #ifndef BATCHD_VERSION
 #error "BATCHD_VERSION must be defined (server/CMakeLists.txt sets it)"
@@ -197,6 +198,9 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   const bool reflection =
       options.reflection && !server->authorizer_->required();
   server->metrics_ = std::make_unique<ServerMetrics>();
+  // gRPC logs one line per failed TLS handshake: counted, and a few logged.
+  InstallGrpcLogFilter(&server->metrics_->tls_handshake_failures());
+  server->metrics_->SetJobLimits(options.service.daemon_info);
   options.pipeline.metrics = server->metrics_.get();
   options.service.metrics = server->metrics_.get();
   if (options.shm) {
@@ -286,16 +290,38 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
                                    writer);
       });
   if (options.metrics_port >= 0) {
+    // The live page and its data (docs/observability.md).
+    for (const WebAsset& asset : LivePageAssets()) {
+      options.metrics_http.routes.push_back(
+          {std::string(asset.path), std::string(asset.content_type),
+           [body = asset.body] { return std::string(body); }});
+    }
+    options.metrics_http.routes.push_back(
+        {"/api/timeline", "application/json",
+         [admin = server->admin_.get()] { return admin->timeline().Json(); }});
+    if (options.metrics_auth) {
+      options.metrics_http.authorize =
+          [authorizer = server->authorizer_.get()](
+              absl::string_view authorization) {
+            return authorizer->AuthenticateHttp(authorization).ok();
+          };
+    }
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
         MetricsHttpServer::Start(&server->metrics_->registry(),
-                                 options.metrics_host, options.metrics_port);
+                                 options.metrics_host, options.metrics_port,
+                                 options.metrics_http);
     if (!http.ok()) return http.status();
     server->http_ = *std::move(http);
   }
   return server;
 }
 
-BatchdServer::~BatchdServer() { Stop(); }
+BatchdServer::~BatchdServer() {
+  Stop();
+  if (metrics_ != nullptr) {
+    RemoveGrpcLogCounter(&metrics_->tls_handshake_failures());
+  }
+}
 
 absl::Status BatchdServer::Drain(absl::Duration deadline,
                                  absl::string_view reason) {

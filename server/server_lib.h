@@ -39,6 +39,7 @@
 #include "server/service/admin_service.h"
 #include "server/service/auth.h"
 #include "server/service/data_service.h"
+#include "server/service/grpc_log_filter.h"
 #include "server/service/shared_memory_broker.h"
 #include "server/service/transport_security.h"
 
@@ -79,6 +80,12 @@ struct ServerOptions {
   // pipeline and service record metrics either way (see metrics()).
   std::string metrics_host = "127.0.0.1";
   int metrics_port = -1;
+  // Bounds of the metrics endpoint (connections, request deadline); its
+  // routes and `authorize` are set by Start.
+  MetricsHttpOptions metrics_http;
+  // Every request on the metrics endpoint needs a token from
+  // `auth_token_file` (--metrics-auth), as GetStatus does.
+  bool metrics_auth = false;
   // Serve grpc.reflection.v1alpha.ServerReflection, so that tools such as
   // grpcurl can list and call the API without the .proto files.
   bool reflection = true;

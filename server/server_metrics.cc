@@ -42,7 +42,7 @@ ServerMetrics::ServerMetrics()
           registry_
               .AddGauge("batchd_shared_memory_bytes",
                         "Trainer memory mapped for same-host shared memory "
-                        "over all streams, bytes (apart from the buffer "
+                        "over all streams, bytes (counted in the buffer "
                         "budget).")
               .With({})),
       shared_memory_attach_(registry_.AddCounter(
@@ -54,10 +54,32 @@ ServerMetrics::ServerMetrics()
           "batchd_bound_hits_total",
           "Times a resource bound of the daemon was reached, by bound "
           "(RELIABILITY.md, \"Resource model\").",
-          {"bound"})) {}
+          {"bound"})),
+      tls_handshake_failures_(
+          registry_
+              .AddCounter("batchd_tls_handshake_failures_total",
+                          "TLS handshakes that failed (plaintext clients, "
+                          "unknown CAs, scanners); gRPC logs a few of them.")
+              .With({})) {}
 
 void ServerMetrics::BoundHit(const char* bound) {
   bound_hits_.With({bound}).Increment();
+}
+
+void ServerMetrics::SetJobLimits(const batchd::v1::DaemonInfo& info) {
+  registry_
+      .AddGauge("batchd_job_max_streams",
+                "The most streams one job may have open "
+                "(--max-streams-per-job); more are refused with "
+                "RESOURCE_EXHAUSTED.")
+      .With({})
+      .Set(info.max_streams_per_job());
+  registry_
+      .AddGauge("batchd_job_max_buffer_bytes",
+                "The most batch-buffer bytes one job's streams may reserve "
+                "(--max-job-buffer-share of --max-buffer-bytes).")
+      .With({})
+      .Set(static_cast<double>(info.max_job_buffer_bytes()));
 }
 
 void ServerMetrics::SharedMemoryAttach(const char* result) {
@@ -177,18 +199,20 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
   for (const JobFamily& family : kJobFamilies) {
     writer.Begin(family.name, family.help, family.type);
     for (const batchd::v1::JobStatus& job : status.jobs()) {
-      writer.Sample({{"job", job.job()}}, family.value(job));
+      // Not `job`: Prometheus gives every scraped series its scrape
+      // config's `job` label and would rename ours to `exported_job`.
+      writer.Sample({{"batchd_job", job.job()}}, family.value(job));
     }
     // Retired jobs' totals, so that a sum over jobs never goes down.
     if (status.retired_jobs() > 0 && family.type == Type::kCounter) {
-      writer.Sample({{"job", status.other_jobs().job()}},
+      writer.Sample({{"batchd_job", status.other_jobs().job()}},
                     family.value(status.other_jobs()));
     }
   }
 
   writer.Begin("batchd_retired_jobs_total",
                "Idle jobs no longer listed per job (beyond --max-idle-jobs); "
-               "their totals are under job=\"_other\".",
+               "their totals are under batchd_job=\"_other\".",
                Type::kCounter);
   writer.Sample({}, static_cast<double>(status.retired_jobs()));
 

@@ -39,11 +39,18 @@ class ServerMetrics {
   Gauge& batches_outstanding() { return outstanding_; }
 
   // batchd_shared_memory_bytes: client memory mapped for same-host shared
-  // memory, over all streams (not counted in the buffer budget).
+  // memory, over all streams (counted in the buffer budget).
   Gauge& shared_memory_bytes() { return shared_memory_bytes_; }
   // batchd_shared_memory_attach_total{result}: side-channel handshakes,
   // "attached" or the refusal's gRPC code name.
   void SharedMemoryAttach(const char* result);
+  // batchd_tls_handshake_failures_total (service/grpc_log_filter.h).
+  Counter& tls_handshake_failures() { return tls_handshake_failures_; }
+
+  // batchd_job_max_streams and batchd_job_max_buffer_bytes: the per-job
+  // limits of `info` (--max-streams-per-job, --max-job-buffer-share of
+  // --max-buffer-bytes), for dashboards that draw a job against them.
+  void SetJobLimits(const batchd::v1::DaemonInfo& info);
 
   // batchd_substitutions_total{reason}.
   void SampleSubstituted(batchd::v1::SubstitutionReason reason);
@@ -80,6 +87,7 @@ class ServerMetrics {
   Gauge& shared_memory_bytes_;
   Family<Counter>& shared_memory_attach_;
   Family<Counter>& bound_hits_;
+  Counter& tls_handshake_failures_;
 };
 
 // The name of a gRPC status code as gRPC spells it (INVALID_ARGUMENT);

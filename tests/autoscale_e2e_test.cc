@@ -119,10 +119,11 @@ TEST_F(AutoscaleTest, FastConsumerGrowsThePoolAndASlowOneShrinksIt) {
   ASSERT_OK_AND_ASSIGN(
       Page page,
       ScrapeWithPrometheusParser("http://127.0.0.1:" + port + "/metrics"));
-  EXPECT_GT(page["batchd_job_trainer_wait_ratio{job=\"fast\"}"], 0);
-  EXPECT_GT(page["batchd_job_trainer_demand_images_per_second{job=\"fast\"}"],
-            0);
-  EXPECT_EQ(page["batchd_job_trainer_streams{job=\"fast\"}"], 1);
+  EXPECT_GT(page["batchd_job_trainer_wait_ratio{batchd_job=\"fast\"}"], 0);
+  EXPECT_GT(
+      page["batchd_job_trainer_demand_images_per_second{batchd_job=\"fast\"}"],
+      0);
+  EXPECT_EQ(page["batchd_job_trainer_streams{batchd_job=\"fast\"}"], 1);
   EXPECT_GE(page["batchd_autoscale_changes_total{kind=\"grow\"}"], 1);
   EXPECT_EQ(page["batchd_autoscale_enabled{}"], 1);
   EXPECT_EQ(page["batchd_autoscale_max_workers{}"], 2);

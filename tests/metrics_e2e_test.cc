@@ -115,7 +115,7 @@ TEST_F(MetricsE2eTest, PageParsesAndMatchesTheRun) {
   }
 
   ASSERT_OK_AND_ASSIGN(Page page, ScrapeWithPrometheusParser(url));
-  const std::string job = "{job=\"metrics-job\"}";
+  const std::string job = "{batchd_job=\"metrics-job\"}";
   EXPECT_EQ(page["batchd_job_batches_total" + job], batches);
   EXPECT_EQ(page["batchd_job_images_total" + job], images);
   EXPECT_EQ(page["batchd_job_bytes_total" + job], bytes);
@@ -168,6 +168,68 @@ TEST_F(MetricsE2eTest, BadMetricsPortsAreClearErrors) {
                                    "--metrics-port", port});
   EXPECT_EQ(busy.exit_code, 2);
   EXPECT_THAT(busy.output, HasSubstr("cannot listen for metrics"));
+}
+
+// GET `url` with `authorization` (none when empty): "STATUS\nBODY".
+std::string HttpGet(const std::string& url, const std::string& authorization) {
+  static constexpr char kGet[] =
+      "import sys, urllib.request as u, urllib.error as e\n"
+      "r = u.Request(sys.argv[1])\n"
+      "if sys.argv[2]: r.add_header('Authorization', sys.argv[2])\n"
+      "try:\n"
+      "    a = u.urlopen(r, timeout=10); print(a.status); "
+      "print(a.read().decode())\n"
+      "except e.HTTPError as x:\n"
+      "    print(x.code)\n";
+  return RunCommand({"/usr/bin/python3", "-c", kGet, url, authorization})
+      .output;
+}
+
+TEST_F(MetricsE2eTest, TheLivePageAndItsDataAreServed) {
+  const std::string dir = MakeTempDir("metrics-page");
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--metrics-port",
+                            "0", "--metrics-port-file", dir + "/port"}));
+  const std::string base = "http://127.0.0.1:" + ReadPortFile(dir + "/port");
+  EXPECT_THAT(HttpGet(base + "/", ""),
+              HasSubstr("<script src=\"static/live_page.js\">"));
+  EXPECT_THAT(HttpGet(base + "/static/live_page.js", ""),
+              HasSubstr("api/timeline"));
+  // The sampler adds a point a second; the first comes at start.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const std::string timeline = HttpGet(base + "/api/timeline", "");
+  EXPECT_THAT(timeline, HasSubstr("200\n{\"interval_seconds\":1"));
+  EXPECT_THAT(timeline,
+              HasSubstr("\"kind\":\"idle\",\"line\":\"idle: no streams"));
+}
+
+TEST_F(MetricsE2eTest, MetricsAuthGuardsEveryRoute) {
+  const std::string dir = MakeTempDir("metrics-auth");
+  const std::string token = "metrics-e2e-token-0123456789";
+  WriteFile(dir + "/tokens", token + "\n");
+  CommandResult no_file = RunCommand({BuiltBinary("server/batchd"),
+                                      "--dataset", "d=" + *dataset_,
+                                      "--port", "0", "--metrics-port", "0",
+                                      "--metrics-auth"});
+  EXPECT_EQ(no_file.exit_code, 2);
+  EXPECT_THAT(no_file.output, HasSubstr("--metrics-auth checks the tokens"));
+
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--metrics-port",
+                            "0", "--metrics-port-file", dir + "/port",
+                            "--auth-token-file", dir + "/tokens",
+                            "--metrics-auth"}));
+  const std::string base = "http://127.0.0.1:" + ReadPortFile(dir + "/port");
+  for (const std::string path : {"/", "/api/timeline", "/metrics"}) {
+    EXPECT_EQ(HttpGet(base + path, ""), "401\n") << path;
+    EXPECT_EQ(HttpGet(base + path, "Bearer not-the-token-0123456789"),
+              "401\n")
+        << path;
+    EXPECT_THAT(HttpGet(base + path, "Bearer " + token), HasSubstr("200\n"))
+        << path;
+  }
 }
 
 }  // namespace

@@ -657,6 +657,38 @@ TEST_F(SecurityTest, AJobOverItsBufferShareIsRefusedAndAnotherJobStreams) {
   }
 }
 
+TEST_F(SecurityTest, HealthProbesAMutualTlsDaemonWithTheClientsFlags) {
+  std::vector<std::string> args = TlsArgs(*certs_a_);
+  args.insert(args.end(), {"--tls-client-ca", certs_a_->ca(),
+                           "--auth-token-file", *tokens_});
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                       StartDaemon(args));
+  const std::string health = BuiltBinary("tools/batchd-health");
+  const CommandResult secured = RunCommand(
+      {health, "--endpoint", daemon->endpoint(), "--tls_ca", certs_a_->ca(),
+       "--tls_cert", certs_a_->client_cert(), "--tls_key",
+       certs_a_->client_key()});
+  EXPECT_EQ(secured.exit_code, 0) << secured.output;
+  EXPECT_THAT(secured.output,
+              HasSubstr(daemon->endpoint() + ": SERVING"));
+  // Plaintext against TLS: not serving, and the hint says what to give.
+  const CommandResult plain =
+      RunCommand({health, "--endpoint", daemon->endpoint()});
+  EXPECT_EQ(plain.exit_code, 1) << plain.output;
+  EXPECT_THAT(plain.output, HasSubstr("if the daemon serves TLS, give tls_ca"));
+  // Another CA: refused too.
+  const CommandResult foreign = RunCommand(
+      {health, "--endpoint", daemon->endpoint(), "--tls_ca", certs_b_->ca(),
+       "--timeout_ms", "3000"});
+  EXPECT_EQ(foreign.exit_code, 1) << foreign.output;
+  // A flag error is a usage error.
+  const CommandResult half = RunCommand(
+      {health, "--endpoint", daemon->endpoint(), "--tls_ca", certs_a_->ca(),
+       "--tls_cert", certs_a_->client_cert()});
+  EXPECT_EQ(half.exit_code, 1) << half.output;
+  EXPECT_THAT(half.output, HasSubstr("tls_key"));
+}
+
 TEST_F(SecurityTest, HelpDocumentsEverySecurityFlag) {
   const CommandResult daemon = RunCommand({BuiltBinary("server/batchd"), "--help"});
   for (const char* flag :
@@ -665,7 +697,8 @@ TEST_F(SecurityTest, HelpDocumentsEverySecurityFlag) {
         "--max_streams_per_job", "--max_job_buffer_share"}) {
     EXPECT_THAT(daemon.output, HasSubstr(flag)) << "batchd --help";
   }
-  for (const char* tool : {"client/batchd-client", "client/batchd-top"}) {
+  for (const char* tool :
+       {"client/batchd-client", "client/batchd-top", "tools/batchd-health"}) {
     const CommandResult help = RunCommand({BuiltBinary(tool), "--help"});
     for (const char* flag : {"--tls_ca", "--tls_cert", "--tls_key",
                              "--tls_server_name", "--token_file",

@@ -29,6 +29,7 @@
 #include "testing/daemon_process.h"
 #include "testing/e2e_fixture.h"
 #include "testing/e2e_helpers.h"
+#include "testing/shared_memory_peer.h"
 
 namespace batchd::testing {
 namespace {
@@ -173,77 +174,6 @@ TEST_F(SharedMemoryTest, ByteIdenticalToTheBytesPathForSeveralPlans) {
     EXPECT_EQ(unix_stats.copy, absl::ZeroDuration());
     EXPECT_EQ(unix_stats.received_bytes, bytes_stats.received_bytes);
   }
-}
-
-// A raw client of the protocol, to do what the Loader never does.
-class RawStream {
- public:
-  explicit RawStream(const std::string& endpoint)
-      : stub_(v1::DataService::NewStub(grpc::CreateChannel(
-            endpoint, grpc::InsecureChannelCredentials()))),
-        stream_(stub_->StreamBatches(&context_)) {}
-  ~RawStream() {
-    context_.TryCancel();
-    v1::StreamResponse ignored;
-    while (stream_->Read(&ignored)) {
-    }
-    stream_->Finish().IgnoreError();
-  }
-
-  // Opens `plan` offering shared memory; returns the daemon's answer.
-  v1::PlanOpened Open(const v1::Plan& plan) {
-    v1::StreamRequest open;
-    *open.mutable_open()->mutable_plan() = plan;
-    open.mutable_open()->set_window(4);
-    open.mutable_open()->set_offer_shared_memory(true);
-    EXPECT_TRUE(stream_->Write(open));
-    v1::StreamResponse response;
-    EXPECT_TRUE(stream_->Read(&response));
-    EXPECT_TRUE(response.has_opened());
-    return response.opened();
-  }
-
-  void Request(uint64_t epoch, const std::vector<uint64_t>& indices,
-               const std::vector<uint32_t>& slots) {
-    v1::StreamRequest request;
-    request.mutable_request()->set_epoch(epoch);
-    for (uint64_t i : indices) request.mutable_request()->add_batch_indices(i);
-    for (uint32_t s : slots) request.mutable_request()->add_slots(s);
-    EXPECT_TRUE(stream_->Write(request));
-  }
-
-  v1::StreamResponse Next() {
-    v1::StreamResponse response;
-    EXPECT_TRUE(stream_->Read(&response));
-    return response;
-  }
-
- private:
-  std::unique_ptr<v1::DataService::Stub> stub_;
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::StreamRequest,
-                                           v1::StreamResponse>>
-      stream_;
-};
-
-// Sends `fd` with `message` to the side channel of `invite`; returns the
-// daemon's answer line.
-std::string Handshake(const v1::SharedMemoryInvite& invite, int fd,
-                      const std::string& message) {
-  absl::StatusOr<common::UniqueFd> channel =
-      common::ConnectUnix(invite.socket(), absl::Seconds(5));
-  if (!channel.ok()) return std::string(channel.status().message());
-  if (absl::Status s = common::SendDescriptor(channel->get(), fd, message);
-      !s.ok()) {
-    return std::string(s.message());
-  }
-  char buffer[512];
-  std::string answer;
-  ssize_t got;
-  while ((got = recv(channel->get(), buffer, sizeof(buffer), 0)) > 0) {
-    answer.append(buffer, static_cast<size_t>(got));
-  }
-  return answer;
 }
 
 TEST_F(SharedMemoryTest, RefusesUnsealedAndWrongSizedMemoryAndUnknownTickets) {

@@ -4,10 +4,14 @@
 //
 //   batchd-health --endpoint localhost:7070 [--service batchd.v1.DataService]
 //                 [--timeout_ms 2000]
+//   batchd-health --endpoint batchd-0:7070 --tls_ca ca.pem
+//                 [--tls_cert client.pem --tls_key client.key]
+//                 [--tls_server_name batchd-0] [--token_file batchd.token]
 //
 // Prints the answer and exits 0 when it is SERVING, 1 otherwise (NOT_SERVING,
 // draining, unknown service, unreachable, timed out, or a usage error; Docker
-// reserves exit code 2). Plaintext only.
+// reserves exit code 2). TLS, mutual TLS and the token as batchd-client and
+// batchd-top take them (client/security_flags.h).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -16,6 +20,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "client/channel_security.h"
+#include "client/security_flags.h"
 #include "grpcpp/grpcpp.h"
 
 ABSL_FLAG(std::string, endpoint, "", "The daemon, host:port.");
@@ -31,7 +37,8 @@ constexpr char kUsage[] =
     "batchd-health: exits 0 when a batchd daemon's gRPC health service says "
     "SERVING, 1 otherwise.\n"
     "Usage: batchd-health --endpoint host:port [--service NAME] "
-    "[--timeout_ms 2000]";
+    "[--timeout_ms 2000] [--tls_ca ca.pem [--tls_cert c.pem --tls_key c.key] "
+    "[--tls_server_name NAME]] [--token_file FILE]";
 
 const char* StatusName(grpc::health::v1::HealthCheckResponse::ServingStatus s) {
   using grpc::health::v1::HealthCheckResponse;
@@ -51,6 +58,7 @@ const char* StatusName(grpc::health::v1::HealthCheckResponse::ServingStatus s) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
+  batchd::client::ShowToolFlagsInHelp("tools/health_check.cc");
   absl::ParseCommandLine(argc, argv);
   const std::string endpoint = absl::GetFlag(FLAGS_endpoint);
   const std::string service = absl::GetFlag(FLAGS_service);
@@ -65,8 +73,16 @@ int main(int argc, char** argv) {
   const std::string what =
       service.empty() ? endpoint : endpoint + " service '" + service + "'";
 
+  absl::StatusOr<batchd::client::ChannelSecurity> security =
+      batchd::client::ChannelSecurity::Load(
+          batchd::client::SecurityOptionsFromFlags());
+  if (!security.ok()) {
+    std::fprintf(stderr, "batchd-health: %s\n",
+                 std::string(security.status().message()).c_str());
+    return 1;
+  }
   auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+      batchd::client::NewBatchdChannel(endpoint, *security));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(timeout_ms));
@@ -81,7 +97,9 @@ int main(int argc, char** argv) {
     } else {
       std::printf("%s: no answer (gRPC code %d): %s\n", what.c_str(),
                   static_cast<int>(status.error_code()),
-                  status.error_message().c_str());
+                  batchd::client::WithConnectionHint(status.error_message(),
+                                                     *security)
+                      .c_str());
     }
     return 1;
   }

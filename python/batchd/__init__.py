@@ -36,6 +36,7 @@ import time
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import _native, errors  # noqa: E402
+from . import timeline as _timeline  # noqa: E402
 from ._native import LoaderArgs, NativeLoader  # noqa: E402,F401
 from .errors import BatchdError  # noqa: E402,F401
 from .state import STATE_VERSION as _STATE_VERSION, merge_states  # noqa: E402,F401
@@ -719,6 +720,30 @@ class Loader:
         snapshots' differences give an interval's figures.
         """
         return self._require_open().stats()
+
+    def timeline(self):
+        """Where the last steps' time went, for a picture of one run: the
+        last finished steps (at most 1,024, oldest first) as a dict of
+        equal-length lists: ``epoch``, ``batch`` (its index), ``start_s``
+        (when ``next()`` was asked for it, Unix seconds), ``wait_s`` (inside
+        ``next()``), ``copy_s`` (copies to the device), ``compute_s`` (the
+        rest of the step, up to asking for the next batch) and
+        ``ring_copy_s`` (the receive thread's copy into the ring, beside
+        earlier steps, not part of the step). A step ends when the next
+        batch is asked for, so ``wait_s + copy_s + compute_s`` of
+        consecutive steps add up to the time between their starts. The
+        step of the batch held now is not included; a ``load_state_dict``
+        that reopens the stream (a resume at another boundary) starts a new
+        timeline.
+        """
+        return self._require_open().timeline()
+
+    def plot_timeline(self, path, title=None):
+        """Draws :meth:`timeline` as a PNG at `path` (one bar per step:
+        wait red, copy orange, compute green) and returns `path`. Needs
+        matplotlib (Debian: ``python3-matplotlib``); raises ImportError
+        saying so without it."""
+        return _timeline.plot(self.timeline(), path, title=title)
 
     def diagnose(self):
         """What limits the input in the current epoch so far: a

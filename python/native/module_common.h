@@ -190,6 +190,33 @@ void BindLoaderCommon(py::class_<L>& cls) {
           "(durations in seconds, keys ending in _s), the last step's "
           "times, and shares of wall time and rates.")
       .def(
+          "timeline",
+          [](L& self) {
+            py::list epoch, batch, start, waited, copy, compute, ring_copy;
+            for (const client::TimelineStep& step : self.Timeline()) {
+              epoch.append(step.epoch);
+              batch.append(step.batch_index);
+              start.append(absl::ToDoubleSeconds(step.start -
+                                                 absl::UnixEpoch()));
+              waited.append(absl::ToDoubleSeconds(step.waited));
+              copy.append(absl::ToDoubleSeconds(step.copy));
+              compute.append(absl::ToDoubleSeconds(step.compute));
+              ring_copy.append(absl::ToDoubleSeconds(step.ring_copy));
+            }
+            py::dict out;
+            out["epoch"] = epoch;
+            out["batch"] = batch;
+            out["start_s"] = start;
+            out["wait_s"] = waited;
+            out["copy_s"] = copy;
+            out["compute_s"] = compute;
+            out["ring_copy_s"] = ring_copy;
+            return out;
+          },
+          "client::Loader::timeline(): the last finished steps, oldest "
+          "first, as a dict of equal-length lists (start_s in Unix "
+          "seconds; durations in seconds).")
+      .def(
           "diagnose",
           [](L& self) {
             absl::StatusOr<client::Diagnosis> diagnosis;

@@ -33,6 +33,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -42,6 +43,7 @@
 #include "batchd/v1/data.pb.h"
 #include "client/diagnosis.h"
 #include "client/loader.h"
+#include "client/step_timeline.h"
 
 namespace batchd::python {
 
@@ -136,6 +138,11 @@ class FetchingLoader {
     absl::MutexLock lock(&mu_);
     if (loader_ == nullptr) return client::Loader::Stats();
     return LoaderTraits<LoaderT>::Base(*loader_).stats();
+  }
+  std::vector<client::TimelineStep> Timeline() const {
+    absl::MutexLock lock(&mu_);
+    if (loader_ == nullptr) return {};
+    return LoaderTraits<LoaderT>::Base(*loader_).timeline();
   }
   // LoaderT::Diagnose(): the current epoch so far, with the daemon's status
   // (fetched now, up to 2 s). FAILED_PRECONDITION once closed. Blocks; call

@@ -60,13 +60,13 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeWithSumAndCount) {
 
 TEST(MetricsTest, LabelValuesAndHelpAreEscaped) {
   MetricsRegistry registry;
-  registry.AddCounter("x_total", "a \\ b\nc", {"job"})
+  registry.AddCounter("x_total", "a \\ b\nc", {"batchd_job"})
       .With({"q\"uote\\back\nline"})
       .Increment();
   EXPECT_EQ(registry.Render(),
             "# HELP x_total a \\\\ b\\nc\n"
             "# TYPE x_total counter\n"
-            "x_total{job=\"q\\\"uote\\\\back\\nline\"} 1\n");
+            "x_total{batchd_job=\"q\\\"uote\\\\back\\nline\"} 1\n");
 }
 
 TEST(MetricsTest, ValuesUseTheShortestExactForm) {
@@ -89,10 +89,12 @@ TEST(MetricsTest, CollectorsRunAtRenderTime) {
   registry.AddCollector([&calls](MetricWriter& writer) {
     ++calls;
     writer.Begin("batchd_job_streams", "Streams.", MetricWriter::Type::kGauge);
-    writer.Sample({{"job", "a"}}, calls);
+    writer.Sample({{"batchd_job", "a"}}, calls);
   });
-  EXPECT_THAT(registry.Render(), HasSubstr("batchd_job_streams{job=\"a\"} 1\n"));
-  EXPECT_THAT(registry.Render(), HasSubstr("batchd_job_streams{job=\"a\"} 2\n"));
+  EXPECT_THAT(registry.Render(),
+              HasSubstr("batchd_job_streams{batchd_job=\"a\"} 1\n"));
+  EXPECT_THAT(registry.Render(),
+              HasSubstr("batchd_job_streams{batchd_job=\"a\"} 2\n"));
 }
 
 TEST(MetricsTest, ConcurrentUpdatesAreAllCounted) {

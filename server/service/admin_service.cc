@@ -48,9 +48,12 @@ void AdminServiceImpl::SampleLoop() {
     }
     Utilisation u{pipeline_->workers().busy_time(),
                   pipeline_->workers().alive_time()};
-    absl::MutexLock lock(&mu_);
-    samples_.push_back(u);
-    if (samples_.size() > kSamples) samples_.pop_front();
+    {
+      absl::MutexLock lock(&mu_);
+      samples_.push_back(u);
+      if (samples_.size() > kSamples) samples_.pop_front();
+    }
+    timeline_.Add(Status(), absl::Now());
   } while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1)));
 }
 

@@ -2,7 +2,8 @@
 // run-time worker count.
 //
 // Owns a sampling thread (one sample a second) so that the busy fraction is
-// a recent figure that does not depend on how often anyone asks.
+// a recent figure that does not depend on how often anyone asks; each
+// sample's status also goes into the timeline the live page draws.
 //
 // Thread-safe. Must outlive the grpc::Server it is registered with.
 #ifndef BATCHD_SERVER_SERVICE_ADMIN_SERVICE_H_
@@ -17,6 +18,7 @@
 #include "batchd/v1/admin.grpc.pb.h"
 #include "server/control/autoscaler.h"
 #include "server/control/job_stats.h"
+#include "server/control/timeline.h"
 #include "server/control/trainer_reports.h"
 #include "server/pipeline.h"
 #include "server/service/data_service.h"
@@ -40,6 +42,8 @@ class AdminServiceImpl final
 
   // The status as GetStatus returns it.
   batchd::v1::ServerStatus Status();
+  // The last 15 minutes of Status(), one point a second.
+  const Timeline& timeline() const { return timeline_; }
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
@@ -67,6 +71,7 @@ class AdminServiceImpl final
 
   absl::Mutex mu_;
   std::deque<Utilisation> samples_ ABSL_GUARDED_BY(mu_);
+  Timeline timeline_;
   absl::Notification stop_;
   std::thread sampler_;
 };

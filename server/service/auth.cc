@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -125,6 +126,23 @@ absl::StatusOr<Caller> Authorizer::Authenticate(
     return Unauthenticated("the authorization metadata is not a bearer token");
   }
   return tokens->Find(authorization.substr(kBearer.size()));
+}
+
+absl::StatusOr<Caller> Authorizer::AuthenticateHttp(
+    absl::string_view authorization) const {
+  constexpr absl::string_view kBasic = "Basic ";
+  if (!absl::StartsWith(authorization, kBasic)) {
+    return Authenticate(authorization);
+  }
+  std::string decoded;
+  if (!absl::Base64Unescape(authorization.substr(kBasic.size()), &decoded)) {
+    return Unauthenticated("the Basic credentials are not base64");
+  }
+  const size_t colon = decoded.find(':');
+  if (colon == std::string::npos) {
+    return Unauthenticated("the Basic credentials have no password");
+  }
+  return Authenticate(absl::StrCat(kBearer, decoded.substr(colon + 1)));
 }
 
 absl::StatusOr<Caller> Authorizer::Authenticate(

@@ -82,6 +82,12 @@ class Authorizer {
   // token is required.
   absl::StatusOr<Caller> Authenticate(absl::string_view authorization) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for an HTTP request's `Authorization` header (the metrics
+  // port under --metrics-auth), which may also be "Basic <base64 of
+  // user:token>" so that a browser can ask for the token as a password; the
+  // user name is ignored.
+  absl::StatusOr<Caller> AuthenticateHttp(absl::string_view authorization)
+      const ABSL_LOCKS_EXCLUDED(mu_);
   // The same for a gRPC call's metadata.
   absl::StatusOr<Caller> Authenticate(
       const grpc::ServerContextBase& context) const ABSL_LOCKS_EXCLUDED(mu_);

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -83,6 +84,28 @@ TEST(AuthorizerTest, MissingMalformedAndWrongTokensAreUnauthenticated) {
       (*authorizer)->Authenticate(absl::StrCat("Bearer ", kJobA));
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->job, "job-a");
+}
+
+TEST(AuthorizerTest, HttpAcceptsBearerAndBasicWithTheTokenAsPassword) {
+  auto authorizer = Authorizer::Create(
+      WriteFile("tokens3", absl::StrCat(kAdmin, "\n", kJobA, " job-a\n")));
+  ASSERT_TRUE(authorizer.ok()) << authorizer.status();
+  EXPECT_TRUE((*authorizer)->AuthenticateHttp(absl::StrCat("Bearer ", kAdmin))
+                  .ok());
+  absl::StatusOr<Caller> basic = (*authorizer)->AuthenticateHttp(
+      absl::StrCat("Basic ", absl::Base64Escape(absl::StrCat("me:", kJobA))));
+  ASSERT_TRUE(basic.ok()) << basic.status();
+  EXPECT_EQ(basic->job, "job-a");
+  for (const std::string& header :
+       {std::string(), absl::StrCat("Basic ", kAdmin),
+        absl::StrCat("Basic ", absl::Base64Escape(kAdmin)),
+        absl::StrCat("Basic ", absl::Base64Escape(absl::StrCat("me:", kAdmin,
+                                                               "x")))}) {
+    absl::StatusOr<Caller> caller = (*authorizer)->AuthenticateHttp(header);
+    ASSERT_FALSE(caller.ok()) << header;
+    EXPECT_EQ(caller.status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(caller.status().message(), Not(HasSubstr("token-0123")));
+  }
 }
 
 TEST(AuthorizerTest, ReloadReplacesTokensAndKeepsThemOnError) {

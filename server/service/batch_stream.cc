@@ -16,6 +16,17 @@ namespace batchd::server {
 using batchd::v1::StreamRequest;
 using batchd::v1::StreamResponse;
 
+namespace {
+
+// A shared-memory slot for batches of up to `max_batch_bytes`: every slot
+// starts on a page, so the decoder's and the copy engine's accesses stay
+// aligned.
+uint64_t SharedSlotBytes(uint64_t max_batch_bytes) {
+  return (max_batch_bytes + 4095) / 4096 * 4096;
+}
+
+}  // namespace
+
 grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                       std::string(status.message()));
@@ -225,10 +236,17 @@ bool BatchStream::HandleOpen(const batchd::v1::OpenPlan& open) {
     plan_ = *plan;
   }
   context_.stats->StreamOpened(p.job);
+  // A stream that may attach a ring reserves its slots as the ring has
+  // them, page-aligned: the ring's pages that the workers write are the
+  // daemon's memory as much as the bytes path's buffers are.
+  const uint64_t reserve_bytes =
+      open.offer_shared_memory() && context_.shared_memory != nullptr
+          ? SharedSlotBytes(max_batch_bytes)
+          : max_batch_bytes;
   BufferBudget& budget = *context_.budget;
-  const uint32_t window = budget.ReserveUpTo(p.job, wanted, max_batch_bytes);
+  const uint32_t window = budget.ReserveUpTo(p.job, wanted, reserve_bytes);
   if (window == 0) {
-    return FailStream(ToGrpc(budget.Refusal(p.job, max_batch_bytes)));
+    return FailStream(ToGrpc(budget.Refusal(p.job, reserve_bytes)));
   }
   StreamResponse response;
   batchd::v1::PlanOpened* opened = response.mutable_opened();
@@ -250,17 +268,19 @@ bool BatchStream::HandleOpen(const batchd::v1::OpenPlan& open) {
   opened->set_layout(p.layout);
   *opened->mutable_daemon() = context_.daemon_info;
   if (open.offer_shared_memory()) {
-    InviteSharedMemory(max_batch_bytes, opened->mutable_shared_memory());
+    InviteSharedMemory(max_batch_bytes, window,
+                       opened->mutable_shared_memory());
   }
   report_id_ = context_.reports->Open(p.job, p.shard.batch_size, absl::Now());
 
   absl::MutexLock lock(&mu_);
-  ledger_.Open(window, batches, uint64_t{window} * max_batch_bytes);
+  ledger_.Open(window, batches, uint64_t{window} * reserve_bytes);
   QueueMessageLocked(std::move(response));
   return true;
 }
 
 void BatchStream::InviteSharedMemory(uint64_t max_batch_bytes,
+                                     uint32_t window,
                                      batchd::v1::SharedMemoryInvite* invite) {
   SharedMemoryBroker* broker = context_.shared_memory;
   if (broker == nullptr) {
@@ -274,12 +294,10 @@ void BatchStream::InviteSharedMemory(uint64_t max_batch_bytes,
         "host"));
     return;
   }
-  // Every slot starts on a page: the decoder's and the copy engine's
-  // accesses stay aligned.
-  const uint64_t slot_bytes = (max_batch_bytes + 4095) / 4096 * 4096;
+  const uint64_t slot_bytes = SharedSlotBytes(max_batch_bytes);
   auto ref = std::make_shared<Ref>(this);
   ticket_ = broker->Invite(
-      slot_bytes,
+      slot_bytes, /*max_slots=*/window,
       [ref, slot_bytes](std::shared_ptr<common::SharedRegion> region,
                         uint32_t slots) {
         return ref->stream->AttachSharedMemory(std::move(region), slots,
@@ -306,9 +324,9 @@ absl::Status BatchStream::AttachSharedMemory(
   }
   region_ = std::move(region);
   slot_bytes_ = slot_bytes;
-  // The batches go into the client's memory, which the daemon's budget
-  // does not count.
-  ReleaseBudgetLocked();
+  // The stream keeps its reservation of the buffer budget: the ring has at
+  // most `window` slots, and every page of it the workers write is mapped
+  // into the daemon (RELIABILITY.md, "Resource model").
   return absl::OkStatus();
 }
 

@@ -191,7 +191,8 @@ class BatchStream final
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Answers an offer of shared memory: a ticket for the broker, or why not.
-  void InviteSharedMemory(uint64_t max_batch_bytes,
+  // The ring may have at most `window` slots.
+  void InviteSharedMemory(uint64_t max_batch_bytes, uint32_t window,
                           batchd::v1::SharedMemoryInvite* invite);
   // Runs on the broker's thread once the client's region is mapped.
   absl::Status AttachSharedMemory(std::shared_ptr<common::SharedRegion> region,

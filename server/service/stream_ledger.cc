@@ -19,6 +19,12 @@ absl::Status StreamLedger::AttachSharedMemory(uint32_t slots) {
         "the stream already asked for batches as bytes; attach shared "
         "memory before the first BatchRequest");
   }
+  if (slots == 0 || slots > window_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ring of ", slots, " slots, but this stream's granted window "
+        "(PlanOpened.window) is ", window_, "; create a ring of 1..", window_,
+        " slots"));
+  }
   shared_memory_ = true;
   slot_granted_.assign(slots, false);
   return absl::OkStatus();

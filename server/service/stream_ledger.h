@@ -69,8 +69,8 @@ class StreamLedger {
 
   // The client's shared-memory ring of `slots` slots is attached: every
   // later batch names a free slot. FAILED_PRECONDITION once a BatchRequest
-  // was counted. The caller gives the budget back (TakeReservedBytes): the
-  // batches go into the client's memory, which the budget does not count.
+  // was counted; INVALID_ARGUMENT for more slots than the window. The
+  // reservation stays: the ring's pages are mapped into the daemon.
   absl::Status AttachSharedMemory(uint32_t slots);
   bool shared_memory() const { return shared_memory_; }
 

@@ -206,10 +206,20 @@ TEST(StreamLedgerTest, SharedMemoryAttachesOnlyBeforeTheFirstRequest) {
                        HasSubstr("no shared memory is attached")));
 }
 
+TEST(StreamLedgerTest, ARingOfMoreSlotsThanTheWindowIsRefused) {
+  StreamLedger ledger = OpenLedger(/*window=*/1);
+  EXPECT_THAT(ledger.AttachSharedMemory(/*slots=*/64),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a ring of 64 slots, but this stream's "
+                                 "granted window (PlanOpened.window) is 1")));
+  EXPECT_FALSE(ledger.shared_memory());
+  EXPECT_OK(ledger.AttachSharedMemory(/*slots=*/1));
+}
+
 TEST(StreamLedgerTest, SlotGrantsFollowTheirBatches) {
   StreamLedger ledger = OpenLedger(/*window=*/3);
   ASSERT_OK(ledger.AttachSharedMemory(/*slots=*/2));
-  // The client's memory holds the batches: the budget is given back.
+  // The ring's pages are the daemon's too: the reservation stays whole.
   EXPECT_EQ(ledger.TakeReservedBytes(), 3 * kBatchBytes);
   ledger.CountRequest();
 

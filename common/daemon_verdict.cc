@@ -1,0 +1,88 @@
+#include "common/daemon_verdict.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace batchd::common {
+namespace {
+
+std::string Workers(const batchd::v1::ServerStatus& status) {
+  return absl::StrFormat("workers %s busy (%d worker%s)",
+                         FormatPercent(status.busy_fraction()),
+                         status.workers(), status.workers() == 1 ? "" : "s");
+}
+
+}  // namespace
+
+std::string FormatPercent(double fraction) {
+  const double percent = 100.0 * fraction;
+  return percent < 10 ? absl::StrFormat("%.1f %%", percent)
+                      : absl::StrFormat("%.0f %%", percent);
+}
+
+std::string InputBoundAdvice(const batchd::v1::ServerStatus& status) {
+  const batchd::v1::AutoscaleStatus& autoscale = status.autoscale();
+  if (!autoscale.enabled()) return "add workers or a daemon";
+  const double ratio = status.capacity_demand_ratio();
+  if (status.workers() >= autoscale.max_workers() || ratio > 1) {
+    std::string advice = absl::StrFormat(
+        "add a daemon: this one runs up to %d workers (--max-workers)",
+        autoscale.max_workers());
+    if (ratio > 1) {
+      absl::StrAppendFormat(&advice,
+                            " and its trainers ask %.1fx what those decode",
+                            ratio);
+    }
+    return advice;
+  }
+  return absl::StrFormat("--workers auto is adding workers (up to %d)",
+                         autoscale.max_workers());
+}
+
+DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status) {
+  DaemonVerdict v;
+  if (status.draining()) {
+    v.kind = "draining";
+    v.line = "draining: refusing new streams, finishing requested batches";
+    return v;
+  }
+  uint32_t streams = 0;
+  const batchd::v1::JobStatus* waiting = nullptr;  // the most-waiting job
+  for (const batchd::v1::JobStatus& job : status.jobs()) {
+    streams += job.streams();
+    if (job.trainer().reporting_streams() == 0) continue;
+    if (waiting == nullptr ||
+        job.trainer().wait_ratio() > waiting->trainer().wait_ratio()) {
+      waiting = &job;
+    }
+  }
+  if (waiting == nullptr) {
+    v.kind = streams == 0 ? "idle" : "unknown";
+    v.line = streams == 0
+                 ? absl::StrCat("idle: no streams; ", Workers(status))
+                 : absl::StrCat("unknown: ", streams,
+                                " streams, none with trainer reports; ",
+                                Workers(status));
+    return v;
+  }
+  const double wait = waiting->trainer().wait_ratio();
+  const std::string job_waits = absl::StrCat(
+      "job \"", waiting->job(), "\" waits ", FormatPercent(wait), "; ");
+  if (wait < kInputBoundWaitFraction) {
+    v.kind = "compute-bound";
+    v.line = absl::StrCat("compute-bound: ", job_waits, Workers(status));
+  } else if (status.busy_fraction() >= kSaturatedBusyFraction) {
+    v.kind = "input-bound";
+    v.line = absl::StrCat("input-bound: ", job_waits, Workers(status),
+                          " → ", InputBoundAdvice(status));
+  } else {
+    v.kind = "network-bound";
+    v.line = absl::StrCat("network-bound: ", job_waits, Workers(status),
+                          " → the batches reach the trainers too slowly "
+                          "(network or trainer host; its diagnosis says "
+                          "which)");
+  }
+  return v;
+}
+
+}  // namespace batchd::common

@@ -1,0 +1,60 @@
+// The daemon's own verdict: what limits the jobs it serves, in one plain
+// line, from its admin status (batchd.v1.ServerStatus) alone: the trainers'
+// reported wait, the workers' busy fraction and the capacity/demand ratio.
+// `batchd top` prints it under each daemon and the live page on the
+// metrics port shows it on top, so both say the same from the same status.
+// The trainer-side diagnosis (client/diagnosis.h) uses the same thresholds
+// and advice, and can also tell network- from client-bound.
+//
+//   DaemonVerdict v = JudgeDaemon(status);
+//   // v.line: "input-bound: job \"resnet\" waits 43 %; workers 97 % busy
+//   //          (2 workers) → add workers or a daemon"
+//
+// Pure functions; thread-safe.
+#ifndef BATCHD_COMMON_DAEMON_VERDICT_H_
+#define BATCHD_COMMON_DAEMON_VERDICT_H_
+
+#include <string>
+
+#include "batchd/v1/admin.pb.h"
+
+namespace batchd::common {
+
+// The trainers waited for input for less than this share of their time:
+// the input pipeline keeps up.
+inline constexpr double kInputBoundWaitFraction = 0.10;
+// The daemon's workers were busy at least this share of their time: they
+// are the limit.
+inline constexpr double kSaturatedBusyFraction = 0.75;
+
+struct DaemonVerdict {
+  // "idle", "unknown", "compute-bound", "input-bound", "network-bound",
+  // "draining".
+  std::string kind;
+  // The line, starting with `kind` and a colon.
+  std::string line;
+};
+
+// The rules, in order:
+//   draining                                   → draining
+//   no stream open                             → idle
+//   no job's trainers report (old clients)     → unknown
+//   the most-waiting job waits < kInputBoundWaitFraction → compute-bound
+//   workers busy >= kSaturatedBusyFraction     → input-bound, with
+//                                                InputBoundAdvice
+//   otherwise (spare workers, trainers wait)   → network-bound: the bytes
+//     arrive too slowly (network, or the trainer's client; its own
+//     diagnosis says which)
+DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status);
+
+// What to do about saturated workers: under --workers auto the daemon adds
+// them itself until its --max-workers; past that, or when the trainers ask
+// more than that many could decode, only another daemon helps.
+std::string InputBoundAdvice(const batchd::v1::ServerStatus& status);
+
+// "0.4 %", "43 %": one decimal below 10 %.
+std::string FormatPercent(double fraction);
+
+}  // namespace batchd::common
+
+#endif  // BATCHD_COMMON_DAEMON_VERDICT_H_

@@ -1,0 +1,77 @@
+#include "common/daemon_verdict.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace batchd::common {
+namespace {
+
+using ::testing::HasSubstr;
+
+batchd::v1::ServerStatus Status(double busy, uint32_t workers) {
+  batchd::v1::ServerStatus status;
+  status.set_busy_fraction(busy);
+  status.set_workers(workers);
+  return status;
+}
+
+void AddJob(batchd::v1::ServerStatus* status, const std::string& name,
+            uint32_t streams, uint32_t reporting, double wait) {
+  batchd::v1::JobStatus* job = status->add_jobs();
+  job->set_job(name);
+  job->set_streams(streams);
+  job->mutable_trainer()->set_reporting_streams(reporting);
+  job->mutable_trainer()->set_wait_ratio(wait);
+}
+
+TEST(DaemonVerdictTest, IdleWithoutStreamsUnknownWithoutReports) {
+  batchd::v1::ServerStatus status = Status(0.0, 2);
+  EXPECT_EQ(JudgeDaemon(status).line,
+            "idle: no streams; workers 0.0 % busy (2 workers)");
+  AddJob(&status, "a", 3, 0, 0);
+  const DaemonVerdict v = JudgeDaemon(status);
+  EXPECT_EQ(v.kind, "unknown");
+  EXPECT_EQ(v.line,
+            "unknown: 3 streams, none with trainer reports; workers 0.0 % "
+            "busy (2 workers)");
+}
+
+TEST(DaemonVerdictTest, TheMostWaitingJobDecides) {
+  batchd::v1::ServerStatus status = Status(0.97, 1);
+  AddJob(&status, "fast", 1, 1, 0.02);
+  EXPECT_EQ(JudgeDaemon(status).line,
+            "compute-bound: job \"fast\" waits 2.0 %; workers 97 % busy (1 "
+            "worker)");
+  AddJob(&status, "slow", 1, 1, 0.43);
+  const DaemonVerdict v = JudgeDaemon(status);
+  EXPECT_EQ(v.kind, "input-bound");
+  EXPECT_EQ(v.line,
+            "input-bound: job \"slow\" waits 43 %; workers 97 % busy (1 "
+            "worker) → add workers or a daemon");
+}
+
+TEST(DaemonVerdictTest, SpareWorkersAndWaitingTrainersAreNetworkBound) {
+  batchd::v1::ServerStatus status = Status(0.30, 4);
+  AddJob(&status, "a", 1, 1, 0.5);
+  const DaemonVerdict v = JudgeDaemon(status);
+  EXPECT_EQ(v.kind, "network-bound");
+  EXPECT_THAT(v.line, HasSubstr("job \"a\" waits 50 %; workers 30 % busy"));
+}
+
+TEST(DaemonVerdictTest, AutoscaleAdviceAndDraining) {
+  batchd::v1::ServerStatus status = Status(0.9, 2);
+  AddJob(&status, "a", 1, 1, 0.5);
+  status.mutable_autoscale()->set_enabled(true);
+  status.mutable_autoscale()->set_max_workers(4);
+  EXPECT_THAT(JudgeDaemon(status).line,
+              HasSubstr("→ --workers auto is adding workers (up to 4)"));
+  status.set_capacity_demand_ratio(1.5);
+  EXPECT_THAT(JudgeDaemon(status).line,
+              HasSubstr("→ add a daemon: this one runs up to 4 workers "
+                        "(--max-workers) and its trainers ask 1.5x"));
+  status.set_draining(true);
+  EXPECT_EQ(JudgeDaemon(status).kind, "draining");
+}
+
+}  // namespace
+}  // namespace batchd::common
