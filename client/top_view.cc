@@ -117,6 +117,10 @@ std::vector<std::string> RenderTop(const std::vector<DaemonSample>& samples,
             " ago: ", a.last_change()));
       }
     }
+    if (const std::string sharing = common::SharingSummary(s);
+        !sharing.empty()) {
+      lines.push_back(absl::StrCat("  ", sharing));
+    }
     if (s.daemon().security().insecure()) {
       lines.push_back(
           "  WARNING: --insecure: plaintext off the loopback; anyone on the "

@@ -6,6 +6,7 @@
 namespace batchd::client {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -138,6 +139,20 @@ TEST(TopViewTest, FormatsUptime) {
   EXPECT_EQ(FormatUptime(307), "5m07s");
   EXPECT_EQ(FormatUptime(3725), "1h02m");
   EXPECT_EQ(FormatUptime(266400), "3d02h");
+}
+
+TEST(TopViewTest, ShowsHowBatchesWereShared) {
+  batchd::v1::ServerStatus status = Status(1000, 1.0, 10);
+  batchd::v1::SharedBatchStatus* shared = status.mutable_shared_batches();
+  shared->set_enabled(true);
+  batchd::v1::PlanSharing* plan = shared->add_plans();
+  plan->set_built(10);
+  plan->set_retained(30);
+  std::vector<DaemonSample> samples = {{"batchd-a:7070", status, absl::Now()}};
+  const std::vector<std::string> lines = RenderTop(samples, nullptr, 200, 24);
+  EXPECT_THAT(lines, Contains(StartsWith(
+                         "  sharing: 40 requests of 1 plan from 10 builds "
+                         "(4.00 each)")));
 }
 
 }  // namespace

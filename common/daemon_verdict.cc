@@ -12,15 +12,8 @@ std::string Workers(const batchd::v1::ServerStatus& status) {
                          status.workers(), status.workers() == 1 ? "" : "s");
 }
 
-}  // namespace
-
-std::string FormatPercent(double fraction) {
-  const double percent = 100.0 * fraction;
-  return percent < 10 ? absl::StrFormat("%.1f %%", percent)
-                      : absl::StrFormat("%.0f %%", percent);
-}
-
-std::string InputBoundAdvice(const batchd::v1::ServerStatus& status) {
+// What to do about a saturated daemon, from its autoscaling.
+std::string AutoscaleAdvice(const batchd::v1::ServerStatus& status) {
   const batchd::v1::AutoscaleStatus& autoscale = status.autoscale();
   if (!autoscale.enabled()) return "add workers or a daemon";
   const double ratio = status.capacity_demand_ratio();
@@ -37,6 +30,47 @@ std::string InputBoundAdvice(const batchd::v1::ServerStatus& status) {
   }
   return absl::StrFormat("--workers auto is adding workers (up to %d)",
                          autoscale.max_workers());
+}
+
+}  // namespace
+
+std::string FormatPercent(double fraction) {
+  const double percent = 100.0 * fraction;
+  return percent < 10 ? absl::StrFormat("%.1f %%", percent)
+                      : absl::StrFormat("%.0f %%", percent);
+}
+
+std::string InputBoundAdvice(const batchd::v1::ServerStatus& status) {
+  // Several plans of one dataset decode it several times: a sweep whose
+  // jobs differ only in what does not change the bytes would share.
+  const std::string plans =
+      status.shared_batches().plans_size() >= 2
+          ? absl::StrFormat(
+                "; %d plans build their own batches here (jobs with the "
+                "same dataset, pipeline and seed share them)",
+                status.shared_batches().plans_size())
+          : std::string();
+  return AutoscaleAdvice(status) + plans;
+}
+
+
+std::string SharingSummary(const batchd::v1::ServerStatus& status) {
+  const batchd::v1::SharedBatchStatus& shared = status.shared_batches();
+  uint64_t built = 0, attached = 0, retained = 0;
+  for (const batchd::v1::PlanSharing& plan : shared.plans()) {
+    built += plan.built();
+    attached += plan.attached();
+    retained += plan.retained();
+  }
+  const uint64_t requests = built + attached + retained;
+  if (!shared.enabled() || requests == 0) return "";
+  return absl::StrFormat(
+      "sharing: %d requests of %d plan%s from %d builds (%.2f each), %d "
+      "attached, %d retained; retained %.1f/%.1f MB, %d evicted",
+      requests, shared.plans_size(), shared.plans_size() == 1 ? "" : "s",
+      built, built > 0 ? static_cast<double>(requests) / built : 0.0,
+      attached, retained, shared.retained_bytes() / 1e6,
+      shared.retention_limit_bytes() / 1e6, shared.evictions());
 }
 
 DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status) {

@@ -52,6 +52,12 @@ DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status);
 // more than that many could decode, only another daemon helps.
 std::string InputBoundAdvice(const batchd::v1::ServerStatus& status);
 
+// How the daemon's batch requests were served by shared builds, e.g.
+// "sharing: 78 requests of 1 plan from 24 builds (3.25 each), 15 attached,
+// 39 retained; retained 0.4/512.0 MB, 0 evicted"; "" when nothing was
+// requested or sharing is off.
+std::string SharingSummary(const batchd::v1::ServerStatus& status);
+
 // "0.4 %", "43 %": one decimal below 10 %.
 std::string FormatPercent(double fraction);
 

@@ -7,6 +7,7 @@ namespace batchd::common {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 batchd::v1::ServerStatus Status(double busy, uint32_t workers) {
   batchd::v1::ServerStatus status;
@@ -71,6 +72,28 @@ TEST(DaemonVerdictTest, AutoscaleAdviceAndDraining) {
                         "(--max-workers) and its trainers ask 1.5x"));
   status.set_draining(true);
   EXPECT_EQ(JudgeDaemon(status).kind, "draining");
+}
+
+TEST(DaemonVerdictTest, SharingSummaryAndAdviceForSeveralPlans) {
+  batchd::v1::ServerStatus status = Status(0.97, 2);
+  EXPECT_EQ(SharingSummary(status), "");
+  batchd::v1::SharedBatchStatus* shared = status.mutable_shared_batches();
+  shared->set_enabled(true);
+  shared->set_retained_bytes(400'000);
+  shared->set_retention_limit_bytes(512'000'000);
+  batchd::v1::PlanSharing* plan = shared->add_plans();
+  plan->set_plan("0123456789abcdef");
+  plan->set_built(24);
+  plan->set_attached(15);
+  plan->set_retained(39);
+  EXPECT_EQ(SharingSummary(status),
+            "sharing: 78 requests of 1 plan from 24 builds (3.25 each), 15 "
+            "attached, 39 retained; retained 0.4/512.0 MB, 0 evicted");
+  EXPECT_THAT(InputBoundAdvice(status), Not(HasSubstr("plans build")));
+  shared->add_plans()->set_built(5);
+  EXPECT_THAT(InputBoundAdvice(status),
+              HasSubstr("; 2 plans build their own batches here (jobs with "
+                        "the same dataset, pipeline and seed share them)"));
 }
 
 }  // namespace

@@ -1,0 +1,127 @@
+#include "server/plan/resolved_plan.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace batchd::server {
+namespace {
+
+DatasetMap Datasets() {
+  std::vector<Sample> samples(10);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    samples[i].path = "/nowhere/" + std::to_string(i) + ".jpg";
+  }
+  auto a = std::make_shared<const Dataset>("a", samples,
+                                           std::vector<std::string>{"x"});
+  samples.pop_back();
+  auto b = std::make_shared<const Dataset>("b", samples,
+                                           std::vector<std::string>{"x"});
+  return {{"a", a}, {"b", b}};
+}
+
+batchd::v1::Plan BasePlan() {
+  batchd::v1::Plan plan;
+  plan.set_dataset("a");
+  plan.set_batch_size(4);
+  plan.set_seed(1);
+  plan.set_shuffle(true);
+  plan.set_job("base");
+  plan.mutable_pipeline()->mutable_train()->set_size(32);
+  return plan;
+}
+
+std::string Fingerprint(const batchd::v1::Plan& plan) {
+  absl::StatusOr<std::shared_ptr<const ResolvedPlan>> resolved =
+      ResolvePlan(plan, Datasets(), PlanLimits{});
+  EXPECT_TRUE(resolved.ok()) << resolved.status();
+  return resolved.ok() ? (*resolved)->fingerprint : "";
+}
+
+// Two plans share batches exactly when their fingerprints are equal: one
+// case per field that changes the bytes.
+TEST(PlanFingerprintTest, EveryByteChangingFieldChangesIt) {
+  const std::string base = Fingerprint(BasePlan());
+  const std::vector<std::pair<std::string,
+                              std::function<void(batchd::v1::Plan&)>>>
+      changes = {
+          {"dataset", [](auto& p) { p.set_dataset("b"); }},
+          {"batch_size", [](auto& p) { p.set_batch_size(5); }},
+          {"seed", [](auto& p) { p.set_seed(2); }},
+          {"shuffle", [](auto& p) { p.set_shuffle(false); }},
+          {"drop_last", [](auto& p) { p.set_drop_last(true); }},
+          {"rank", [](auto& p) {
+             p.set_world_size(2);
+             p.set_rank(1);
+           }},
+          {"world_size", [](auto& p) { p.set_world_size(2); }},
+          {"train.size",
+           [](auto& p) { p.mutable_pipeline()->mutable_train()->set_size(33); }},
+          {"train.scale_min",
+           [](auto& p) {
+             p.mutable_pipeline()->mutable_train()->set_scale_min(0.5f);
+           }},
+          {"train.scale_max",
+           [](auto& p) {
+             p.mutable_pipeline()->mutable_train()->set_scale_max(0.9f);
+           }},
+          {"train.ratio_min",
+           [](auto& p) {
+             p.mutable_pipeline()->mutable_train()->set_ratio_min(0.5f);
+           }},
+          {"train.ratio_max",
+           [](auto& p) {
+             p.mutable_pipeline()->mutable_train()->set_ratio_max(1.5f);
+           }},
+          {"train.flip_probability",
+           [](auto& p) {
+             p.mutable_pipeline()->mutable_train()->set_flip_probability(0.25f);
+           }},
+          {"eval instead of train",
+           [](auto& p) { p.mutable_pipeline()->mutable_eval()->set_size(32); }},
+          {"layout",
+           [](auto& p) {
+             p.mutable_pipeline()->set_layout(batchd::v1::LAYOUT_NCHW);
+           }},
+      };
+  for (const auto& [field, change] : changes) {
+    batchd::v1::Plan plan = BasePlan();
+    change(plan);
+    EXPECT_NE(Fingerprint(plan), base) << field;
+  }
+}
+
+TEST(PlanFingerprintTest, EvalFieldsChangeIt) {
+  batchd::v1::Plan eval = BasePlan();
+  eval.mutable_pipeline()->mutable_eval()->set_size(32);
+  const std::string base = Fingerprint(eval);
+  batchd::v1::Plan shorter = eval;
+  shorter.mutable_pipeline()->mutable_eval()->set_resize_shorter(40);
+  EXPECT_NE(Fingerprint(shorter), base);
+  batchd::v1::Plan size = eval;
+  size.mutable_pipeline()->mutable_eval()->set_size(30);
+  EXPECT_NE(Fingerprint(size), base);
+}
+
+// What does not change the bytes does not split the sharing.
+TEST(PlanFingerprintTest, JobAndResumeAndSpelledDefaultsDoNotChangeIt) {
+  const std::string base = Fingerprint(BasePlan());
+  batchd::v1::Plan job = BasePlan();
+  job.set_job("another-job");
+  EXPECT_EQ(Fingerprint(job), base);
+  batchd::v1::Plan resumed = BasePlan();
+  resumed.mutable_resume()->set_epoch(3);
+  resumed.mutable_resume()->set_position(4);
+  EXPECT_EQ(Fingerprint(resumed), base);
+  batchd::v1::Plan spelled = BasePlan();
+  spelled.mutable_pipeline()->mutable_train()->set_flip_probability(0.5f);
+  EXPECT_EQ(Fingerprint(spelled), base);
+  EXPECT_EQ(FingerprintLabel(base).size(), 16u);
+  EXPECT_EQ(FingerprintLabel(base), FingerprintLabel(Fingerprint(job)));
+}
+
+}  // namespace
+}  // namespace batchd::server
