@@ -9,7 +9,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   python3-torchvision python3-pil python3-prometheus-client util-linux openssl \
   clang libclang-rt-14-dev
 
-.PHONY: all setup build test test-asan test-tsan fuzz soak demo deploy-test clean
+.PHONY: all setup build test test-asan test-tsan fuzz soak chaos demo deploy-test clean
 
 all: build
 
@@ -97,6 +97,16 @@ test-tsan: setup $(TSAN_BUILD_DIR)/build.ninja
 DURATION ?= 180
 soak: build
 	$(BUILD_DIR)/tests/soak/batchd-soak --duration_s=$(DURATION)
+
+# Three daemons in their own network namespaces, joined by veth pairs to
+# the clients' namespace, under partitions, bandwidth caps (tc tbf),
+# latency, resets and stalls (a userspace proxy) and kill -9 / SIGSTOP
+# every 20 s, every batch checked by the soak's oracle (tests/chaos/).
+# 10 minutes unless DURATION is given; needs root and iproute2 (prints
+# "chaos: SKIPPED: ..." and succeeds otherwise).
+CHAOS_DURATION ?= 600
+chaos: build
+	$(BUILD_DIR)/tests/chaos/batchd-chaos --duration_s=$(if $(filter command line environment,$(origin DURATION)),$(DURATION),$(CHAOS_DURATION))
 
 demo: build
 	./scripts/demo.sh $(BUILD_DIR)
