@@ -3,9 +3,10 @@
 // "dns:///" name up again every `resolve_interval`), owns one DaemonStream
 // per daemon and the RequestScheduler that spreads requests over them, and
 // runs a supervisor thread that reconnects lost daemons with backoff, marks
-// silent ones down, drops streams frozen mid-batch, hedges slow batches, sends TrainerReports and grows the
-// ring under auto_prefetch. It is every stream's StreamSink: headers and
-// chunks go into the SlotRing's slots (daemon_set_sink.cc).
+// silent ones down, drops streams frozen mid-batch, hedges slow batches,
+// sends TrainerReports and grows the ring under auto_prefetch. It is every
+// stream's StreamSink: headers and chunks go into the SlotRing's slots
+// (daemon_set_sink.cc).
 //
 // The consumer side (client/loader.cc) asks it for the window's batches
 // (StartEpoch, TakeNext, Release) and reads the trainer's step times back

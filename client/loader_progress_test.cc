@@ -124,7 +124,8 @@ TEST(LoaderProgressTest, BatchFrozenMidSendComesFromTheOtherDaemon) {
     ExpectFakeBatch(*batch, 0, index, freezer.service());
   }
   EXPECT_THAT((*loader)->Next(),
-              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("end of epoch")));
+              StatusIs(absl::StatusCode::kOutOfRange,
+                       HasSubstr("end of epoch")));
   std::printf("longest wait for a batch with a daemon frozen mid-batch: "
               "%.2f s (deadline %.1f s)\n",
               absl::ToDoubleSeconds(longest), absl::ToDoubleSeconds(kDeadline));
@@ -137,7 +138,8 @@ TEST(LoaderProgressTest, BatchFrozenMidSendComesFromTheOtherDaemon) {
   // The frozen batch came from the healthy daemon, well before the freeze
   // ended: within the deadline plus a margin for the re-request.
   EXPECT_LT(longest, kDeadline + absl::Milliseconds(1500));
-  EXPECT_THAT(RequestsOf(healthy.service(), 0), ::testing::Contains(frozen.second));
+  EXPECT_THAT(RequestsOf(healthy.service(), 0),
+              ::testing::Contains(frozen.second));
   const LoaderStats stats = (*loader)->stats();
   ASSERT_EQ(stats.daemons.size(), 2u);
   EXPECT_GE(stats.daemons[0].lost, 1u);

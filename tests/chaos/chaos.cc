@@ -329,8 +329,8 @@ class NsDaemon {
     address.sin_family = AF_INET;
     address.sin_port = htons(kDaemonPort);
     inet_pton(AF_INET, DaemonIp(index_).c_str(), &address.sin_addr);
-    const bool ok =
-        connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&address),
+                            sizeof(address)) == 0;
     close(fd);
     return ok;
   }
@@ -505,7 +505,8 @@ int Inner() {
   absl::StatusOr<std::unique_ptr<DaemonProcess>> reference =
       DaemonProcess::Start(daemon_args);
   if (!reference.ok()) {
-    std::printf("chaos: reference: %s\n", reference.status().ToString().c_str());
+    std::printf("chaos: reference: %s\n",
+                reference.status().ToString().c_str());
     return 1;
   }
   absl::StatusOr<OracleResult> result =

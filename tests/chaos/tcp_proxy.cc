@@ -23,7 +23,9 @@ namespace {
 constexpr size_t kBufferBytes = 64 << 10;
 constexpr int kPollMs = 20;
 
-void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void SetNonBlocking(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
 // Closes `fd` with an RST instead of a FIN.
 void CloseWithReset(int fd) {
@@ -94,7 +96,9 @@ absl::StatusOr<std::unique_ptr<TcpProxy>> TcpProxy::Start(
   proxy->target_port_ = target_port;
   proxy->max_connections_ = max_connections;
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  }
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
