@@ -142,9 +142,8 @@ absl::Status DaemonSet::Start() {
 absl::Status DaemonSet::AwaitFirstOpened() {
   // Until the first `opened`, a daemon's verdict, a sticky error or the
   // deadline. A refused or lost connection is no verdict: the daemon may
-  // be starting, so it is tried again after the reconnect backoff until
-  // `connect_timeout` (the supervisor does that later; it does not run
-  // yet).
+  // be starting, so it is tried again until `connect_timeout` (the
+  // supervisor does that later; it does not run yet).
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options_.connect_timeout;
   // When each daemon was last tried. Before the first `opened` it is tried
@@ -173,7 +172,8 @@ absl::Status DaemonSet::AwaitFirstOpened() {
     // Also wakes when a daemon goes down, to schedule its retry.
     size_t down = 0;
     for (const Daemon& d : daemons_) down += d.state == DaemonState::kDown;
-    auto changed = [this, &decided, down]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto changed = [this, &decided,
+                    down]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       size_t now_down = 0;
       for (const Daemon& d : daemons_) {
         now_down += d.state == DaemonState::kDown;
