@@ -15,7 +15,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
 # test) from server/web/package-lock.json; Debian's npm is asked for only
 # when no npm is installed (a nodejs from elsewhere may bring its own).
 
-.PHONY: all setup build test test-asan test-tsan fuzz soak demo deploy-test clean
+.PHONY: all setup build test test-asan test-tsan fuzz soak chaos demo deploy-test clean
 
 all: build
 
@@ -77,6 +77,7 @@ fuzz: setup $(ASAN_BUILD_DIR)/build.ninja
 # their synchronisation is made visible or set aside.
 TSAN_BUILD_DIR ?= build-tsan
 TSAN_TESTS := worker_pool_test batch_buffer_pool_test loader_test \
+  loader_progress_test \
   loader_errors_test shared_batches_test \
   request_scheduler_test shared_ring_test device_loader_test \
   stream_errors_e2e_test determinism_e2e_test lifecycle_e2e_test
@@ -102,6 +103,16 @@ test-tsan: setup $(TSAN_BUILD_DIR)/build.ninja
 DURATION ?= 180
 soak: build
 	$(BUILD_DIR)/tests/soak/batchd-soak --duration_s=$(DURATION)
+
+# Three daemons in their own network namespaces, joined by veth pairs to
+# the clients' namespace, under partitions, bandwidth caps (tc tbf),
+# latency, resets and stalls (a userspace proxy) and kill -9 / SIGSTOP
+# every 20 s, every batch checked by the soak's oracle (tests/chaos/).
+# 10 minutes unless DURATION is given; needs root and iproute2 (prints
+# "chaos: SKIPPED: ..." and succeeds otherwise).
+CHAOS_DURATION ?= 600
+chaos: build
+	$(BUILD_DIR)/tests/chaos/batchd-chaos --duration_s=$(if $(filter command line environment,$(origin DURATION)),$(DURATION),$(CHAOS_DURATION))
 
 demo: build
 	./scripts/demo.sh $(BUILD_DIR)

@@ -136,8 +136,10 @@ std::string WithConnectionHint(absl::string_view message,
 }
 
 std::shared_ptr<grpc::Channel> NewBatchdChannel(
-    const std::string& endpoint, const ChannelSecurity& security) {
+    const std::string& endpoint, const ChannelSecurity& security,
+    bool fresh_connection) {
   grpc::ChannelArguments args;
+  if (fresh_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   // Keepalive: a ping every 10 s, with 5 s to answer, notices a daemon host
   // that vanished without closing its sockets (a crash closes them, and the

@@ -75,9 +75,13 @@ inline constexpr int kMaxReceiveMessageBytes = 8 << 20;
 // A gRPC channel to one batchd daemon at `endpoint` ("host:port" or
 // "unix:/path"), secured as `security` says, with the receive limit above
 // and the keepalive and reconnect settings of client/channel_security.cc
-// (each value's reason is there). Connects lazily.
+// (each value's reason is there). Connects lazily. `fresh_connection`:
+// its connection is its own, not shared with other channels to the same
+// address (gRPC's subchannel pool), so it carries no earlier failure's
+// reconnect backoff.
 std::shared_ptr<grpc::Channel> NewBatchdChannel(
-    const std::string& endpoint, const ChannelSecurity& security = {});
+    const std::string& endpoint, const ChannelSecurity& security = {},
+    bool fresh_connection = false);
 
 }  // namespace batchd::client
 

@@ -46,6 +46,10 @@ ABSL_FLAG(std::string, endpoint, "localhost:7070",
 ABSL_FLAG(double, hedge_factor, 3.0,
           "with several daemons, ask a second daemon for a batch outstanding "
           "longer than this multiple of the recent median; 0 turns it off");
+ABSL_FLAG(double, batch_progress_timeout, 5.0,
+          "with several daemons, a batch that receives nothing for this many "
+          "seconds once it started arriving is asked of another daemon (its "
+          "frozen stream is dropped); 0 turns it off");
 ABSL_FLAG(std::string, dataset, "", "dataset name (see --list)");
 ABSL_FLAG(uint32_t, batch_size, 64, "samples per batch");
 ABSL_FLAG(uint32_t, epochs, 1, "epochs to stream");
@@ -255,6 +259,8 @@ int Run() {
   options.prefetch = absl::GetFlag(FLAGS_prefetch);
   options.shared_memory = absl::GetFlag(FLAGS_shm);
   options.hedge_factor = absl::GetFlag(FLAGS_hedge_factor);
+  options.batch_progress_timeout =
+      absl::Seconds(std::max(0.0, absl::GetFlag(FLAGS_batch_progress_timeout)));
   options.next_epoch_prefetch = absl::GetFlag(FLAGS_next_epoch_prefetch);
   if (absl::GetFlag(FLAGS_epochs) > 0) {  // nothing read ahead past the run
     options.last_epoch =

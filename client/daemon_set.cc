@@ -24,10 +24,20 @@ namespace {
 constexpr absl::Duration kCloseGrace = absl::Seconds(2);
 // The supervisor's period: stall, hedge, reconnect and deadline checks.
 constexpr absl::Duration kSupervisorTick = absl::Milliseconds(20);
+// Before the first daemon opens the plan (Start), a refused daemon is tried
+// again at least this often: it may be starting.
+constexpr absl::Duration kStartRetryInterval = absl::Milliseconds(250);
 // auto_prefetch looks at the steps this often, and needs this many in the
 // interval to judge.
 constexpr absl::Duration kPrefetchLookInterval = absl::Seconds(1);
 constexpr uint64_t kPrefetchLookMinSteps = 4;
+
+RequestScheduler::Options SchedulerOptions(const LoaderOptions& options) {
+  RequestScheduler::Options scheduler;
+  scheduler.hedge_factor = options.hedge_factor;
+  scheduler.progress_timeout = options.batch_progress_timeout;
+  return scheduler;
+}
 
 SlotRing::Options RingOptions(const LoaderOptions& options) {
   SlotRing::Options ring;
@@ -58,8 +68,7 @@ DaemonSet::DaemonSet(LoaderOptions options, const TrainerClock* clock)
                                                      : nullptr),
       allocator_(options_.allocator != nullptr ? options_.allocator
                                                : owned_allocator_.get()),
-      scheduler_(RequestScheduler::Options{
-          /*hedge_factor=*/options_.hedge_factor}),
+      scheduler_(SchedulerOptions(options_)),
       ring_(allocator_, RingOptions(options_)),
       jitter_(static_cast<uint32_t>(absl::ToUnixNanos(created_))) {}
 
@@ -131,15 +140,79 @@ absl::Status DaemonSet::Start() {
 }
 
 absl::Status DaemonSet::AwaitFirstOpened() {
-  // The first `opened`, or every daemon failed, or the deadline.
-  auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Until the first `opened`, a daemon's verdict, a sticky error or the
+  // deadline. A refused or lost connection is no verdict: the daemon may
+  // be starting, so it is tried again until `connect_timeout` (the
+  // supervisor does that later; it does not run yet).
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options_.connect_timeout;
+  // When each daemon was last tried. Before the first `opened` it is tried
+  // at least every kStartRetryInterval, whatever its backoff: a daemon
+  // that comes up a little after the trainer is found at once.
+  std::vector<absl::Time> tried(daemons_.size(), start);
+  auto decided = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (opened_received_ || !error_.ok()) return true;
     for (const Daemon& d : daemons_) {
-      if (d.state == DaemonState::kConnecting) return false;
+      if (d.state == DaemonState::kFailed) return true;
     }
-    return true;
+    return false;
   };
-  mu_.AwaitWithTimeout(absl::Condition(&answered), options_.connect_timeout);
+  std::vector<std::shared_ptr<DaemonStream>> finished;
+  for (;;) {
+    auto retry_at = [&tried, this](size_t i)
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return std::min(daemons_[i].retry_at, tried[i] + kStartRetryInterval);
+    };
+    absl::Time wake = deadline;
+    for (size_t i = 0; i < daemons_.size(); ++i) {
+      if (daemons_[i].state == DaemonState::kDown && daemons_[i].in_dns) {
+        wake = std::min(wake, retry_at(i));
+      }
+    }
+    // Also wakes when a daemon goes down, to schedule its retry.
+    size_t down = 0;
+    for (const Daemon& d : daemons_) down += d.state == DaemonState::kDown;
+    auto changed = [this, &decided,
+                    down]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      size_t now_down = 0;
+      for (const Daemon& d : daemons_) {
+        now_down += d.state == DaemonState::kDown;
+      }
+      return decided() || now_down > down;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&changed), wake);
+    if (decided()) break;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    for (size_t i = 0; i < daemons_.size(); ++i) {
+      Daemon& d = daemons_[i];
+      if (d.state != DaemonState::kDown || !d.in_dns || now < retry_at(i)) {
+        continue;
+      }
+      // The ended stream's reader thread is joined outside mu_.
+      if (d.stream != nullptr) finished.push_back(std::move(d.stream));
+      // A channel that failed to connect waits out gRPC's own backoff
+      // (seconds) before it tries again, and fails calls at once
+      // meanwhile: a fresh connection is tried now.
+      d.channel = NewBatchdChannel(d.endpoint, security_,
+                                   /*fresh_connection=*/true);
+      ConnectLocked(static_cast<int>(i));
+      tried[i] = now;
+    }
+    if (!finished.empty()) {
+      mu_.Unlock();
+      finished.clear();
+      mu_.Lock();
+    }
+  }
+  if (opened_received_) {
+    // Failed attempts before a daemon was up do not count against it.
+    for (size_t i = 0; i < daemons_.size(); ++i) {
+      if (daemons_[i].state == DaemonState::kUp) {
+        MarkRecoveredLocked(static_cast<int>(i));
+      }
+    }
+  }
   if (opened_received_) return absl::OkStatus();
   if (!error_.ok()) return error_;
   // A daemon's verdict on the plan says most; then a lost connection.
@@ -184,6 +257,7 @@ void DaemonSet::ConnectLocked(int id) {
   d.state = DaemonState::kConnecting;
   d.opened = false;
   d.stalled = false;
+  d.stall_error = absl::OkStatus();
   d.receipt = Receipt{};
   d.last_message = absl::Now();
   d.stream =
@@ -440,6 +514,20 @@ void DaemonSet::SupervisorLoop() {
           d.stalled = true;
           d.stream->Cancel();
         }
+        // A batch frozen mid-send: nothing else comes on its stream until
+        // it ends, so the stream goes and its batches go to the others.
+        if (d.state == DaemonState::kUp && d.stream != nullptr &&
+            !d.stalled && d.receipt.active && ProgressOverdueLocked(id, now)) {
+          d.stalled = true;
+          d.stall_error = absl::UnavailableError(absl::StrCat(
+              "batchd at ", d.endpoint, " sent nothing of batch ",
+              d.receipt.key.second, " of epoch ", d.receipt.key.first,
+              " for ", absl::FormatDuration(options_.batch_progress_timeout),
+              " (", d.receipt.received, " of ", d.receipt.total,
+              " bytes received); asked the other daemons"));
+          ++progress_cancels_;
+          d.stream->Cancel();
+        }
         // Gone from DNS and nothing owed: close its stream.
         if (!d.in_dns && d.state == DaemonState::kUp && d.stream != nullptr &&
             scheduler_.outstanding(id) == 0) {
@@ -478,6 +566,19 @@ void DaemonSet::SupervisorLoop() {
     if (grow > 0) GrowRing(grow);
     if (resolve) Resolve();
   }
+}
+
+bool DaemonSet::ProgressOverdueLocked(int daemon, absl::Time now) const {
+  const absl::Duration timeout = options_.batch_progress_timeout;
+  if (timeout <= absl::ZeroDuration()) return false;
+  // Only where another daemon can take the batch: a single daemon is left
+  // to the stall timeout.
+  const int others =
+      scheduler_.accepting_daemons() - (scheduler_.Accepting(daemon) ? 1 : 0);
+  if (others < 1) return false;
+  const Daemon& d = daemons_[daemon];
+  // Time the reader thread spent pacing itself is not the daemon's.
+  return now - std::max(d.last_message, d.link_free) > timeout;
 }
 
 void DaemonSet::Resolve() {
@@ -683,6 +784,7 @@ void DaemonSet::AddStats(LoaderStats& stats) const {
   stats.transport_note = transport_note_;
   stats.rerequested = scheduler_.rerequested();
   stats.hedged = scheduler_.hedged();
+  stats.progress_cancels = progress_cancels_;
   for (size_t i = 0; i < daemons_.size(); ++i) {
     const Daemon& d = daemons_[i];
     const int id = static_cast<int>(i);

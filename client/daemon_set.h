@@ -3,9 +3,10 @@
 // "dns:///" name up again every `resolve_interval`), owns one DaemonStream
 // per daemon and the RequestScheduler that spreads requests over them, and
 // runs a supervisor thread that reconnects lost daemons with backoff, marks
-// silent ones down, hedges slow batches, sends TrainerReports and grows the
-// ring under auto_prefetch. It is every stream's StreamSink: headers and
-// chunks go into the SlotRing's slots (daemon_set_sink.cc).
+// silent ones down, drops streams frozen mid-batch, hedges slow batches,
+// sends TrainerReports and grows the ring under auto_prefetch. It is every
+// stream's StreamSink: headers and chunks go into the SlotRing's slots
+// (daemon_set_sink.cc).
 //
 // The consumer side (client/loader.cc) asks it for the window's batches
 // (StartEpoch, TakeNext, Release) and reads the trainer's step times back
@@ -174,6 +175,9 @@ class DaemonSet : public StreamSink {
     absl::Time retry_at = absl::InfinitePast();
     absl::Time last_message;  // for the stall check
     bool stalled = false;     // we cancelled it for silence
+    // Why, when it was a batch's progress deadline (the stall timeout's
+    // message otherwise).
+    absl::Status stall_error;
     bool in_dns = true;       // false: drain, then remove
     bool opened = false;      // this stream has answered the plan
     Receipt receipt;
@@ -221,6 +225,10 @@ class DaemonSet : public StreamSink {
   // Starts the unavailable clock at `now` unless it runs or some daemon
   // takes requests.
   void StartUnavailableClockLocked(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `daemon`'s batch in progress has received nothing for
+  // batch_progress_timeout while another daemon could take it.
+  bool ProgressOverdueLocked(int daemon, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the sticky error once no daemon can serve any more.
   void CheckAllFailedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -292,6 +300,7 @@ class DaemonSet : public StreamSink {
   uint64_t reports_sent_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reports_rejected_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t prefetch_grows_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t progress_cancels_ ABSL_GUARDED_BY(mu_) = 0;
   std::string transport_ ABSL_GUARDED_BY(mu_);
   std::string transport_note_ ABSL_GUARDED_BY(mu_);
   // The last reason logged for streaming bytes instead of shared memory.

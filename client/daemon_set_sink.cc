@@ -78,7 +78,9 @@ absl::Status DaemonSet::OnResponse(int daemon, StreamResponse& response) {
     ring = AttachRing(response.opened(), &why_bytes);
   }
   absl::MutexLock lock(&mu_);
-  daemons_[daemon].last_message = absl::Now();
+  const absl::Time now = absl::Now();
+  daemons_[daemon].last_message = now;
+  scheduler_.OnProgress(daemon, now);
   switch (response.kind_case()) {
     case StreamResponse::kOpened:
       return HandleOpened(daemon, response.opened(), std::move(ring),
@@ -277,6 +279,7 @@ absl::StatusOr<uint8_t*> DaemonSet::ChunkDestination(
   absl::MutexLock lock(&mu_);
   Daemon& d = daemons_[daemon];
   d.last_message = absl::Now();
+  scheduler_.OnProgress(daemon, d.last_message);
   Receipt& receipt = d.receipt;
   if (!receipt.active || receipt.key != key) {
     return ProtocolError(daemon, absl::StrCat(
@@ -404,7 +407,7 @@ void DaemonSet::OnStreamEnd(int daemon, const grpc::Status& status,
   StreamEndVerdict verdict =
       JudgeStreamEnd(d.endpoint, status, protocol_error, d.stalled, owed,
                      d.in_dns, options_.stall_timeout, security_);
-  d.last_error = std::move(verdict.error);
+  d.last_error = d.stall_error.ok() ? std::move(verdict.error) : d.stall_error;
   switch (verdict.next) {
     case StreamEndVerdict::Next::kRemove:
       d.state = DaemonState::kRemoved;

@@ -89,6 +89,18 @@ struct LoaderOptions {
   // marked down and its batches are asked of the others. Longer than any
   // healthy batch takes (a 4096-image batch on one worker: ~5 s here).
   absl::Duration stall_timeout = absl::Seconds(20);
+  // The per-batch progress deadline. A batch whose bytes have started to
+  // arrive (its header came) and that then receives nothing for this long
+  // means its daemon froze mid-batch, and everything behind it on that
+  // stream waits too (a stream carries one batch at a time): the stream is
+  // cancelled, its batches are asked of the other daemons at once (the
+  // frozen daemon's late bytes have no stream left to land on), and it is
+  // reconnected after the backoff. A batch asked for but not started,
+  // whose daemon has sent nothing for this long, is also asked of a second
+  // daemon (a hedge: the first header wins). Only with another daemon up to
+  // ask; a single daemon is left to `stall_timeout`. Longer than a 4 MiB
+  // chunk takes on the slowest link expected (5 s: ~0.8 MB/s); 0 disables.
+  absl::Duration batch_progress_timeout = absl::Seconds(5);
   // When no daemon has been up for this long, Next() fails with UNAVAILABLE
   // naming each daemon and its last error. Long enough for a daemon's
   // restart; short enough that a trainer does not hang silently.

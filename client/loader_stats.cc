@@ -25,6 +25,7 @@ LoaderStats LoaderStats::Since(const LoaderStats& earlier) const {
   d.wall -= earlier.wall;
   d.rerequested -= earlier.rerequested;
   d.hedged -= earlier.hedged;
+  d.progress_cancels -= earlier.progress_cancels;
   d.reports_sent -= earlier.reports_sent;
   d.reports_rejected -= earlier.reports_rejected;
   d.prefetch_grows -= earlier.prefetch_grows;

@@ -74,6 +74,9 @@ struct LoaderStats {
   // hedge requests sent (totals, differenced by Since()).
   uint64_t rerequested = 0;
   uint64_t hedged = 0;
+  // Streams dropped because a batch on them received nothing for
+  // LoaderOptions::batch_progress_timeout (total, differenced by Since()).
+  uint64_t progress_cancels = 0;
   // TrainerReports sent to the daemons, and those a daemon refused
   // (totals, differenced by Since()).
   uint64_t reports_sent = 0;

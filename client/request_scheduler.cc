@@ -191,10 +191,12 @@ std::vector<RequestScheduler::Request> RequestScheduler::Schedule(
     if (daemon < 0) break;  // no spare window anywhere
     send(key, entry, daemon);
   }
-  // Hedges.
+  // Hedges: slow against the recent median, or no progress at all.
   const absl::Duration median = median_latency();
-  if (options_.hedge_factor > 0 && accepting_daemons() >= 2 &&
-      latencies_.size() >= options_.min_latency_samples) {
+  const bool by_latency = options_.hedge_factor > 0 &&
+                          latencies_.size() >= options_.min_latency_samples;
+  const bool by_progress = options_.progress_timeout > absl::ZeroDuration();
+  if ((by_latency || by_progress) && accepting_daemons() >= 2) {
     const absl::Duration after =
         std::max(options_.min_hedge_delay, median * options_.hedge_factor);
     for (auto& [key, entry] : entries_) {
@@ -204,7 +206,8 @@ std::vector<RequestScheduler::Request> RequestScheduler::Schedule(
       }
       absl::Time first = entry.copies.front().sent;
       for (const Copy& c : entry.copies) first = std::min(first, c.sent);
-      if (now - first < after) continue;
+      const bool slow = by_latency && now - first >= after;
+      if (!slow && !(by_progress && NoProgress(entry, now))) continue;
       const int daemon = PickDaemon(entry);
       if (daemon < 0) continue;
       entry.hedged = true;
@@ -218,6 +221,20 @@ std::vector<RequestScheduler::Request> RequestScheduler::Schedule(
     requests.push_back(Request{where.first, where.second, std::move(indices)});
   }
   return requests;
+}
+
+bool RequestScheduler::NoProgress(const Entry& entry, absl::Time now) const {
+  for (const Copy& c : entry.copies) {
+    const absl::Time since =
+        std::max(c.sent, daemons_[c.daemon].last_progress);
+    if (now - since < options_.progress_timeout) return false;
+  }
+  return true;
+}
+
+void RequestScheduler::OnProgress(int daemon, absl::Time now) {
+  Daemon& d = daemons_[daemon];
+  d.last_progress = std::max(d.last_progress, now);
 }
 
 RequestScheduler::Claim RequestScheduler::OnHeader(int daemon,

@@ -15,7 +15,9 @@
 // - A daemon that goes down loses its requests; the wanted ones that no
 //   other daemon can still answer are sent again elsewhere ("re-requested").
 // - Hedging: a wanted batch with no header after `hedge_factor` x the recent
-//   median latency is asked of a second daemon, once.
+//   median latency is asked of a second daemon, once; so is one whose
+//   daemons have all made no progress (OnProgress) for `progress_timeout`
+//   since it was asked for.
 //
 // Thread-compatible: the Loader calls it under its own mutex.
 #ifndef BATCHD_CLIENT_REQUEST_SCHEDULER_H_
@@ -45,6 +47,11 @@ class RequestScheduler {
     // `min_latency_samples` have been seen.
     size_t latency_window = 64;
     size_t min_latency_samples = 8;
+    // Hedge a batch with no header whose every copy's daemon has sent
+    // nothing for this long since the copy was asked for (a frozen daemon,
+    // or one stuck behind a frozen batch); no latency samples needed. Zero
+    // disables. Only with two or more daemons up.
+    absl::Duration progress_timeout = absl::ZeroDuration();
   };
 
   // One BatchRequest to send: `indices` of `epoch` to daemon `daemon`.
@@ -105,6 +112,8 @@ class RequestScheduler {
   // daemon and epoch, indices ascending.
   std::vector<Request> Schedule(absl::Time now);
 
+  // `daemon` sent something (any message) at `now`: its queue moves.
+  void OnProgress(int daemon, absl::Time now);
   // `daemon` sent the header of `key`.
   Claim OnHeader(int daemon, const Key& key);
   // `daemon`'s copy of `key` is complete (last chunk). If it was the
@@ -151,6 +160,7 @@ class RequestScheduler {
     bool draining = false;
     uint32_t window = 0;
     uint32_t outstanding = 0;
+    absl::Time last_progress = absl::InfinitePast();
     DaemonCounters counters;
   };
 
@@ -164,6 +174,9 @@ class RequestScheduler {
   // wanted nor held anywhere.
   void DropCopy(int daemon, const Key& key);
   void EraseIfIdle(std::map<Key, Entry>::iterator it);
+  // Whether no daemon holding a copy of `entry` has made progress for
+  // `progress_timeout` since that copy was asked for.
+  bool NoProgress(const Entry& entry, absl::Time now) const;
   // The accepting daemon with spare window and the least expected wait,
   // excluding daemons that already hold a copy of `entry`; -1 if none.
   int PickDaemon(const Entry& entry) const;

@@ -197,6 +197,58 @@ TEST(RequestSchedulerTest, NoHedgingWithOneDaemonOrWhenOff) {
   EXPECT_EQ(off.hedged(), 0u);
 }
 
+TEST(RequestSchedulerTest, HedgesABatchWhoseDaemonMakesNoProgress) {
+  RequestScheduler::Options options;
+  options.hedge_factor = 0;  // no latency hedging: only the deadline
+  options.progress_timeout = absl::Seconds(1);
+  RequestScheduler s(options);
+  const int a = s.AddDaemon(), b = s.AddDaemon();
+  s.DaemonUp(a, 4);
+  s.DaemonUp(b, 4);
+  s.Want({0, 0});
+  s.Want({0, 1});
+  auto sent = ByDaemon(s.Schedule(At(0)));
+  ASSERT_EQ(sent[a].size(), 1u);
+  ASSERT_EQ(sent[b].size(), 1u);
+  const uint64_t on_a = sent[a][0];
+  // b keeps sending (another client's batch, a chunk): its copy waits.
+  // a sent something at 500 ms: its clock starts again there.
+  s.OnProgress(a, At(500));
+  s.OnProgress(b, At(1400));
+  EXPECT_THAT(s.Schedule(At(1499)), IsEmpty());
+  auto hedge = ByDaemon(s.Schedule(At(1501)));
+  EXPECT_THAT(hedge[b], ElementsAre(on_a));
+  EXPECT_EQ(hedge.count(a), 0u);
+  EXPECT_EQ(s.hedged(), 1u);
+  // Once only (both daemons busy again, so b's own batch is not due);
+  // the first header wins.
+  s.OnProgress(a, At(4900));
+  s.OnProgress(b, At(4900));
+  EXPECT_THAT(s.Schedule(At(5000)), IsEmpty());
+  EXPECT_EQ(s.OnHeader(b, {0, on_a}), Claim::kAccept);
+}
+
+TEST(RequestSchedulerTest, NoProgressHedgeWithOneDaemonOrWhenOff) {
+  RequestScheduler::Options options;
+  options.hedge_factor = 0;
+  options.progress_timeout = absl::Seconds(1);
+  RequestScheduler one(options);
+  const int a = one.AddDaemon();
+  one.DaemonUp(a, 4);
+  one.Want({0, 0});
+  ASSERT_EQ(one.Schedule(At(0)).size(), 1u);
+  EXPECT_THAT(one.Schedule(At(100000)), IsEmpty());
+
+  options.progress_timeout = absl::ZeroDuration();
+  RequestScheduler off(options);
+  const int x = off.AddDaemon(), y = off.AddDaemon();
+  off.DaemonUp(x, 4);
+  off.DaemonUp(y, 4);
+  off.Want({0, 0});
+  ASSERT_EQ(off.Schedule(At(0)).size(), 1u);
+  EXPECT_THAT(off.Schedule(At(100000)), IsEmpty());
+}
+
 TEST(RequestSchedulerTest, DaemonThatRecoversGetsWorkAgain) {
   RequestScheduler s({});
   const int a = s.AddDaemon();

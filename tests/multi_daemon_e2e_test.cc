@@ -278,11 +278,13 @@ TEST_F(MultiDaemonTest, HedgingRoutesAroundAStalledDaemon) {
     StartDaemons(2, &daemons);
     LoaderOptions options = Options(Endpoints(daemons));
     options.hedge_factor = hedging ? 3.0 : 0.0;
+    // Without hedging, no progress deadline either (it hedges too).
+    if (!hedging) options.batch_progress_timeout = absl::ZeroDuration();
     // The stop must land while the stopped daemon owes only requests, not
     // halfway through sending a batch: read ahead, it could be sending
     // epoch 1's first batches then, and a batch whose header has arrived
-    // is not hedged (its bytes go straight into the slot; stall_timeout
-    // catches a daemon frozen mid-batch).
+    // is not hedged (its bytes go straight into the slot;
+    // batch_progress_timeout catches a daemon frozen mid-batch).
     options.next_epoch_prefetch = false;
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
                              Loader::Create(std::move(options)));

@@ -12,10 +12,11 @@
 // requests; the dataset holds corrupt files. Daemon 0 is never killed, so
 // its resources can be followed for the whole run.
 //
-// The oracle: a batch is a pure function of (plan, epoch, index), so every
-// delivered batch's hash is compared with the same batch from a clean
-// reference daemon that saw no faults. An epoch read to its end must hold
-// every batch index exactly once.
+// The oracle (tests/soak/oracle.h, shared with tests/chaos/chaos.cc): a
+// batch is a pure function of (plan, epoch, index), so every delivered
+// batch's hash is compared with the same batch from a clean reference
+// daemon that saw no faults. An epoch read to its end must hold every batch
+// index exactly once.
 //
 // Prints batches verified, wrong, lost and duplicated (all but the first
 // must be 0), the longest trainer wait, and daemon 0's RSS, descriptors and
@@ -34,13 +35,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <random>
-#include <set>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -56,6 +54,7 @@
 #include "grpcpp/client_context.h"
 #include "testing/daemon_process.h"
 #include "testing/e2e_helpers.h"
+#include "tests/soak/oracle.h"
 
 ABSL_FLAG(int, duration_s, 180, "how long the load and the faults run");
 ABSL_FLAG(int, daemons, 3, "daemons serving the clients (daemon 0 is never killed)");
@@ -84,136 +83,10 @@ constexpr int kMaxThreadGrowth = 8;
 
 constexpr char kDataset[] = "soak";
 
-// One batch delivered: which plan, epoch and index, and its pixel hash.
-using BatchKey = std::tuple<int, uint64_t, uint64_t>;
-
-struct Totals {
-  absl::Mutex mu;
-  std::vector<v1::Plan> plans ABSL_GUARDED_BY(mu);
-  std::map<BatchKey, uint64_t> hashes ABSL_GUARDED_BY(mu);
-  uint64_t delivered ABSL_GUARDED_BY(mu) = 0;
-  uint64_t duplicated ABSL_GUARDED_BY(mu) = 0;
-  uint64_t lost ABSL_GUARDED_BY(mu) = 0;
-  uint64_t epochs_completed ABSL_GUARDED_BY(mu) = 0;
-  uint64_t epochs_abandoned ABSL_GUARDED_BY(mu) = 0;
-  std::vector<std::string> errors ABSL_GUARDED_BY(mu);
-  absl::Duration longest_wait ABSL_GUARDED_BY(mu);
-  std::map<std::string, int> faults ABSL_GUARDED_BY(mu);
-};
-
-v1::Plan RandomPlan(std::mt19937_64& rng, int client) {
-  auto pick = [&rng](int lo, int hi) {
-    return std::uniform_int_distribution<int>(lo, hi)(rng);
-  };
-  const uint32_t size = 8 * pick(2, 5);
-  v1::Plan plan = pick(0, 3) == 0 ? EvalPlan(kDataset, pick(3, 12), size, rng())
-                                  : TrainPlan(kDataset, pick(3, 12), size, rng());
-  plan.set_world_size(pick(1, 3));
-  plan.set_rank(pick(0, static_cast<int>(plan.world_size()) - 1));
-  plan.set_shuffle(pick(0, 1) == 1);
-  plan.set_drop_last(pick(0, 1) == 1);
-  plan.mutable_pipeline()->set_layout(pick(0, 1) ? v1::LAYOUT_NCHW
-                                                 : v1::LAYOUT_NHWC);
-  plan.set_job(absl::StrCat("soak-client-", client));
-  return plan;
-}
-
 std::string Endpoints(const std::vector<int>& ports) {
   std::vector<std::string> list;
   for (int port : ports) list.push_back(absl::StrCat("127.0.0.1:", port));
   return absl::StrJoin(list, ",");
-}
-
-// One client: random plans, epochs read to the end (or abandoned), every
-// delivered batch recorded.
-void ClientLoop(int id, const std::string& endpoints, absl::Time until,
-                Totals* totals) {
-  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed) * 1000 + id);
-  std::uniform_real_distribution<double> coin(0, 1);
-  while (absl::Now() < until) {
-    const v1::Plan plan = RandomPlan(rng, id);
-    int plan_id;
-    {
-      absl::MutexLock lock(&totals->mu);
-      plan_id = static_cast<int>(totals->plans.size());
-      totals->plans.push_back(plan);
-    }
-    LoaderOptions options;
-    options.endpoint = endpoints;
-    options.plan = plan;
-    options.prefetch = 2 + rng() % 5;
-    options.stall_timeout = absl::Seconds(5);
-    absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(options);
-    if (!loader.ok()) {
-      absl::MutexLock lock(&totals->mu);
-      totals->errors.push_back(absl::StrCat("client ", id, " Create: ",
-                                            loader.status().ToString()));
-      absl::SleepFor(absl::Seconds(1));
-      continue;
-    }
-    const uint64_t epochs = 1 + rng() % 3;
-    for (uint64_t epoch = 0; epoch < epochs && absl::Now() < until; ++epoch) {
-      absl::Status started = (*loader)->StartEpoch(epoch);
-      if (!started.ok()) {
-        absl::MutexLock lock(&totals->mu);
-        totals->errors.push_back(
-            absl::StrCat("client ", id, " StartEpoch: ", started.ToString()));
-        break;
-      }
-      // Faults on the client side, decided up front for this epoch.
-      const uint64_t batches = (*loader)->batches_per_epoch();
-      const bool abandon = coin(rng) < 0.15;
-      const uint64_t abandon_at = batches == 0 ? 0 : rng() % batches;
-      const bool stall = coin(rng) < 0.2;
-      const uint64_t stall_at = batches == 0 ? 0 : rng() % batches;
-      std::set<uint64_t> seen;
-      bool complete = true;
-      for (uint64_t n = 0;; ++n) {
-        if (abandon && n == abandon_at) {
-          complete = false;
-          break;
-        }
-        if (absl::Now() > until + absl::Seconds(30)) {
-          complete = false;
-          break;
-        }
-        if (stall && n == stall_at) {
-          absl::SleepFor(absl::Milliseconds(500 + rng() % 2500));
-        }
-        const absl::Time asked = absl::Now();
-        absl::StatusOr<client::Batch> batch = (*loader)->Next();
-        const absl::Duration waited = absl::Now() - asked;
-        if (!batch.ok()) {
-          if (absl::IsOutOfRange(batch.status())) break;  // the epoch's end
-          absl::MutexLock lock(&totals->mu);
-          totals->errors.push_back(
-              absl::StrCat("client ", id, " Next: ", batch.status().ToString()));
-          complete = false;
-          break;
-        }
-        const uint64_t hash = ToRecord(*batch).PixelHash();
-        absl::MutexLock lock(&totals->mu);
-        totals->longest_wait = std::max(totals->longest_wait, waited);
-        ++totals->delivered;
-        if (!seen.insert(batch->batch_index).second ||
-            batch->epoch != epoch) {
-          ++totals->duplicated;
-          continue;
-        }
-        totals->hashes[{plan_id, epoch, batch->batch_index}] = hash;
-      }
-      absl::MutexLock lock(&totals->mu);
-      if (complete) {
-        ++totals->epochs_completed;
-        totals->lost += batches - seen.size();
-      } else {
-        ++totals->epochs_abandoned;
-        ++totals->faults["client dropped mid-epoch"];
-        break;  // the Loader goes away with batches in flight
-      }
-      if (stall) ++totals->faults["stalled consumer"];
-    }
-  }
 }
 
 // Garbage bytes on a fresh TCP connection, then close.
@@ -353,12 +226,16 @@ int Run() {
               static_cast<unsigned long long>(absl::GetFlag(FLAGS_seed)));
   std::fflush(stdout);
 
-  Totals totals;
+  OracleTotals totals;
   const absl::Time begin = absl::Now();
   const absl::Time until = begin + absl::Seconds(duration_s);
+  OracleClientConfig config;
+  config.dataset = kDataset;
+  config.seed = absl::GetFlag(FLAGS_seed);
   std::vector<std::thread> clients;
   for (int i = 0; i < n_clients; ++i) {
-    clients.emplace_back(ClientLoop, i, endpoints, until, &totals);
+    clients.emplace_back(OracleClientLoop, i, endpoints, until, config,
+                         &totals);
   }
 
   // Daemon 0's resources, every second.
@@ -373,10 +250,7 @@ int Run() {
   });
 
   // Faults, until the end.
-  auto count = [&totals](const std::string& fault) {
-    absl::MutexLock lock(&totals.mu);
-    ++totals.faults[fault];
-  };
+  auto count = [&totals](const std::string& fault) { totals.Count(fault); };
   std::vector<int> workers(n_daemons, 2);
   bool ok = true;
   while (absl::Now() < until) {
@@ -437,63 +311,13 @@ int Run() {
                  reference.status().ToString().c_str());
     return 1;
   }
-  uint64_t verified = 0, wrong = 0;
-  absl::MutexLock lock(&totals.mu);
-  std::map<int, std::set<uint64_t>> epochs_of_plan;
-  for (const auto& [key, hash] : totals.hashes) {
-    epochs_of_plan[std::get<0>(key)].insert(std::get<1>(key));
+  absl::StatusOr<OracleResult> result =
+      CheckAgainstReference((*reference)->endpoint(), totals);
+  if (!result.ok()) {
+    std::fprintf(stderr, "soak: %s\n", result.status().ToString().c_str());
+    return 1;
   }
-  for (const auto& [plan_id, epochs] : epochs_of_plan) {
-    LoaderOptions options;
-    options.endpoint = (*reference)->endpoint();
-    options.plan = totals.plans[plan_id];
-    absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(options);
-    if (!loader.ok()) {
-      std::fprintf(stderr, "soak: reference Create: %s\n",
-                   loader.status().ToString().c_str());
-      return 1;
-    }
-    for (uint64_t epoch : epochs) {
-      if (!(*loader)->StartEpoch(epoch).ok()) return 1;
-      absl::StatusOr<std::vector<BatchRecord>> records = ReadFrom(**loader);
-      if (!records.ok()) {
-        std::fprintf(stderr, "soak: reference read: %s\n",
-                     records.status().ToString().c_str());
-        return 1;
-      }
-      for (const BatchRecord& r : *records) {
-        auto it = totals.hashes.find({plan_id, epoch, r.batch_index});
-        if (it == totals.hashes.end()) continue;
-        ++verified;
-        if (it->second != r.PixelHash()) ++wrong;
-      }
-    }
-  }
-
-  std::printf("faults:");
-  for (const auto& [fault, n] : totals.faults) {
-    std::printf(" %s %d;", fault.c_str(), n);
-  }
-  std::printf("\nplans %zu, epochs completed %llu, abandoned %llu, batches "
-              "delivered %llu\n",
-              totals.plans.size(),
-              static_cast<unsigned long long>(totals.epochs_completed),
-              static_cast<unsigned long long>(totals.epochs_abandoned),
-              static_cast<unsigned long long>(totals.delivered));
-  std::printf("batches verified %llu, wrong %llu, lost %llu, duplicated %llu\n",
-              static_cast<unsigned long long>(verified),
-              static_cast<unsigned long long>(wrong),
-              static_cast<unsigned long long>(totals.lost),
-              static_cast<unsigned long long>(totals.duplicated));
-  std::printf("longest trainer wait %.2f s\n",
-              absl::ToDoubleSeconds(totals.longest_wait));
-  for (const std::string& error : totals.errors) {
-    std::printf("client error: %s\n", error.c_str());
-  }
-  if (wrong > 0 || totals.lost > 0 || totals.duplicated > 0 ||
-      !totals.errors.empty() || verified == 0) {
-    ok = false;
-  }
+  if (!PrintOracleReport(*result, totals)) ok = false;
   // Growth on daemon 0 from the end of the settling time to the end.
   auto first = std::find_if(samples.begin(), samples.end(),
                             [settle](const auto& s) { return s.first >= settle; });
