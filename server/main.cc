@@ -199,6 +199,11 @@ ABSL_FLAG(int64_t, shared_batch_bytes, -1,
           "Finished shared batches kept for streams that ask for them later, "
           "bytes, evicted oldest first; -1: a quarter of --max-buffer-bytes. "
           "On top of the buffer budget in the memory bound.");
+ABSL_FLAG(uint64_t, read_cache_bytes, 0,
+          "Encoded samples kept in memory for every plan and job, bytes, "
+          "least recently used out; concurrent reads of one sample are "
+          "made once. 0: no cache. On top of the buffer budget in the "
+          "memory bound.");
 ABSL_FLAG(uint32_t, max_idle_jobs, 64,
           "Jobs with no stream open that GetStatus, batchd top and /metrics "
           "still list, most recently active first; older ones are summed "
@@ -483,6 +488,7 @@ int main(int argc, char** argv) {
   options.service.max_window = absl::GetFlag(FLAGS_max_window);
   options.service.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
   options.share_batches = absl::GetFlag(FLAGS_share_batches);
+  options.pipeline.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
   {
     const int64_t retention = absl::GetFlag(FLAGS_shared_batch_bytes);
     if (retention < -1) {

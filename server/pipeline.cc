@@ -69,11 +69,27 @@ struct Pipeline::BatchJob {
 
 Pipeline::Pipeline(const PipelineOptions& options)
     : options_(options),
+      read_cache_(options.read_cache_bytes > 0
+                      ? std::make_unique<ReadCache>(options.read_cache_bytes)
+                      : nullptr),
       buffers_(BatchBufferPool::Create(options.idle_buffer_bytes)),
       workers_(options.workers, "batchd-work"),
       readers_(options.readers, "batchd-read") {}
 
 Pipeline::~Pipeline() = default;
+
+std::optional<ReadCacheCounts> Pipeline::read_cache_counts() const {
+  if (read_cache_ == nullptr) return std::nullopt;
+  return read_cache_->counts();
+}
+
+absl::StatusOr<FileBytes> Pipeline::ReadBytes(const ResolvedPlan& plan,
+                                              uint64_t index) {
+  const Dataset& dataset = *plan.dataset;
+  if (read_cache_ == nullptr) return dataset.ReadSample(index);
+  return read_cache_->Read({dataset.name(), index},
+                           [&] { return dataset.ReadSample(index); });
+}
 
 PipelineCounters Pipeline::counters() const {
   PipelineCounters c;
@@ -145,8 +161,7 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   }
   const uint64_t index = job->batch->sample_indices[position];
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<FileBytes> bytes =
-      job->plan->dataset->ReadSample(index);
+  absl::StatusOr<FileBytes> bytes = ReadBytes(*job->plan, index);
   const uint64_t read_nanos = NanosSince(start);
   read_nanos_ += read_nanos;
   if (options_.metrics != nullptr) {
@@ -176,8 +191,7 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
   FileBytes read_bytes;
   if (bytes == nullptr) {
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<FileBytes> file =
-        plan.dataset->ReadSample(sample_index);
+    absl::StatusOr<FileBytes> file = ReadBytes(plan, sample_index);
     const uint64_t read_nanos = NanosSince(start);
     read_nanos_ += read_nanos;
     if (options_.metrics != nullptr) {

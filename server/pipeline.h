@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "server/batch_buffer_pool.h"
 #include "server/decode/decode_result.h"
 #include "server/plan/resolved_plan.h"
+#include "server/read_cache.h"
 #include "server/sched/worker_pool.h"
 #include "server/server_metrics.h"
 
@@ -62,6 +64,8 @@ struct PipelineOptions {
   int max_substitute_attempts = 8;
   // Finished batches' buffers kept for reuse (server/batch_buffer_pool.h).
   uint64_t idle_buffer_bytes = uint64_t{256} << 20;
+  // Encoded samples kept for every plan (server/read_cache.h); 0: none.
+  uint64_t read_cache_bytes = 0;
   // Where stage times and substitutions are recorded; nullptr records
   // nothing. Not owned; must outlive the Pipeline.
   ServerMetrics* metrics = nullptr;
@@ -114,6 +118,9 @@ class Pipeline {
   // Bytes of finished batches' buffers kept for reuse.
   uint64_t idle_buffer_bytes() const { return buffers_->idle_bytes(); }
   PipelineCounters counters() const;
+  // The read cache's counts; nullopt without one.
+  std::optional<ReadCacheCounts> read_cache_counts() const;
+  uint64_t read_cache_bytes() const { return options_.read_cache_bytes; }
 
  private:
   struct BatchJob;
@@ -127,10 +134,14 @@ class Pipeline {
                          uint64_t sample_index, const FileBytes* bytes,
                          uint8_t* out);
   void FinishSample(const std::shared_ptr<BatchJob>& job);
+  // Sample `index` of `plan`'s dataset, through the read cache if any.
+  absl::StatusOr<FileBytes> ReadBytes(const ResolvedPlan& plan,
+                                      uint64_t index);
 
   // Constant after construction.
   const PipelineOptions options_;
   common::EpochOrderCache orders_;
+  const std::unique_ptr<ReadCache> read_cache_;  // null without one
 
   std::atomic<uint64_t> read_nanos_{0};
   std::atomic<uint64_t> decode_nanos_{0};

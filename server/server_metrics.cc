@@ -244,6 +244,30 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
                Type::kCounter);
   writer.Sample({}, static_cast<double>(shared.evictions()));
 
+  if (status.has_read_cache()) {
+    const batchd::v1::ReadCacheStatus& cache = status.read_cache();
+    writer.Begin("batchd_read_cache_bytes",
+                 "Encoded samples held by the read cache, bytes.",
+                 Type::kGauge);
+    writer.Sample({}, static_cast<double>(cache.bytes()));
+    writer.Begin("batchd_read_cache_capacity_bytes",
+                 "Bound on the read cache (--read-cache-bytes).", Type::kGauge);
+    writer.Sample({}, static_cast<double>(cache.capacity_bytes()));
+    writer.Begin("batchd_read_cache_reads_total",
+                 "Sample reads through the read cache, by result: hit, miss "
+                 "(read from storage) or coalesced (waited for another "
+                 "read of the same sample).",
+                 Type::kCounter);
+    writer.Sample({{"result", "hit"}}, static_cast<double>(cache.hits()));
+    writer.Sample({{"result", "miss"}}, static_cast<double>(cache.misses()));
+    writer.Sample({{"result", "coalesced"}},
+                  static_cast<double>(cache.coalesced()));
+    writer.Begin("batchd_read_cache_evictions_total",
+                 "Samples dropped from the read cache to keep its bound.",
+                 Type::kCounter);
+    writer.Sample({}, static_cast<double>(cache.evictions()));
+  }
+
   writer.Begin("batchd_capacity_demand_ratio",
                "Images/s the trainers would take over what this daemon can "
                "decode at its most workers; above 1 it needs more daemons "

@@ -195,7 +195,10 @@ TEST_F(BadFilesTest, BadSamplesAreSubstitutedDeterministicallyAndCounted) {
                             "clean=" + *clean_, "--workers", "2"}));
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> second,
-      DaemonProcess::Start({"--dataset", "bad=" + *bad_, "--workers", "1"}));
+      // Through a read cache smaller than the dataset: bad bytes come out
+      // of it exactly as from the disk.
+      DaemonProcess::Start({"--dataset", "bad=" + *bad_, "--workers", "1",
+                            "--read-cache-bytes", "200000"}));
   // Indexed by both daemons; now unreadable.
   ASSERT_TRUE(fs::remove(*bad_ + "/class_001/img_000005.jpg"));
 
@@ -213,6 +216,10 @@ TEST_F(BadFilesTest, BadSamplesAreSubstitutedDeterministicallyAndCounted) {
                            ReadEpochs(second->endpoint(), plan, 0, kEpochs));
   // The same substitutes, reasons, details and bytes on another daemon.
   EXPECT_EQ(again, got);
+  ASSERT_OK_AND_ASSIGN(v1::ServerStatus cached,
+                       GetServerStatus(second->endpoint()));
+  EXPECT_LE(cached.read_cache().bytes(), 200000u);
+  EXPECT_GT(cached.read_cache().misses(), 0u);
   ASSERT_EQ(got.size(), clean.size());
   ASSERT_EQ(got.size(), kEpochs * kImages / 8);
 

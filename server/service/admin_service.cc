@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -95,6 +96,15 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
     if (it != loads.end()) *job.mutable_trainer() = it->second;
   }
   autoscaler_->Fill(&status);
+  if (std::optional<ReadCacheCounts> cache = pipeline_->read_cache_counts()) {
+    batchd::v1::ReadCacheStatus* out = status.mutable_read_cache();
+    out->set_capacity_bytes(pipeline_->read_cache_bytes());
+    out->set_bytes(cache->bytes);
+    out->set_hits(cache->hits);
+    out->set_misses(cache->misses);
+    out->set_coalesced(cache->coalesced);
+    out->set_evictions(cache->evictions);
+  }
   if (shared_batches_ != nullptr) {
     shared_batches_->Fill(status.mutable_shared_batches());
   }
