@@ -6,7 +6,10 @@
 #   bench/sharing.sh BUILD [epochs] [jobs...]
 #   bench/sharing.sh build 2 1 2 4 8
 # The daemon has every core (--workers = nproc); the clients share them,
-# as trainers on the same host would.
+# as trainers on the same host would. Then 4 jobs with different seeds (no
+# batch can be shared), without and with a read cache that holds the
+# dataset, and the daemon's time per image by stage, which bounds what a
+# cache of decoded images could save.
 set -euo pipefail
 BUILD=${1:?BUILD}
 EPOCHS=${2:-2}
@@ -30,10 +33,12 @@ TICKS=$(getconf CLK_TCK)
 CORES=$(nproc)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-measure() {  # share(true|false) jobs -> "images/s daemon_ms_per_image"
-  local share=$1 jobs=$2
+# share(true|false) jobs [seeds: same|different] [read cache bytes]
+#   -> "images/s daemon_ms_per_image"
+measure() {
+  local share=$1 jobs=$2 seeds=${3:-same} cache=${4:-0}
   batchd_start "$RUN" daemon "$BUILD/server/batchd" --dataset "bench=$DATA" \
-    --workers "$CORES" --share-batches="$share"
+    --workers "$CORES" --share-batches="$share" --read-cache-bytes "$cache"
   local daemon=$BATCHD_PID
   local before after start end images=0
   before=$(cpu_ticks "$daemon")
@@ -42,12 +47,16 @@ measure() {  # share(true|false) jobs -> "images/s daemon_ms_per_image"
   for j in $(seq 1 "$jobs"); do
     "$BUILD/client/batchd-client" --endpoint "127.0.0.1:$BATCHD_PORT" \
       --dataset bench --batch_size 64 --size "$SIZE" --prefetch 8 \
-      --epochs "$EPOCHS" --job "sweep-$j" --seed 7 > "$RUN/client-$j.txt" &
+      --epochs "$EPOCHS" --job "sweep-$j" \
+      --seed "$([ "$seeds" = same ] && echo 7 || echo "$j")" \
+      > "$RUN/client-$j.txt" &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
   end=$(date +%s.%N)
   after=$(cpu_ticks "$daemon")
+  "$BUILD/client/batchd-top" --endpoint "127.0.0.1:$BATCHD_PORT" --once \
+    > "$RUN/top.txt" 2>&1 || true
   batchd_stop "$daemon"
   for j in $(seq 1 "$jobs"); do
     images=$((images + $(sed -n 's/^total: \([0-9]*\) images.*/\1/p' "$RUN/client-$j.txt")))
@@ -77,3 +86,22 @@ print(f"| {jobs} | {mode} | {rate} | {float(rate) / float(base_rate):.2f}x | "
       "$jobs" "$share" "$rate" "$ms" "$base_rate" "$base_ms"
   done
 done
+
+echo
+echo "4 jobs with different seeds (nothing to share), read cache off and on"
+printf "| read cache | images/s (all jobs) | x no cache | daemon ms/image |\n"
+printf "|---|---|---|---|\n"
+DATA_BYTES=$(du -sb "$DATA" | cut -f1)
+base_rate=""
+for cache in 0 $((2 * DATA_BYTES)); do
+  read -r rate ms < <(measure false 4 different "$cache")
+  [ -n "$base_rate" ] || base_rate=$rate
+  python3 -c 'import sys
+cache, rate, ms, base = sys.argv[1:]
+label = "off" if cache == "0" else f"{int(cache) / 1e6:.0f} MB"
+print(f"| {label} | {rate} | {float(rate) / float(base):.2f}x | {ms} |")' \
+    "$cache" "$rate" "$ms" "$base_rate"
+done
+echo
+echo "the daemon's time per image by stage (last run, batchd top):"
+grep "ms/img" "$RUN/top.txt" || cat "$RUN/top.txt"

@@ -31,6 +31,8 @@ using batchd::client::LoaderOptions;
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kMaxBufferBytes = 64 * kMiB;
 constexpr uint64_t kIdleBufferBytes = 8 * kMiB;
+// Finished batches kept for later jobs of the same plan: held idle too.
+constexpr uint64_t kSharedBatchBytes = 8 * kMiB;
 constexpr uint32_t kBatch = 8;
 constexpr uint32_t kSize = 448;
 // Files above this are removed from the generated dataset, so that the
@@ -97,6 +99,7 @@ TEST(MemoryBoundTest, RssStaysWithinTheFormulaAndIsGivenBackWhenIdle) {
           {"--dataset", "d=" + dataset, "--workers", "2",
            "--max-buffer-bytes", std::to_string(kMaxBufferBytes),
            "--idle-buffer-bytes", std::to_string(kIdleBufferBytes),
+           "--shared-batch-bytes", std::to_string(kSharedBatchBytes),
            "--max-job-buffer-share", "1"}));
 
   // Start-up RSS, after one stream has run and gone, so that gRPC's threads
@@ -137,19 +140,21 @@ TEST(MemoryBoundTest, RssStaysWithinTheFormulaAndIsGivenBackWhenIdle) {
   // one file per sample of the batches the budget lets be in flight.
   const uint64_t read_ahead = kMaxBufferBytes / kSampleBytes * largest_file;
   const uint64_t bound = baseline + kMaxBufferBytes + kIdleBufferBytes +
-                         read_ahead + kSlackBytes;
+                         kSharedBatchBytes + read_ahead + kSlackBytes;
   std::printf("start-up RSS %.1f MiB, peak %.1f MiB, bound %.1f MiB "
-              "(budget %.0f + idle %.0f + read-ahead %.1f + slack %.0f); "
+              "(budget %.0f + idle %.0f + shared %.0f + read-ahead %.1f + "
+              "slack %.0f); "
               "reserved at most %.1f MiB, %d of %d consumers refused\n",
               baseline / 1048576.0, peak / 1048576.0, bound / 1048576.0,
               kMaxBufferBytes / 1048576.0, kIdleBufferBytes / 1048576.0,
-              read_ahead / 1048576.0, kSlackBytes / 1048576.0,
+              kSharedBatchBytes / 1048576.0, read_ahead / 1048576.0, kSlackBytes / 1048576.0,
               reserved / 1048576.0, refused, kConsumers);
   EXPECT_LE(peak, bound);
 
   // The burst ends; within a few trims the memory is back.
   consumers.clear();
-  const uint64_t idle_bound = baseline + kIdleBufferBytes + kIdleSlackBytes;
+  const uint64_t idle_bound =
+      baseline + kIdleBufferBytes + kSharedBatchBytes + kIdleSlackBytes;
   uint64_t after = RssBytes(daemon->pid());
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (after > idle_bound && absl::Now() < deadline) {
