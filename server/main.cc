@@ -197,7 +197,8 @@ ABSL_FLAG(bool, share_batches, true,
           "every stream's own.");
 ABSL_FLAG(int64_t, shared_batch_bytes, -1,
           "Finished shared batches kept for streams that ask for them later, "
-          "bytes, evicted oldest first; -1: a quarter of --max-buffer-bytes. "
+          "bytes, evicted oldest first; -1: a sixteenth of "
+          "--max-buffer-bytes. "
           "On top of the buffer budget in the memory bound.");
 ABSL_FLAG(uint64_t, read_cache_bytes, 0,
           "Encoded samples kept in memory for every plan and job, bytes, "
@@ -494,10 +495,10 @@ int main(int argc, char** argv) {
     if (retention < -1) {
       return Fail(absl::InvalidArgumentError(absl::StrCat(
           "--shared-batch-bytes is ", retention,
-          "; give bytes, or -1 for a quarter of --max-buffer-bytes")));
+          "; give bytes, or -1 for a sixteenth of --max-buffer-bytes")));
     }
     options.shared_batches.retention_bytes =
-        retention == -1 ? options.service.max_buffer_bytes / 4
+        retention == -1 ? options.service.max_buffer_bytes / 16
                         : static_cast<uint64_t>(retention);
   }
   options.service.max_job_buffer_bytes = static_cast<uint64_t>(

@@ -41,7 +41,7 @@ namespace batchd::server {
 struct SharedBatchesOptions {
   // Finished batches kept for later requests, bytes; 0 keeps none (streams
   // still share the builds they ask for while those run).
-  uint64_t retention_bytes = uint64_t{512} << 20;
+  uint64_t retention_bytes = uint64_t{128} << 20;
 };
 
 // Per fingerprint (FingerprintLabel), since the daemon started.

@@ -102,8 +102,10 @@ class StreamBoundsTest : public DatasetSuite</*images=*/64, /*classes=*/4,
 TEST_F(StreamBoundsTest, StreamThatNeverReadsCannotGrowTheDaemon) {
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
+      // No shared-batch retention: the RSS figure is the attack's.
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "2",
-                            "--max-window", "64"}));
+                            "--max-window", "64", "--shared-batch-bytes",
+                            "0"}));
   const uint64_t rss_before = ProcStatusBytes(daemon->pid(), "VmRSS");
 
   std::atomic<uint64_t> sent_bytes{0};
@@ -132,12 +134,18 @@ TEST_F(StreamBoundsTest, StreamThatNeverReadsCannotGrowTheDaemon) {
         sent_bytes += size;
       }
     });
+    // The attack's steady state: the client held by flow control. (Its
+    // own writes until then cost the test process CPU, not the daemon.)
+    uint64_t last = 0;
+    for (int i = 0; i < 40; ++i) {
+      absl::SleepFor(absl::Milliseconds(250));
+      if (sent_bytes.load() == last && last > 0) break;
+      last = sent_bytes.load();
+    }
   };
   auto stop_attack = [&] {};
   const double share =
       ThroughputShareDuring(daemon->endpoint(), start_attack, stop_attack);
-  // Let the attacker push until flow control holds it.
-  absl::SleepFor(absl::Seconds(1));
   const uint64_t rss_attacked = ProcStatusBytes(daemon->pid(), "VmRSS");
   stop = true;
   context.TryCancel();  // a Write blocked by flow control returns
