@@ -1,5 +1,6 @@
 #include "server/shared_batches.h"
 
+#include <cstring>
 #include <utility>
 
 namespace batchd::server {
@@ -7,17 +8,70 @@ namespace batchd::server {
 SharedBatches::SharedBatches(Pipeline* pipeline, SharedBatchesOptions options)
     : pipeline_(pipeline), options_(options) {}
 
+namespace {
+
+// `batch` with its pixels copied into a client's shared-memory slot.
+// REQUIRES: the slot holds them (it is sized for the plan's largest batch).
+std::shared_ptr<const BuiltBatch> CopyToSlot(const BuiltBatch& batch,
+                                             const BatchDestination& slot) {
+  auto copy = std::make_shared<BuiltBatch>();
+  copy->epoch = batch.epoch;
+  copy->batch_index = batch.batch_index;
+  copy->sample_indices = batch.sample_indices;
+  copy->labels = batch.labels;
+  copy->shape = batch.shape;
+  copy->substitutions = batch.substitutions;
+  copy->finished = batch.finished;
+  std::memcpy(slot.data, batch.pixels.data(), batch.pixels.size());
+  copy->pixels = BatchBuffer(slot.data, batch.pixels.size(), slot.owner);
+  return copy;
+}
+
+}  // namespace
+
+void SharedBatches::StreamOpened(const ResolvedPlan& plan) {
+  absl::MutexLock lock(&mu_);
+  ++open_streams_[plan.fingerprint];
+}
+
+void SharedBatches::StreamClosed(const ResolvedPlan& plan) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_streams_.find(plan.fingerprint);
+  if (it != open_streams_.end() && --it->second <= 0) open_streams_.erase(it);
+}
+
 absl::Status SharedBatches::Get(std::shared_ptr<const ResolvedPlan> plan,
                                 uint64_t epoch, uint64_t batch_index,
-                                BatchCancellation cancelled, Done done) {
+                                BatchCancellation cancelled, Done done,
+                                BatchDestination slot) {
   Key key{plan->fingerprint, epoch, plan->ShardFor(epoch).start_position,
           batch_index};
+  if (slot.data != nullptr) {
+    done = [done = std::move(done),
+            slot](std::shared_ptr<const BuiltBatch> batch) {
+      if (batch != nullptr && !batch->pixels.external()) {
+        batch = CopyToSlot(*batch, slot);
+      }
+      done(std::move(batch));
+    };
+  }
   std::shared_ptr<const BuiltBatch> retained;
   {
     absl::MutexLock lock(&mu_);
+    SharingCounts& counts = CountsLocked(plan->fingerprint);
+    auto streams = open_streams_.find(plan->fingerprint);
+    if (streams == open_streams_.end() || streams->second < 2) {
+      // A plan with one stream: its own build, straight into its slot.
+      ++counts.built;
+      return pipeline_->BuildBatch(
+          std::move(plan), epoch, batch_index, std::move(cancelled),
+          [done = std::move(done)](std::unique_ptr<BuiltBatch> batch) {
+            done(std::move(batch));
+          },
+          std::move(slot));
+    }
     auto [it, inserted] = entries_.try_emplace(key);
     Entry& entry = it->second;
-    SharingCounts& counts = CountsLocked(plan->fingerprint);
     if (!inserted && entry.batch != nullptr) {
       ++counts.retained;
       lru_.splice(lru_.end(), lru_, entry.lru);  // most recently used

@@ -1,5 +1,8 @@
 // SharedBatches: one build of a batch for every stream whose plan has the
-// same fingerprint. A batch is a pure function of (plan, epoch, batch
+// same fingerprint. While a plan has one stream open, its batches are
+// simply built for it (into its shared-memory slot, if it has one: a lone
+// job pays nothing for sharing); from the second stream on they go through
+// the table. A batch is a pure function of (plan, epoch, batch
 // index), so streams of identical plans (a sweep's jobs, or a job's
 // restart) want byte-identical batches: the first request of a batch
 // starts its build, later ones attach to it, and a finished batch is kept
@@ -58,14 +61,21 @@ class SharedBatches {
   // `pipeline` is not owned and must outlive this.
   SharedBatches(Pipeline* pipeline, SharedBatchesOptions options);
 
+  // A stream of `plan` opened, or closed: sharing starts with the second.
+  void StreamOpened(const ResolvedPlan& plan) ABSL_LOCKS_EXCLUDED(mu_);
+  void StreamClosed(const ResolvedPlan& plan) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Calls `done` once with batch `batch_index` of `epoch` of `plan`: a
   // retained one (inline, before Get returns), the one being built, or a
   // new build's (on a pool thread). With nullptr when `cancelled` was set
-  // before the batch was ready. Errors as Pipeline::BuildBatch (`done` is
-  // then never called).
+  // before the batch was ready. With a `slot` (a client's shared memory)
+  // the batch's pixels are in the slot: built there for a plan with one
+  // stream, copied there from the shared build otherwise. Errors as
+  // Pipeline::BuildBatch (`done` is then never called).
   absl::Status Get(std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
                    uint64_t batch_index, BatchCancellation cancelled,
-                   Done done) ABSL_LOCKS_EXCLUDED(mu_);
+                   Done done, BatchDestination slot = {})
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The most recently used kMaxCountedPlans fingerprints; older ones are
   // summed under "_other", so that clients cycling through seeds cannot
@@ -112,6 +122,8 @@ class SharedBatches {
 
   mutable absl::Mutex mu_;
   std::map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // Open streams by fingerprint; plans with none absent.
+  std::map<std::string, int> open_streams_ ABSL_GUARDED_BY(mu_);
   // Retained keys, oldest first.
   std::list<Key> lru_ ABSL_GUARDED_BY(mu_);
   uint64_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -93,11 +93,46 @@ std::string Bytes(const BuiltBatch& batch) {
 
 class SharedBatchesTest : public ::testing::Test {
  protected:
+  // Two streams of the plan with `seed` open on `shared`: its batches are
+  // shared from now on.
+  static void OpenTwoStreams(SharedBatches& shared, uint64_t seed) {
+    shared.StreamOpened(*Plan(seed));
+    shared.StreamOpened(*Plan(seed));
+  }
+
   Pipeline pipeline_{PipelineOptions{.workers = 2}};
 };
 
+// With one stream a plan's batches are its own: built every time, kept by
+// nobody.
+TEST_F(SharedBatchesTest, LoneStreamBuildsItsOwn) {
+  SharedBatches shared(&pipeline_, {.retention_bytes = 1 << 20});
+  shared.StreamOpened(*Plan(7));
+  Received first, second;
+  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), first.Callback()));
+  std::shared_ptr<const BuiltBatch> a = first.Wait();
+  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), second.Callback()));
+  std::shared_ptr<const BuiltBatch> b = second.Wait();
+  EXPECT_NE(a, b);
+  EXPECT_EQ(Bytes(*a), Bytes(*b));
+  EXPECT_EQ(shared.counts().begin()->second.built, 2u);
+  EXPECT_EQ(shared.retained_bytes(), 0u);
+  // A second stream of the plan: from now on shared.
+  shared.StreamOpened(*Plan(7, "other-job"));
+  Received third, fourth;
+  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), third.Callback()));
+  std::shared_ptr<const BuiltBatch> c = third.Wait();
+  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), fourth.Callback()));
+  EXPECT_EQ(fourth.Wait(), c);
+  shared.StreamClosed(*Plan(7));
+  Received fifth;
+  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), fifth.Callback()));
+  EXPECT_NE(fifth.Wait(), c);  // alone again
+}
+
 TEST_F(SharedBatchesTest, SecondRequestAttachesToTheRunningBuild) {
   SharedBatches shared(&pipeline_, {.retention_bytes = 0});
+  OpenTwoStreams(shared, 7);
   const auto plan_a = Plan(/*seed=*/7, "job-a");
   const auto plan_b = Plan(/*seed=*/7, "job-b");  // same bytes, other job
   ASSERT_EQ(plan_a->fingerprint, plan_b->fingerprint);
@@ -117,6 +152,7 @@ TEST_F(SharedBatchesTest, SecondRequestAttachesToTheRunningBuild) {
 
 TEST_F(SharedBatchesTest, RetainedBatchServesALaterRequestInline) {
   SharedBatches shared(&pipeline_, {.retention_bytes = 1 << 20});
+  OpenTwoStreams(shared, 7);
   Received first;
   EXPECT_OK(shared.Get(Plan(7), 2, 3, NotCancelled(), first.Callback()));
   std::shared_ptr<const BuiltBatch> built = first.Wait();
@@ -133,6 +169,8 @@ TEST_F(SharedBatchesTest, RetainedBatchServesALaterRequestInline) {
 
 TEST_F(SharedBatchesTest, DifferentPlansNeverShare) {
   SharedBatches shared(&pipeline_, {.retention_bytes = 1 << 20});
+  OpenTwoStreams(shared, 7);
+  OpenTwoStreams(shared, 8);
   Received a, b;
   EXPECT_OK(shared.Get(Plan(7), 0, 0, NotCancelled(), a.Callback()));
   EXPECT_OK(shared.Get(Plan(8), 0, 0, NotCancelled(), b.Callback()));
@@ -147,6 +185,7 @@ TEST_F(SharedBatchesTest, DifferentPlansNeverShare) {
 TEST_F(SharedBatchesTest, EvictedBatchIsRebuiltIdentically) {
   const uint64_t batch_bytes = 4 * 32 * 32 * 3;
   SharedBatches shared(&pipeline_, {.retention_bytes = 2 * batch_bytes});
+  OpenTwoStreams(shared, 7);
   std::vector<std::string> first_bytes;
   for (uint64_t index = 0; index < 4; ++index) {
     Received r;
@@ -165,6 +204,7 @@ TEST_F(SharedBatchesTest, EvictedBatchIsRebuiltIdentically) {
 // withdraws, a second requester still gets the batch.
 TEST_F(SharedBatchesTest, WithdrawnFirstRequesterLeavesTheOthersServed) {
   SharedBatches shared(&pipeline_, {.retention_bytes = 1 << 20});
+  OpenTwoStreams(shared, 9);
   BatchCancellation withdrawn = NotCancelled();
   auto withdrawn_flag =
       std::const_pointer_cast<std::atomic<bool>>(withdrawn.batch);
@@ -185,6 +225,7 @@ TEST_F(SharedBatchesTest, WithdrawnFirstRequesterLeavesTheOthersServed) {
 // has the bytes of a lone build (ThreadSanitizer runs this).
 TEST_F(SharedBatchesTest, ConcurrentRequestsGetIdenticalBytes) {
   SharedBatches shared(&pipeline_, {.retention_bytes = 8 * 4 * 32 * 32 * 3});
+  OpenTwoStreams(shared, 11);
   std::vector<std::string> expected;
   {
     SharedBatches reference(&pipeline_, {.retention_bytes = 0});

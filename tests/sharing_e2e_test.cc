@@ -47,7 +47,7 @@ class SharingTest : public DatasetSuite<kImages, /*classes=*/4, /*seed=*/41> {
   }
 };
 
-TEST_F(SharingTest, JobsWithOnePlanGetTheLoneJobsBatchesBuiltOnce) {
+TEST_F(SharingTest, JobsWithOnePlanGetTheLoneJobsBatchesAndShareBuilds) {
   const std::vector<BatchRecord> lone = LoneJobBatches();
   ASSERT_EQ(lone.size(), 2 * kBatchesPerEpoch);
   ASSERT_OK_AND_ASSIGN(
@@ -111,12 +111,13 @@ TEST_F(SharingTest, JobsWithOnePlanGetTheLoneJobsBatchesBuiltOnce) {
     ASSERT_NE(j, nullptr) << job;
     EXPECT_GE(j->batches_sent(), 2 * kBatchesPerEpoch) << job;
   }
-  // ... while the daemon built each batch once, or twice where the job
-  // that started its build withdrew it (the restarted job's abandoned
-  // read-ahead, at most its window of 2) before another asked.
+  // ... while the daemon built fewer batches than it sent: while two or
+  // more streams of the plan are open they share builds (a stream alone
+  // builds its own, so how many depends on how the jobs overlapped).
   EXPECT_GE(Requests(plan), 3 * 2 * kBatchesPerEpoch);
   EXPECT_GE(plan.built(), 2 * kBatchesPerEpoch);
-  EXPECT_LE(plan.built(), 2 * kBatchesPerEpoch + 2);
+  EXPECT_LT(plan.built(), Requests(plan));
+  EXPECT_GT(plan.attached() + plan.retained(), 0u);
   std::printf("3 jobs, one plan: %llu requests, %llu built, %llu attached, "
               "%llu retained\n",
               static_cast<unsigned long long>(Requests(plan)),
@@ -138,12 +139,28 @@ TEST_F(SharingTest, JobBehindTheRetentionGetsRebuiltBatches) {
                             "--shared-batch-bytes",
                             std::to_string(3 * batch_bytes), "--metrics-port",
                             "0", "--metrics-port-file", port_file}));
-  ASSERT_OK_AND_ASSIGN(
-      std::vector<BatchRecord> ahead,
-      ReadEpochs(daemon->endpoint(), JobPlan("ahead"), 0, 2));
-  ASSERT_OK_AND_ASSIGN(
-      std::vector<BatchRecord> behind,
-      ReadEpochs(daemon->endpoint(), JobPlan("behind"), 0, 2));
+  // A slow job, and a fast one that runs ahead of it by more than the
+  // retention.
+  const std::string endpoint = daemon->endpoint();
+  std::vector<BatchRecord> ahead, behind;
+  absl::Status ahead_status, behind_status;
+  std::thread behind_job([&] {
+    absl::StatusOr<std::vector<BatchRecord>> r =
+        ReadEpochs(endpoint, JobPlan("behind"), 0, 2, 0, /*prefetch=*/1);
+    behind_status = r.status();
+    if (r.ok()) behind = *r;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  std::thread ahead_job([&] {
+    absl::StatusOr<std::vector<BatchRecord>> r =
+        ReadEpochs(endpoint, JobPlan("ahead"), 0, 2, 0, /*prefetch=*/8);
+    ahead_status = r.status();
+    if (r.ok()) ahead = *r;
+  });
+  ahead_job.join();
+  behind_job.join();
+  ASSERT_TRUE(ahead_status.ok()) << ahead_status;
+  ASSERT_TRUE(behind_status.ok()) << behind_status;
   EXPECT_EQ(ahead, lone);
   EXPECT_EQ(behind, lone);
   ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
@@ -153,9 +170,8 @@ TEST_F(SharingTest, JobBehindTheRetentionGetsRebuiltBatches) {
   EXPECT_EQ(shared.retention_limit_bytes(), 3 * batch_bytes);
   EXPECT_GT(shared.evictions(), 0u);
   ASSERT_EQ(shared.plans_size(), 1);
-  // The behind job found the last three batches of epoch 1 retained at
-  // most; everything else was built again.
-  EXPECT_GE(shared.plans(0).built(), 2 * (2 * kBatchesPerEpoch) - 3);
+  // Some batches were built twice: the slow job's, after eviction.
+  EXPECT_GT(shared.plans(0).built(), 2 * kBatchesPerEpoch);
 
   ASSERT_OK_AND_ASSIGN(
       Page page, ScrapeWithPrometheusParser(absl::StrCat(
@@ -196,7 +212,7 @@ TEST_F(SharingTest, BytesStreamsShareToo) {
   ASSERT_EQ(status.shared_batches().plans_size(), 1);
   const v1::PlanSharing& plan = status.shared_batches().plans(0);
   EXPECT_EQ(Requests(plan), 3 * 2 * kBatchesPerEpoch);
-  EXPECT_EQ(plan.built(), 2 * kBatchesPerEpoch);
+  EXPECT_LT(plan.built(), Requests(plan));
   EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
 }
 

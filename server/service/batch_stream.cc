@@ -1,7 +1,6 @@
 #include "server/service/batch_stream.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -32,27 +31,6 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                       std::string(status.message()));
 }
-
-namespace {
-
-// `batch` with its pixels copied into a client's shared-memory slot.
-// REQUIRES: the slot holds them (it is sized for the plan's largest batch).
-std::shared_ptr<const BuiltBatch> CopyToSlot(const BuiltBatch& batch,
-                                             const BatchDestination& slot) {
-  auto copy = std::make_shared<BuiltBatch>();
-  copy->epoch = batch.epoch;
-  copy->batch_index = batch.batch_index;
-  copy->sample_indices = batch.sample_indices;
-  copy->labels = batch.labels;
-  copy->shape = batch.shape;
-  copy->substitutions = batch.substitutions;
-  copy->finished = batch.finished;
-  std::memcpy(slot.data, batch.pixels.data(), batch.pixels.size());
-  copy->pixels = BatchBuffer(slot.data, batch.pixels.size(), slot.owner);
-  return copy;
-}
-
-}  // namespace
 
 BatchStream::BatchStream(const BatchStreamContext* context,
                          absl::StatusOr<Caller> caller, std::string peer)
@@ -191,7 +169,12 @@ void BatchStream::OnDone() {
       metrics->batches_outstanding().Add(-static_cast<double>(dropped));
     }
     ReleaseBudgetLocked();
-    if (plan_ != nullptr) context_.stats->StreamClosed(plan_->job);
+    if (plan_ != nullptr) {
+      context_.stats->StreamClosed(plan_->job);
+      if (context_.shared_batches != nullptr) {
+        context_.shared_batches->StreamClosed(*plan_);
+      }
+    }
   }
   if (report_id_ != 0) context_.reports->Close(report_id_);
   if (!ticket_.empty()) context_.shared_memory->Withdraw(ticket_);
@@ -258,6 +241,9 @@ bool BatchStream::HandleOpen(const batchd::v1::OpenPlan& open) {
     plan_ = *plan;
   }
   context_.stats->StreamOpened(p.job);
+  if (context_.shared_batches != nullptr) {
+    context_.shared_batches->StreamOpened(p);
+  }
   // A stream that may attach a ring reserves its slots as the ring has
   // them, page-aligned: the ring's pages that the workers write are the
   // daemon's memory as much as the bytes path's buffers are.
@@ -441,17 +427,12 @@ bool BatchStream::HandleRequest(const batchd::v1::BatchRequest& request) {
           },
           std::move(a.destination));
     } else {
-      // Built once for every stream of the plan; a stream on shared memory
-      // gets a copy in its slot (one memcpy, a few percent of the decode).
       started = context_.shared_batches->Get(
           plan_, epoch, a.index, std::move(a.cancellation),
-          [ref, key, slot = std::move(a.destination)](
-              std::shared_ptr<const BuiltBatch> batch) {
-            if (batch != nullptr && slot.data != nullptr) {
-              batch = CopyToSlot(*batch, slot);
-            }
+          [ref, key](std::shared_ptr<const BuiltBatch> batch) {
             ref->stream->OnBatchBuilt(key, std::move(batch));
-          });
+          },
+          std::move(a.destination));
     }
     if (!started.ok()) {
       return FailStream(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
