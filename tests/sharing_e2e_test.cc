@@ -1,6 +1,7 @@
 // Batches shared between jobs with the same plan (server/shared_batches.h):
 // every job still gets exactly the batches a lone job gets, whatever its
-// speed, start time or restarts, and the daemon builds them once.
+// speed, start time or restarts, and while jobs overlap the daemon builds
+// a batch once for all of them.
 #include <memory>
 #include <string>
 #include <thread>
