@@ -5,6 +5,7 @@
 # and the daemon's CPU per delivered image, and the ratio to one job.
 #   bench/sharing.sh BUILD [epochs] [jobs...]
 #   bench/sharing.sh build 2 1 2 4 8
+# BATCHD_BENCH_DAEMON_FLAGS adds daemon flags (e.g. --shared-batch-bytes).
 # The daemon has every core (--workers = nproc); the clients share them,
 # as trainers on the same host would. Then 4 jobs with different seeds (no
 # batch can be shared), without and with a read cache that holds the
@@ -38,7 +39,8 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 measure() {
   local share=$1 jobs=$2 seeds=${3:-same} cache=${4:-0}
   batchd_start "$RUN" daemon "$BUILD/server/batchd" --dataset "bench=$DATA" \
-    --workers "$CORES" --share-batches="$share" --read-cache-bytes "$cache"
+    --workers "$CORES" --share-batches="$share" --read-cache-bytes "$cache" \
+    ${BATCHD_BENCH_DAEMON_FLAGS:-}
   local daemon=$BATCHD_PID
   local before after start end images=0
   before=$(cpu_ticks "$daemon")
@@ -57,6 +59,7 @@ measure() {
   after=$(cpu_ticks "$daemon")
   "$BUILD/client/batchd-top" --endpoint "127.0.0.1:$BATCHD_PORT" --once \
     > "$RUN/top.txt" 2>&1 || true
+  grep "sharing:" "$RUN/top.txt" | sed "s/^ */  $jobs jobs: /" >> "$RUN/sharing.txt" || true
   batchd_stop "$daemon"
   for j in $(seq 1 "$jobs"); do
     images=$((images + $(sed -n 's/^total: \([0-9]*\) images.*/\1/p' "$RUN/client-$j.txt")))
@@ -88,6 +91,9 @@ print(f"| {jobs} | {mode} | {rate} | {float(rate) / float(base_rate):.2f}x | "
 done
 
 echo
+echo "how the requests were served (sharing on):"
+cat "$RUN/sharing.txt"
+echo
 echo "4 jobs with different seeds (nothing to share), read cache off and on"
 printf "| read cache | images/s (all jobs) | x no cache | daemon ms/image |\n"
 printf "|---|---|---|---|\n"
@@ -104,4 +110,4 @@ print(f"| {label} | {rate} | {float(rate) / float(base):.2f}x | {ms} |")' \
 done
 echo
 echo "the daemon's time per image by stage (last run, batchd top):"
-grep "ms/img" "$RUN/top.txt" || cat "$RUN/top.txt"
+grep -E "ms/img|sharing:" "$RUN/top.txt" || cat "$RUN/top.txt"
