@@ -56,20 +56,30 @@ absl::Status SharedBatches::Get(std::shared_ptr<const ResolvedPlan> plan,
     };
   }
   std::shared_ptr<const BuiltBatch> retained;
+  bool alone = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto streams = open_streams_.find(plan->fingerprint);
+    alone = streams == open_streams_.end() || streams->second < 2;
+  }
+  if (alone) {
+    // A plan with one stream: its own build, straight into its slot.
+    const std::string fingerprint = plan->fingerprint;
+    absl::Status started = pipeline_->BuildBatch(
+        std::move(plan), epoch, batch_index, std::move(cancelled),
+        [done = std::move(done)](std::unique_ptr<BuiltBatch> batch) {
+          done(std::move(batch));
+        },
+        std::move(slot));
+    if (started.ok()) {
+      absl::MutexLock lock(&mu_);
+      ++CountsLocked(fingerprint).built;
+    }
+    return started;
+  }
   {
     absl::MutexLock lock(&mu_);
     SharingCounts& counts = CountsLocked(plan->fingerprint);
-    auto streams = open_streams_.find(plan->fingerprint);
-    if (streams == open_streams_.end() || streams->second < 2) {
-      // A plan with one stream: its own build, straight into its slot.
-      ++counts.built;
-      return pipeline_->BuildBatch(
-          std::move(plan), epoch, batch_index, std::move(cancelled),
-          [done = std::move(done)](std::unique_ptr<BuiltBatch> batch) {
-            done(std::move(batch));
-          },
-          std::move(slot));
-    }
     auto [it, inserted] = entries_.try_emplace(key);
     Entry& entry = it->second;
     if (!inserted && entry.batch != nullptr) {
