@@ -196,6 +196,10 @@ class Loader:
       hedge_factor: a batch outstanding longer than this multiple of the
         recent median is asked of a second daemon too (first answer wins);
         0 turns hedging off. Only with two or more daemons up.
+      batch_progress_timeout: seconds a batch may make no progress on its
+        daemon (a daemon frozen mid-batch) before its daemon's stream is
+        dropped and the batch asked of another; 0 turns it off. Only with
+        two or more daemons up.
       backend: ``"auto"``, ``"host"`` or ``"device"``. ``"device"`` uses the
         C++ DeviceLoader (pinned ring, copy stream, normalisation kernel on
         a GPU; its C++ CPU normaliser without one); ``"host"`` the plain
@@ -226,7 +230,9 @@ class Loader:
                  device="cpu", normalize=None, dtype=None, job=_DEFAULTS.job,
                  connect_timeout=_DEFAULTS.connect_timeout,
                  unavailable_timeout=_DEFAULTS.unavailable_timeout,
-                 hedge_factor=_DEFAULTS.hedge_factor, backend="auto",
+                 hedge_factor=_DEFAULTS.hedge_factor,
+                 batch_progress_timeout=_DEFAULTS.batch_progress_timeout,
+                 backend="auto",
                  depth=None, report=None, tls_ca=None, tls_cert=None,
                  tls_key=None, tls_server_name=None, token_file=None):
         import torch
@@ -287,6 +293,7 @@ class Loader:
             connect_timeout=connect_timeout,
             unavailable_timeout=unavailable_timeout,
             hedge_factor=hedge_factor,
+            batch_progress_timeout=batch_progress_timeout,
             security=_security(tls_ca, tls_cert, tls_key, tls_server_name,
                                token_file))
         if backend not in ("auto", "host", "device"):

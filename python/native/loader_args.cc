@@ -43,6 +43,11 @@ absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args) {
         "hedge_factor must be >= 0 (0 turns hedging off)");
   }
   options.hedge_factor = args.hedge_factor;
+  if (!(args.batch_progress_timeout >= 0)) {
+    return absl::InvalidArgumentError(
+        "batch_progress_timeout must be >= 0 seconds (0 turns it off)");
+  }
+  options.batch_progress_timeout = absl::Seconds(args.batch_progress_timeout);
   if (args.last_epoch.has_value()) options.last_epoch = *args.last_epoch;
   options.security = args.security;
 

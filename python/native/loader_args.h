@@ -75,6 +75,9 @@ struct LoaderArgs {
   double unavailable_timeout =
       absl::ToDoubleSeconds(LoaderDefaults().unavailable_timeout);
   double hedge_factor = LoaderDefaults().hedge_factor;
+  // 0 turns the per-batch progress deadline off.
+  double batch_progress_timeout =
+      absl::ToDoubleSeconds(LoaderDefaults().batch_progress_timeout);
   // The last epoch the trainer starts; unset: no limit.
   std::optional<uint64_t> last_epoch;
   bool shared_memory = LoaderDefaults().shared_memory;

@@ -169,6 +169,9 @@ void BindLoaderArgs(py::module_& m) {
   field("connect_timeout", &LoaderArgs::connect_timeout, "seconds");
   field("unavailable_timeout", &LoaderArgs::unavailable_timeout, "seconds");
   field("hedge_factor", &LoaderArgs::hedge_factor, "0 turns hedging off");
+  field("batch_progress_timeout", &LoaderArgs::batch_progress_timeout,
+        "seconds a batch may make no progress on its daemon before it is "
+        "asked of another; 0: off");
   field("last_epoch", &LoaderArgs::last_epoch, "None: no limit");
   field("shared_memory", &LoaderArgs::shared_memory,
         "offer a same-host daemon the ring as shared memory");

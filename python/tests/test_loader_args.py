@@ -16,8 +16,10 @@ def test_loader_defaults_are_the_native_ones():
     assert (defaults.prefetch, defaults.hedge_factor) == (4, 3.0)
     assert (defaults.connect_timeout, defaults.unavailable_timeout) == (
         10.0, 30.0)
+    assert defaults.batch_progress_timeout == 5.0
     for name in ("prefetch", "hedge_factor", "connect_timeout",
-                 "unavailable_timeout", "shared_memory", "mode", "size",
+                 "unavailable_timeout", "batch_progress_timeout",
+                 "shared_memory", "mode", "size",
                  "layout", "seed", "shuffle", "drop_last", "job"):
         assert loader[name] == getattr(defaults, name), name
     assert loader["prefetch_memory"] == defaults.auto_prefetch_max_bytes
@@ -47,6 +49,7 @@ def test_keywords_set_fields_and_unknown_ones_fail():
     (dict(resize_shorter=256), "applies to mode='eval' only"),
     (dict(connect_timeout=0.0), "connect_timeout must be > 0"),
     (dict(hedge_factor=-1.0), "hedge_factor must be >= 0"),
+    (dict(batch_progress_timeout=-1.0), "batch_progress_timeout must be >= 0"),
 ])
 def test_options_that_do_not_fit_raise_value_error(options, message):
     args = _native.LoaderArgs(endpoint="127.0.0.1:1", dataset="tiny",
