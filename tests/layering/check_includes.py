@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Fails on an #include that crosses the project's layering.
 
-The rooms and the edges between them are written once, in README.md's
-Layout section, as a fenced block under "Allowed dependencies":
+The rooms and the edges between them are written once, in docs/layout.md, as a fenced block under "Allowed dependencies":
 
     server    -> common proto
     client    -> common proto
@@ -30,7 +29,7 @@ SKIP_DIRS = {".git", "node_modules"}
 
 
 def read_edges(readme_path):
-    """Room -> set of rooms it may include, from README.md's block."""
+    """Room -> set of rooms it may include, from docs/layout.md's block."""
     text = open(readme_path, encoding="utf-8").read()
     match = re.search(r"Allowed dependencies.*?```[a-z]*\n(.*?)```", text,
                       re.S)
@@ -55,7 +54,7 @@ def room_of_include(path, rooms):
 
 
 def violations(root):
-    edges = read_edges(os.path.join(root, "README.md"))
+    edges = read_edges(os.path.join(root, "docs", "layout.md"))
     rooms = set(edges)
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -92,14 +91,15 @@ def violations(root):
                             f"{rel}:{number}: {room}/ may not include "
                             f"{included} ({room} -> "
                             f"{' '.join(sorted(edges[room])) or 'nothing'}; "
-                            "see README.md, Layout)")
+                            "see docs/layout.md)")
     return found
 
 
 def self_test():
     """A client file that includes a server header must fail the check."""
     with tempfile.TemporaryDirectory() as root:
-        with open(os.path.join(root, "README.md"), "w") as f:
+        os.makedirs(os.path.join(root, "docs"))
+        with open(os.path.join(root, "docs", "layout.md"), "w") as f:
             f.write("Allowed dependencies\n```\nproto ->\ncommon -> proto\n"
                     "server -> common proto\nclient -> common proto\n```\n")
         for rel, body in {
@@ -133,7 +133,7 @@ def main(argv):
     if found:
         print(f"{len(found)} include(s) break the layering")
         return 1
-    print("layering: every include follows README.md's allowed dependencies")
+    print("layering: every include follows docs/layout.md's allowed dependencies")
     return 0
 
 
