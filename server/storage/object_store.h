@@ -1,0 +1,73 @@
+// ObjectStore: objects (tar shards, shard lists) read from S3 or plain
+// HTTP(S) URLs by byte range. The dataset layer reads shard headers and
+// members through it; the shard cache (shard_cache.h) downloads whole shards
+// through it.
+//
+// Every read names the ObjectInfo it expects: a read of an object whose ETag
+// is no longer the one listed is FAILED_PRECONDITION naming the URL ("changed
+// since it was indexed"), never other bytes.
+//
+// Thread-safe: many reads may be in flight at once (a pool of kept-alive
+// connections, --remote-connections).
+#ifndef BATCHD_SERVER_STORAGE_OBJECT_STORE_H_
+#define BATCHD_SERVER_STORAGE_OBJECT_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "batchd/v1/config.pb.h"
+
+namespace batchd::server {
+
+struct ObjectInfo {
+  std::string url;   // as shown to people: s3://bucket/key or https://...
+  uint64_t size = 0;
+  std::string etag;  // as the store gives it (quotes included); may be empty
+};
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+
+  // The object's size and ETag (HEAD). NOT_FOUND naming the URL for 404,
+  // PERMISSION_DENIED naming the URL and the credentials for 401/403.
+  virtual absl::StatusOr<ObjectInfo> Stat(const std::string& url) = 0;
+
+  // Every object under `prefix_url` (s3://bucket/prefix/), sorted by key,
+  // across ListObjectsV2 continuation pages. UNIMPLEMENTED for stores that
+  // cannot list (plain HTTP).
+  virtual absl::StatusOr<std::vector<ObjectInfo>> List(
+      const std::string& prefix_url) = 0;
+
+  // Bytes [offset, offset + size) of `object` into `dest` (size bytes).
+  // Retries 5xx, 429, timeouts, resets and short bodies with backoff; a
+  // final failure names the URL, the range and the HTTP status.
+  // FAILED_PRECONDITION when the object's ETag is not object.etag;
+  // OUT_OF_RANGE when the range is beyond object.size.
+  virtual absl::Status ReadRange(const ObjectInfo& object, uint64_t offset,
+                                 uint64_t size, uint8_t* dest) = 0;
+};
+
+// True for the URL forms a dataset's path may take: s3://, http://, https://.
+bool IsRemoteUrl(absl::string_view path);
+
+// The store for `config` (its endpoint, region, credentials, CA file; the
+// AWS_* environment variables otherwise). `connections`: the most
+// requests in flight at once.
+absl::StatusOr<std::unique_ptr<ObjectStore>> MakeObjectStore(
+    const batchd::v1::DatasetConfig& config, int connections);
+
+// The shards of a remote TAR_SHARDS dataset, in sample order: every *.tar
+// under an s3:// prefix, a brace range (https://h/s-{000..009}.tar), a shard
+// list object (.txt, one URL or key per line), or `config.shards`.
+absl::StatusOr<std::vector<ObjectInfo>> ResolveShardObjects(
+    const batchd::v1::DatasetConfig& config, ObjectStore& store);
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_STORAGE_OBJECT_STORE_H_
