@@ -17,7 +17,8 @@ namespace batchd::server {
 namespace {
 
 constexpr char kMagic[8] = {'B', 'A', 'T', 'C', 'H', 'D', 'I', 'X'};
-constexpr uint32_t kVersion = 1;
+// 2: the validator string replaced version 1's mtime.
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kMaxStringBytes = 1 << 20;
 
 uint64_t Fnv1a64(absl::string_view bytes) {
@@ -32,7 +33,6 @@ class Writer {
  public:
   void U32(uint32_t v) { Raw(&v, sizeof(v)); }
   void U64(uint64_t v) { Raw(&v, sizeof(v)); }
-  void I64(int64_t v) { Raw(&v, sizeof(v)); }
   void I32(int32_t v) { Raw(&v, sizeof(v)); }
   void String(const std::string& s) {
     U32(static_cast<uint32_t>(s.size()));
@@ -53,7 +53,6 @@ class Reader {
   explicit Reader(absl::string_view in) : in_(in) {}
   uint32_t U32() { return Pod<uint32_t>(); }
   uint64_t U64() { return Pod<uint64_t>(); }
-  int64_t I64() { return Pod<int64_t>(); }
   int32_t I32() { return Pod<int32_t>(); }
   std::string String() {
     const uint32_t size = U32();
@@ -86,6 +85,14 @@ class Reader {
 
 }  // namespace
 
+std::string LocalValidator(int64_t mtime_ns) {
+  return absl::StrCat("mtime:", mtime_ns);
+}
+
+std::string RemoteValidator(const std::string& etag) {
+  return absl::StrCat("etag:", etag);
+}
+
 absl::StatusOr<std::vector<CachedShard>> ReadIndexCache(
     const std::string& path) {
   ASSIGN_OR_RETURN(const FileBytes file, ReadFileBytes(path));
@@ -110,7 +117,7 @@ absl::StatusOr<std::vector<CachedShard>> ReadIndexCache(
     CachedShard shard;
     shard.path = in.String();
     shard.size = in.U64();
-    shard.mtime_ns = in.I64();
+    shard.validator = in.String();
     ShardIndex& index = shard.index;
     index.skipped_no_image = in.U64();
     index.skipped_no_class = in.U64();
@@ -148,7 +155,7 @@ absl::Status WriteIndexCache(const std::string& path,
   for (const CachedShard& shard : shards) {
     out.String(shard.path);
     out.U64(shard.size);
-    out.I64(shard.mtime_ns);
+    out.String(shard.validator.substr(0, kMaxStringBytes));
     const ShardIndex& index = shard.index;
     out.U64(index.skipped_no_image);
     out.U64(index.skipped_no_class);

@@ -1,6 +1,7 @@
 // The sidecar index cache of a TAR_SHARDS dataset: each shard's ShardIndex
-// with the shard's size and modification time when it was indexed, so that
-// a restart re-reads only shards that changed.
+// with the shard's size and a validator when it was indexed (a local file's
+// modification time, a remote object's ETag), so that a restart re-reads
+// only shards that changed.
 //
 // File format (little-endian): "BATCHDIX", u32 version, u32 shard count,
 // the shards, then the FNV-1a 64 of all bytes before it. A file that is
@@ -25,9 +26,15 @@ namespace batchd::server {
 struct CachedShard {
   std::string path;       // as the dataset names it
   uint64_t size = 0;      // bytes, when indexed
-  int64_t mtime_ns = 0;   // st_mtim, when indexed
+  // What else must match for the entry to be reused, when indexed:
+  // LocalValidator(st_mtim) or RemoteValidator(etag).
+  std::string validator;
   ShardIndex index;
 };
+
+// Validators of the two kinds of shard; never equal to each other.
+std::string LocalValidator(int64_t mtime_ns);
+std::string RemoteValidator(const std::string& etag);
 
 // NOT_FOUND when there is no cache; DATA_LOSS when it is malformed; the
 // read's error otherwise.

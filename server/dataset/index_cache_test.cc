@@ -23,7 +23,7 @@ std::vector<CachedShard> Example() {
   CachedShard a;
   a.path = "/data/a.tar";
   a.size = 123456;
-  a.mtime_ns = 1700000000123456789;
+  a.validator = LocalValidator(1700000000123456789);
   a.index.samples = {{"x/000001.jpg", 512, 1000, 3}, {"000002.png", 2048, 7, 0}};
   a.index.skipped_no_class = 2;
   a.index.skipped_example = "key 'y': no cls member";
@@ -42,7 +42,8 @@ TEST(IndexCacheTest, RoundTrip) {
   const CachedShard& a = (*read)[0];
   EXPECT_EQ(a.path, "/data/a.tar");
   EXPECT_EQ(a.size, 123456u);
-  EXPECT_EQ(a.mtime_ns, 1700000000123456789);
+  EXPECT_EQ(a.validator, "mtime:1700000000123456789");
+  EXPECT_NE(LocalValidator(1), RemoteValidator("1"));
   ASSERT_EQ(a.index.samples.size(), 2u);
   EXPECT_EQ(a.index.samples[0].member, "x/000001.jpg");
   EXPECT_EQ(a.index.samples[0].offset, 512u);

@@ -1,8 +1,5 @@
 #include "server/dataset/shard_index.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -11,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
-#include "server/dataset/errno_status.h"
 #include "server/dataset/tar_reader.h"
 
 namespace batchd::server {
@@ -28,25 +24,19 @@ struct Group {
   const TarMember* cls = nullptr;
 };
 
-absl::StatusOr<std::string> ReadSmallMember(int fd, const TarMember& member,
+absl::StatusOr<std::string> ReadSmallMember(ReadAt& file,
+                                            const TarMember& member,
                                             const std::string& name) {
   std::string data(member.size, '\0');
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::pread(fd, data.data() + done, data.size() - done,
-                              static_cast<off_t>(member.offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::UnavailableError(
-          ErrnoStatus(errno, absl::StrCat("read '", name, "' member '",
-                                          member.name, "'"))
-              .message());
-    }
-    if (n == 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "read '", name, "' member '", member.name, "': the file shrank"));
-    }
-    done += static_cast<size_t>(n);
+  absl::StatusOr<size_t> got = file.Read(member.offset, data.data(), data.size());
+  if (!got.ok()) {
+    return absl::Status(got.status().code(),
+                        absl::StrCat(got.status().message(), " (member '",
+                                     member.name, "')"));
+  }
+  if (*got < data.size()) {
+    return absl::UnavailableError(absl::StrCat(
+        "read '", name, "' member '", member.name, "': the file shrank"));
   }
   return data;
 }
@@ -66,7 +56,13 @@ bool SplitMemberName(const std::string& name, std::string* key,
 
 absl::StatusOr<ShardIndex> IndexShardFile(int fd, uint64_t file_size,
                                           const std::string& name) {
-  ASSIGN_OR_RETURN(TarScan scan, ScanTarFile(fd, file_size, name));
+  FdReadAt file(fd, name);
+  return IndexShard(file, file_size, name);
+}
+
+absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
+                                      const std::string& name) {
+  ASSIGN_OR_RETURN(TarScan scan, ScanTar(file, file_size, name));
   ShardIndex index;
   index.damage = std::move(scan.damage);
 
@@ -94,7 +90,7 @@ absl::StatusOr<ShardIndex> IndexShardFile(int fd, uint64_t file_size,
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(const std::string text,
-                     ReadSmallMember(fd, *group.cls, name));
+                     ReadSmallMember(file, *group.cls, name));
     const absl::string_view digits = absl::StripAsciiWhitespace(text);
     int32_t label = 0;
     bool all_digits = !digits.empty();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/dataset/read_at.h"
 
 namespace batchd::server {
 
@@ -62,6 +63,10 @@ bool SplitMemberName(const std::string& name, std::string* key,
 // messages. UNAVAILABLE when a read fails; damage is not an error.
 absl::StatusOr<ShardIndex> IndexShardFile(int fd, uint64_t file_size,
                                           const std::string& name);
+
+// The same over any ReadAt (ScanTar, then each key's "cls" member).
+absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
+                                      const std::string& name);
 
 }  // namespace batchd::server
 

@@ -1,16 +1,12 @@
 #include "server/dataset/tar_reader.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "server/dataset/errno_status.h"
 
 namespace batchd::server {
 namespace {
@@ -23,27 +19,6 @@ constexpr size_t kChecksumOffset = 148, kChecksumSize = 8;
 constexpr size_t kTypeOffset = 156;
 constexpr size_t kMagicOffset = 257;
 constexpr size_t kPrefixOffset = 345, kPrefixSize = 155;
-
-// Reads exactly `size` bytes at `offset`; fewer only at the end of the file.
-absl::StatusOr<size_t> PreadFully(int fd, uint64_t offset, char* out,
-                                  size_t size, const std::string& name) {
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, out + done, size - done,
-                              static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const absl::Status status = ErrnoStatus(
-          errno, absl::StrCat("read '", name, "' at offset ", offset + done));
-      // Whatever the errno, a read that fails mid-file is worth retrying
-      // later, not a reason to give up on the dataset's configuration.
-      return absl::UnavailableError(status.message());
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  return done;
-}
 
 // A NUL-terminated (or full-width) string field.
 std::string Field(const char* header, size_t offset, size_t size) {
@@ -146,6 +121,12 @@ bool ParsePax(absl::string_view data, std::optional<std::string>* path,
 
 absl::StatusOr<TarScan> ScanTarFile(int fd, uint64_t file_size,
                                     const std::string& name) {
+  FdReadAt file(fd, name);
+  return ScanTar(file, file_size, name);
+}
+
+absl::StatusOr<TarScan> ScanTar(ReadAt& file, uint64_t file_size,
+                                const std::string& name) {
   TarScan scan;
   // Metadata from "L" and "x" members, applied to the next member.
   std::optional<std::string> next_name;
@@ -154,7 +135,7 @@ absl::StatusOr<TarScan> ScanTarFile(int fd, uint64_t file_size,
   uint64_t pos = 0;
   while (pos < file_size) {
     absl::StatusOr<size_t> got =
-        PreadFully(fd, pos, header, kTarBlockBytes, name);
+        file.Read(pos, header, kTarBlockBytes);
     if (!got.ok()) return got.status();
     if (*got < kTarBlockBytes) {
       // A cut inside the end-of-archive marker loses nothing.
@@ -206,7 +187,7 @@ absl::StatusOr<TarScan> ScanTarFile(int fd, uint64_t file_size,
       }
       std::string data(size, '\0');
       absl::StatusOr<size_t> read =
-          PreadFully(fd, data_offset, data.data(), size, name);
+          file.Read(data_offset, data.data(), size);
       if (!read.ok()) return read.status();
       if (type == 'L') {
         data.resize(strnlen(data.data(), data.size()));

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/dataset/read_at.h"
 
 namespace batchd::server {
 
@@ -52,6 +53,12 @@ struct TarScan {
 // UNAVAILABLE when a read fails.
 absl::StatusOr<TarScan> ScanTarFile(int fd, uint64_t file_size,
                                     const std::string& name);
+
+// The same scan over any ReadAt (a remote object's ranged reads): the one
+// scanner both kinds of shard go through. Reads headers (512 bytes each)
+// and long-name / pax data only.
+absl::StatusOr<TarScan> ScanTar(ReadAt& file, uint64_t file_size,
+                                const std::string& name);
 
 }  // namespace batchd::server
 

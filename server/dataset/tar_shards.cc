@@ -207,8 +207,9 @@ absl::StatusOr<CachedShard> IndexShard(const std::string& path) {
   CachedShard shard;
   shard.path = path;
   shard.size = static_cast<uint64_t>(st.st_size);
-  shard.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
-                   st.st_mtim.tv_nsec;
+  shard.validator =
+      LocalValidator(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+                     st.st_mtim.tv_nsec);
   ASSIGN_OR_RETURN(shard.index, IndexShardFile(fd, shard.size, path));
   return shard;
 }
@@ -266,7 +267,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
           st.st_mtim.tv_nsec;
       if (static_cast<uint64_t>(st.st_size) == it->second.size &&
-          mtime_ns == it->second.mtime_ns) {
+          LocalValidator(mtime_ns) == it->second.validator) {
         shards.push_back(std::move(it->second));
         cached.erase(it);  // a shard listed twice is indexed twice
         ++stats.shards_from_cache;
