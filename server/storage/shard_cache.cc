@@ -1,0 +1,568 @@
+#include "server/storage/shard_cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+
+namespace batchd::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr absl::string_view kShardSuffix = ".shard";
+constexpr absl::string_view kTempMarker = ".tmp.";
+
+absl::Status FileError(int error, absl::string_view what) {
+  const std::string message = absl::StrCat(what, ": ", std::strerror(error));
+  if (error == ENOENT) return absl::NotFoundError(message);
+  if (error == EACCES || error == EPERM) {
+    return absl::PermissionDeniedError(message);
+  }
+  if (error == ENOSPC || error == EDQUOT) {
+    return absl::ResourceExhaustedError(message);
+  }
+  return absl::UnavailableError(message);
+}
+
+uint64_t Fnv1a64(absl::string_view bytes, uint64_t hash) {
+  for (unsigned char c : bytes) hash = (hash ^ c) * 0x100000001b3ull;
+  return hash;
+}
+
+// The size a cache file's name claims ("<hash>-<size>.shard"), or nullopt.
+bool ParseFileName(absl::string_view name, uint64_t* size) {
+  if (!absl::EndsWith(name, kShardSuffix)) return false;
+  name.remove_suffix(kShardSuffix.size());
+  const size_t dash = name.find('-');
+  if (dash != 16) return false;
+  return absl::SimpleAtoi(name.substr(dash + 1), size);
+}
+
+absl::Status WriteFully(int fd, const uint8_t* data, size_t size,
+                        uint64_t offset, const std::string& path) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pwrite(fd, data + done, size - done,
+                               static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return FileError(errno, absl::StrCat("write '", path, "'"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadFully(int fd, uint8_t* data, size_t size, uint64_t offset,
+                       const std::string& path) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, data + done, size - done,
+                              static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return FileError(errno, absl::StrCat("read '", path, "'"));
+    }
+    if (n == 0) {
+      return absl::DataLossError(absl::StrCat(
+          "cached shard '", path, "' is shorter than its name says"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+std::atomic<uint64_t> temp_counter{0};
+
+}  // namespace
+
+// A shard in the directory: being downloaded, or complete.
+struct ShardCache::Entry {
+  std::string name;
+  uint64_t size = 0;
+  // Set once, under mu_: the download finished (ready) or failed.
+  bool ready = false;
+  bool failed = false;
+  absl::Status status;
+  // Readers and waiters holding it; a pinned entry is never evicted.
+  int pins = 0;
+  // Downloaded by Prefetch and not read since.
+  bool prefetched_unread = false;
+  std::list<std::string>::iterator lru_position;  // when ready
+};
+
+struct ShardCache::RamEntry {
+  std::shared_ptr<const std::string> bytes;
+  std::list<std::string>::iterator lru_position;
+};
+
+std::string ShardCache::FileName(const ObjectInfo& shard) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  hash = Fnv1a64(shard.url, hash);
+  hash = Fnv1a64(absl::string_view("\0", 1), hash);
+  hash = Fnv1a64(shard.etag, hash);
+  return absl::StrFormat("%016x-%d%s", hash, shard.size, kShardSuffix);
+}
+
+ShardCache::ShardCache(ShardCacheOptions options)
+    : options_(std::move(options)) {
+  stats_.disk_limit = options_.disk_bytes;
+  stats_.ram_limit = options_.ram_bytes;
+}
+
+absl::StatusOr<std::unique_ptr<ShardCache>> ShardCache::Open(
+    ShardCacheOptions options) {
+  if (options.dir.empty()) {
+    return absl::InvalidArgumentError("the shard cache needs a directory");
+  }
+  if (options.disk_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the shard cache in '", options.dir, "' needs a size above 0 bytes"));
+  }
+  options.chunk_bytes = std::max<uint64_t>(options.chunk_bytes, 1);
+  options.chunks_in_flight = std::max(options.chunks_in_flight, 1);
+  std::error_code ec;
+  fs::create_directories(options.dir, ec);
+  if (ec) {
+    return FileError(ec.value(),
+                     absl::StrCat("create cache directory '", options.dir, "'"));
+  }
+  std::unique_ptr<ShardCache> cache(new ShardCache(std::move(options)));
+  const ShardCacheOptions& opts = cache->options_;
+
+  // Adopt complete shards, most recently modified first in the LRU.
+  struct Found {
+    int64_t mtime_ns;
+    std::string name;
+    uint64_t size;
+  };
+  std::vector<Found> found;
+  for (fs::directory_iterator it(opts.dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string path = it->path().string();
+    if (absl::StrContains(name, kTempMarker)) {
+      ::unlink(path.c_str());  // a download cut short by a crash
+      continue;
+    }
+    uint64_t size = 0;
+    if (!ParseFileName(name, &size)) continue;
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (static_cast<uint64_t>(st.st_size) != size) {
+      ::unlink(path.c_str());
+      continue;
+    }
+    found.push_back({static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+                         st.st_mtim.tv_nsec,
+                     name, size});
+  }
+  if (ec) {
+    return FileError(ec.value(),
+                     absl::StrCat("list cache directory '", opts.dir, "'"));
+  }
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return a.mtime_ns != b.mtime_ns ? a.mtime_ns > b.mtime_ns
+                                    : a.name < b.name;
+  });
+  {
+    absl::MutexLock lock(&cache->mu_);
+    for (const Found& f : found) {
+      if (cache->disk_bytes_ + f.size > opts.disk_bytes) {
+        // The bound shrank since the last run: the oldest go.
+        ::unlink(cache->PathOf(f.name).c_str());
+        ++cache->stats_.evictions;
+        continue;
+      }
+      auto entry = std::make_shared<Entry>();
+      entry->name = f.name;
+      entry->size = f.size;
+      entry->ready = true;
+      cache->lru_.push_back(f.name);
+      entry->lru_position = std::prev(cache->lru_.end());
+      cache->entries_.emplace(f.name, std::move(entry));
+      cache->disk_bytes_ += f.size;
+    }
+  }
+  for (int i = 0; i < opts.prefetch_threads; ++i) {
+    cache->prefetch_threads_.emplace_back([c = cache.get()] {
+      pthread_setname_np(pthread_self(), "shard-prefetch");
+      c->PrefetchLoop();
+    });
+  }
+  return cache;
+}
+
+ShardCache::~ShardCache() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    prefetch_queue_.clear();
+  }
+  for (std::thread& thread : prefetch_threads_) thread.join();
+}
+
+std::string ShardCache::PathOf(const std::string& name) const {
+  return (fs::path(options_.dir) / name).string();
+}
+
+void ShardCache::set_download_observer(DownloadObserver observer) {
+  absl::MutexLock lock(&mu_);
+  observer_ = std::move(observer);
+}
+
+ShardCacheStats ShardCache::stats() const {
+  absl::MutexLock lock(&mu_);
+  ShardCacheStats stats = stats_;
+  stats.disk_bytes = disk_bytes_;
+  stats.ram_bytes = ram_bytes_;
+  stats.shards = lru_.size();
+  return stats;
+}
+
+bool ShardCache::Contains(const ObjectInfo& shard) const {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(FileName(shard));
+  return it != entries_.end() && it->second->ready;
+}
+
+bool ShardCache::MakeRoom(uint64_t bytes, bool prefetch) {
+  while (disk_bytes_ + bytes > options_.disk_bytes) {
+    std::shared_ptr<Entry> victim;
+    for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+      const std::shared_ptr<Entry>& entry = entries_.at(*it);
+      if (entry->pins > 0) continue;
+      // A prefetch never pushes out what an earlier prefetch brought for
+      // an upcoming read.
+      if (prefetch && entry->prefetched_unread) continue;
+      victim = entry;
+      break;
+    }
+    if (victim == nullptr) {
+      if (deletions_in_flight_ == 0) return false;
+      // Another thread's deletions will free room: wait for them.
+      mu_.Await(absl::Condition(
+          +[](int* n) { return *n == 0; }, &deletions_in_flight_));
+      continue;
+    }
+    lru_.erase(victim->lru_position);
+    entries_.erase(victim->name);
+    if (victim->prefetched_unread) prefetched_unread_bytes_ -= victim->size;
+    ++stats_.evictions;
+    ++deletions_in_flight_;
+    // Its bytes still count until the file is gone.
+    mu_.Unlock();
+    ::unlink(PathOf(victim->name).c_str());
+    mu_.Lock();
+    disk_bytes_ -= victim->size;
+    --deletions_in_flight_;
+  }
+  return true;
+}
+
+absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
+    const std::shared_ptr<ObjectStore>& store, const ObjectInfo& shard,
+    bool prefetch, bool* downloaded) {
+  const std::string name = FileName(shard);
+  *downloaded = false;
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    auto it = entries_.find(name);
+    if (it != entries_.end()) {
+      std::shared_ptr<Entry> entry = it->second;
+      if (prefetch) return entry;  // cached or on its way: nothing to do
+      ++entry->pins;
+      if (!entry->ready) {
+        ++stats_.misses;
+        mu_.Await(absl::Condition(
+            +[](Entry* e) { return e->ready || e->failed; }, entry.get()));
+        if (entry->failed) {
+          --entry->pins;
+          return entry->status;
+        }
+      } else {
+        ++stats_.hits;
+      }
+      lru_.splice(lru_.begin(), lru_, entry->lru_position);
+      if (entry->prefetched_unread) {
+        entry->prefetched_unread = false;
+        prefetched_unread_bytes_ -= entry->size;
+      }
+      return entry;
+    }
+    if (stopping_ && prefetch) return nullptr;
+    if (shard.size > options_.disk_bytes) return nullptr;
+    if (prefetch &&
+        prefetched_unread_bytes_ + shard.size > options_.disk_bytes / 2) {
+      return nullptr;
+    }
+    if (!MakeRoom(shard.size, prefetch)) return nullptr;
+    // MakeRoom may have let go of the lock: look again.
+    if (entries_.contains(name) ||
+        disk_bytes_ + shard.size > options_.disk_bytes) {
+      continue;
+    }
+    break;
+  }
+  auto entry = std::make_shared<Entry>();
+  entry->name = name;
+  entry->size = shard.size;
+  entry->pins = prefetch ? 0 : 1;
+  entries_.emplace(name, entry);
+  disk_bytes_ += shard.size;
+  if (!prefetch) ++stats_.misses;
+
+  mu_.Unlock();
+  const absl::Time start = absl::Now();
+  const absl::Status status = Download(*store, shard, PathOf(name));
+  const absl::Duration elapsed = absl::Now() - start;
+  mu_.Lock();
+
+  if (!status.ok()) {
+    // Download() removed its temporary file.
+    entry->failed = true;
+    entry->status = status;
+    entries_.erase(name);
+    disk_bytes_ -= shard.size;
+    ++stats_.download_failures;
+    return status;
+  }
+  entry->ready = true;
+  lru_.push_front(name);
+  entry->lru_position = lru_.begin();
+  if (prefetch) {
+    entry->prefetched_unread = true;
+    prefetched_unread_bytes_ += shard.size;
+  }
+  ++stats_.downloads;
+  stats_.downloaded_bytes += shard.size;
+  stats_.download_seconds += absl::ToDoubleSeconds(elapsed);
+  *downloaded = true;
+  if (observer_) {
+    DownloadObserver observer = observer_;
+    mu_.Unlock();
+    observer(shard.size, elapsed);
+    mu_.Lock();
+  }
+  return entry;
+}
+
+void ShardCache::Unpin(const std::shared_ptr<Entry>& entry) {
+  absl::MutexLock lock(&mu_);
+  --entry->pins;
+}
+
+absl::Status ShardCache::Download(ObjectStore& store, const ObjectInfo& shard,
+                                  const std::string& path) {
+  const std::string temp = absl::StrCat(path, kTempMarker, ::getpid(), ".",
+                                        temp_counter.fetch_add(1));
+  const int fd =
+      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return FileError(errno, absl::StrCat("create '", temp, "'"));
+
+  const uint64_t chunk = options_.chunk_bytes;
+  const uint64_t chunks = (shard.size + chunk - 1) / chunk;
+  std::atomic<uint64_t> next{0};
+  absl::Mutex error_mu;
+  absl::Status error;  // the first failure; guarded by error_mu
+  std::atomic<bool> failed{false};
+  auto work = [&] {
+    std::vector<uint8_t> buffer;
+    for (;;) {
+      const uint64_t i = next.fetch_add(1);
+      if (i >= chunks || failed.load()) return;
+      const uint64_t offset = i * chunk;
+      const uint64_t size = std::min(chunk, shard.size - offset);
+      buffer.resize(size);
+      absl::Status status = store.ReadRange(shard, offset, size, buffer.data());
+      if (status.ok()) {
+        status = WriteFully(fd, buffer.data(), size, offset, temp);
+      }
+      if (!status.ok()) {
+        absl::MutexLock lock(&error_mu);
+        if (error.ok()) error = std::move(status);
+        failed.store(true);
+        return;
+      }
+    }
+  };
+  const uint64_t helpers =
+      std::min<uint64_t>(options_.chunks_in_flight, chunks) > 0
+          ? std::min<uint64_t>(options_.chunks_in_flight, chunks) - 1
+          : 0;
+  std::vector<std::thread> threads;
+  for (uint64_t i = 0; i < helpers; ++i) {
+    threads.emplace_back([&work] {
+      pthread_setname_np(pthread_self(), "shard-download");
+      work();
+    });
+  }
+  work();
+  for (std::thread& thread : threads) thread.join();
+
+  absl::Status status;
+  {
+    absl::MutexLock lock(&error_mu);
+    status = error;
+  }
+  if (::close(fd) != 0 && status.ok()) {
+    status = FileError(errno, absl::StrCat("close '", temp, "'"));
+  }
+  if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
+    status = FileError(errno, absl::StrCat("rename '", temp, "'"));
+  }
+  if (!status.ok()) ::unlink(temp.c_str());
+  return status;
+}
+
+absl::Status ShardCache::ReadFile(const std::string& name,
+                                  const ObjectInfo& shard, uint64_t offset,
+                                  uint64_t size, uint8_t* dest,
+                                  std::string* whole) {
+  const std::string path = PathOf(name);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return FileError(errno, absl::StrCat("open '", path, "'"));
+  absl::Status status;
+  if (whole != nullptr) {
+    whole->resize(shard.size);
+    status = ReadFully(fd, reinterpret_cast<uint8_t*>(whole->data()),
+                       shard.size, 0, path);
+    if (status.ok() && size > 0) memcpy(dest, whole->data() + offset, size);
+  } else {
+    status = ReadFully(fd, dest, size, offset, path);
+  }
+  ::close(fd);
+  return status;
+}
+
+std::shared_ptr<const std::string> ShardCache::RamLookup(
+    const std::string& name) {
+  auto it = ram_.find(name);
+  if (it == ram_.end()) return nullptr;
+  ram_lru_.splice(ram_lru_.begin(), ram_lru_, it->second->lru_position);
+  return it->second->bytes;
+}
+
+void ShardCache::RamInsert(const std::string& name,
+                           std::shared_ptr<const std::string> bytes) {
+  if (ram_.contains(name)) return;
+  const uint64_t size = bytes->size();
+  while (ram_bytes_ + size > options_.ram_bytes && !ram_lru_.empty()) {
+    auto old = ram_.find(ram_lru_.back());
+    ram_bytes_ -= old->second->bytes->size();
+    ram_.erase(old);
+    ram_lru_.pop_back();
+  }
+  if (ram_bytes_ + size > options_.ram_bytes) return;
+  ram_lru_.push_front(name);
+  auto entry = std::make_shared<RamEntry>();
+  entry->bytes = std::move(bytes);
+  entry->lru_position = ram_lru_.begin();
+  ram_.emplace(name, std::move(entry));
+  ram_bytes_ += size;
+}
+
+absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
+                              const ObjectInfo& shard, uint64_t offset,
+                              uint64_t size, uint8_t* dest) {
+  if (offset > shard.size || size > shard.size - offset) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "bytes [", offset, ", ", offset + size, ") of '", shard.url,
+        "' are beyond its ", shard.size, " bytes"));
+  }
+  const std::string name = FileName(shard);
+  const bool ram_tier =
+      options_.ram_bytes > 0 && shard.size <= options_.ram_bytes / 4;
+  if (ram_tier) {
+    std::shared_ptr<const std::string> bytes;
+    {
+      absl::MutexLock lock(&mu_);
+      bytes = RamLookup(name);
+      if (bytes != nullptr) {
+        ++stats_.hits;
+        ++stats_.ram_hits;
+      }
+    }
+    if (bytes != nullptr) {
+      if (size > 0) memcpy(dest, bytes->data() + offset, size);
+      return absl::OkStatus();
+    }
+  }
+  bool downloaded = false;
+  absl::StatusOr<std::shared_ptr<Entry>> entry =
+      Acquire(store, shard, /*prefetch=*/false, &downloaded);
+  if (!entry.ok()) return entry.status();
+  if (*entry == nullptr) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++stats_.uncached_reads;
+    }
+    return store->ReadRange(shard, offset, size, dest);
+  }
+  std::string whole;
+  absl::Status status = ReadFile(name, shard, offset, size, dest,
+                                 ram_tier ? &whole : nullptr);
+  absl::MutexLock lock(&mu_);
+  --(*entry)->pins;
+  if (status.ok() && ram_tier) {
+    RamInsert(name, std::make_shared<const std::string>(std::move(whole)));
+  }
+  return status;
+}
+
+void ShardCache::Prefetch(const std::shared_ptr<ObjectStore>& store,
+                          const ObjectInfo& shard) {
+  if (options_.prefetch_threads <= 0) return;
+  const std::string name = FileName(shard);
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || entries_.contains(name) || prefetch_queued_.contains(name)) {
+    return;
+  }
+  if (shard.size > options_.disk_bytes / 2 ||
+      prefetch_queue_.size() >= options_.max_queued_prefetches) {
+    ++stats_.prefetches_dropped;
+    return;
+  }
+  prefetch_queued_.insert(name);
+  prefetch_queue_.push_back({store, shard});
+  ++stats_.prefetches;
+}
+
+void ShardCache::PrefetchLoop() {
+  for (;;) {
+    PrefetchTask task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](ShardCache* c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return c->stopping_ || !c->prefetch_queue_.empty();
+          },
+          this));
+      if (stopping_) return;
+      task = std::move(prefetch_queue_.front());
+      prefetch_queue_.pop_front();
+    }
+    bool downloaded = false;
+    absl::StatusOr<std::shared_ptr<Entry>> entry =
+        Acquire(task.store, task.shard, /*prefetch=*/true, &downloaded);
+    absl::MutexLock lock(&mu_);
+    prefetch_queued_.erase(FileName(task.shard));
+    if (entry.ok() && *entry == nullptr) ++stats_.prefetches_dropped;
+  }
+}
+
+}  // namespace batchd::server

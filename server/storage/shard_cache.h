@@ -1,0 +1,195 @@
+// ShardCache: a bounded local cache of whole remote tar shards, with an
+// optional RAM tier for small shards.
+//
+// A shard is downloaded whole on its first read (ObjectStore::ReadRange in
+// chunks, a few in flight, into a temporary file renamed into place), then
+// read with pread. The bytes on disk never exceed `disk_bytes`: a shard is
+// admitted only after enough least recently used shards have been deleted;
+// shards being read or downloaded are pinned and never evicted. A shard
+// larger than the whole cache, or one that cannot be admitted because
+// everything is pinned, is read by member ranges straight from the store.
+// Concurrent reads of one shard wait for one download.
+//
+// Files are named after a hash of (URL, size, ETag), so a restart reuses
+// every complete shard (a changed ETag is another name: the stale file is
+// never read and ages out of the LRU).
+//
+// Prefetch(shard) queues a background download on a small pool of threads;
+// prefetches never evict a pinned shard or a prefetched shard not yet read,
+// hold at most half the cache, and are dropped when the queue is full.
+//
+// Thread-safe. The lock covers the table only: downloads, reads, renames
+// and deletions happen outside it. The destructor cancels queued
+// prefetches and joins the prefetch threads.
+//
+//   ASSIGN_OR_RETURN(auto cache, ShardCache::Open({.dir = "/cache",
+//                                                  .disk_bytes = 64 << 30}));
+//   RETURN_IF_ERROR(cache->Read(store, shard, offset, size, dest));
+#ifndef BATCHD_SERVER_STORAGE_SHARD_CACHE_H_
+#define BATCHD_SERVER_STORAGE_SHARD_CACHE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/storage/object_store.h"
+
+namespace batchd::server {
+
+struct ShardCacheOptions {
+  std::string dir;          // created if missing
+  uint64_t disk_bytes = 0;  // the bound on shard bytes in `dir`; > 0
+  // Whole shards of at most ram_bytes / 4 each are also kept in memory,
+  // least recently used dropped first; 0: no RAM tier.
+  uint64_t ram_bytes = 0;
+  uint64_t chunk_bytes = uint64_t{8} << 20;  // per ReadRange of a download
+  int chunks_in_flight = 4;                  // per download
+  int prefetch_threads = 2;                  // 0: Prefetch does nothing
+  size_t max_queued_prefetches = 64;
+};
+
+// Counters since Open (and the state now).
+struct ShardCacheStats {
+  uint64_t hits = 0;           // reads served from disk or RAM
+  uint64_t ram_hits = 0;       // of which from RAM
+  uint64_t misses = 0;         // reads that waited for a download
+  uint64_t downloads = 0;      // shards downloaded (reads and prefetches)
+  uint64_t download_failures = 0;
+  uint64_t downloaded_bytes = 0;
+  uint64_t uncached_reads = 0;  // member ranges read from the store directly
+  uint64_t evictions = 0;       // shards deleted from disk to make room
+  uint64_t prefetches = 0;          // queued
+  uint64_t prefetches_dropped = 0;  // queue full or no room
+  uint64_t disk_bytes = 0;      // held now (complete and downloading)
+  uint64_t disk_limit = 0;
+  uint64_t ram_bytes = 0;       // held now
+  uint64_t ram_limit = 0;
+  uint64_t shards = 0;          // complete shards on disk now
+  double download_seconds = 0;  // summed over downloads
+};
+
+class ShardCache {
+ public:
+  // Called after each download with its size and duration (metrics).
+  using DownloadObserver =
+      std::function<void(uint64_t bytes, absl::Duration elapsed)>;
+
+  // Creates `options.dir` if needed, deletes leftover temporary files,
+  // adopts complete shards found there (oldest modification first evicted
+  // first) and evicts down to the bound. INVALID_ARGUMENT for a zero bound,
+  // the filesystem's error otherwise.
+  static absl::StatusOr<std::unique_ptr<ShardCache>> Open(
+      ShardCacheOptions options);
+  ~ShardCache();
+  ShardCache(const ShardCache&) = delete;
+  ShardCache& operator=(const ShardCache&) = delete;
+
+  // Bytes [`offset`, `offset` + `size`) of `shard` into `dest`: from RAM or
+  // disk when cached, otherwise after downloading the whole shard through
+  // `store` (or by a direct range read, see above). Blocks on I/O and on
+  // another thread's download of the same shard. The download's error when
+  // it fails (FAILED_PRECONDITION naming the URL when the ETag changed);
+  // OUT_OF_RANGE for a range beyond shard.size.
+  absl::Status Read(const std::shared_ptr<ObjectStore>& store,
+                    const ObjectInfo& shard, uint64_t offset, uint64_t size,
+                    uint8_t* dest);
+
+  // Queues a background download of `shard` unless it is cached, being
+  // downloaded, queued, too large or the queue is full. Never blocks.
+  void Prefetch(const std::shared_ptr<ObjectStore>& store,
+                const ObjectInfo& shard);
+
+  // True when `shard` is complete on disk now (tests, logs).
+  bool Contains(const ObjectInfo& shard) const;
+
+  void set_download_observer(DownloadObserver observer);
+  ShardCacheStats stats() const;
+  const ShardCacheOptions& options() const { return options_; }
+
+  // The file name of `shard` in the cache directory.
+  static std::string FileName(const ObjectInfo& shard);
+
+ private:
+  struct Entry;
+  struct RamEntry;
+  struct PrefetchTask {
+    std::shared_ptr<ObjectStore> store;
+    ObjectInfo shard;
+  };
+
+  explicit ShardCache(ShardCacheOptions options);
+  std::string PathOf(const std::string& name) const;
+
+  // The entry of `shard`, ready and pinned by the caller, downloading it if
+  // needed; nullptr when it cannot be admitted (read it directly).
+  // `prefetch`: admission under the prefetch rules, and not pinned.
+  absl::StatusOr<std::shared_ptr<Entry>> Acquire(
+      const std::shared_ptr<ObjectStore>& store, const ObjectInfo& shard,
+      bool prefetch, bool* downloaded);
+  void Unpin(const std::shared_ptr<Entry>& entry);
+
+  // Frees room for `bytes` more, deleting unpinned least recently used
+  // shards (outside the lock; their bytes still count until deleted).
+  // False when that is impossible now.
+  bool MakeRoom(uint64_t bytes, bool prefetch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Downloads `shard` to its file. No lock held.
+  absl::Status Download(ObjectStore& store, const ObjectInfo& shard,
+                        const std::string& path);
+  // Reads the cached file `name`: the range into `dest`, or (`whole` set)
+  // the whole shard into *whole.
+  absl::Status ReadFile(const std::string& name, const ObjectInfo& shard,
+                        uint64_t offset, uint64_t size, uint8_t* dest,
+                        std::string* whole);
+  // The RAM copy of `name`, or nullptr.
+  std::shared_ptr<const std::string> RamLookup(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RamInsert(const std::string& name,
+                 std::shared_ptr<const std::string> bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PrefetchLoop();
+
+  // Constant after construction.
+  const ShardCacheOptions options_;
+
+  mutable absl::Mutex mu_;
+  // By file name. Every entry's bytes count in disk_bytes_ from admission
+  // until its file is deleted.
+  absl::flat_hash_map<std::string, std::shared_ptr<Entry>> entries_
+      ABSL_GUARDED_BY(mu_);
+  // Complete entries, most recently used first.
+  std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);
+  // Invariant: disk_bytes_ <= options_.disk_bytes, and the shard bytes in
+  // the directory (complete, temporary, being deleted) <= disk_bytes_.
+  uint64_t disk_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t prefetched_unread_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int deletions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // RAM tier, most recently used first.
+  std::list<std::string> ram_lru_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<RamEntry>> ram_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t ram_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<PrefetchTask> prefetch_queue_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> prefetch_queued_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  ShardCacheStats stats_ ABSL_GUARDED_BY(mu_);
+  DownloadObserver observer_ ABSL_GUARDED_BY(mu_);
+
+  std::vector<std::thread> prefetch_threads_;
+};
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_STORAGE_SHARD_CACHE_H_
