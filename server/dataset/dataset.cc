@@ -24,7 +24,8 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "server/dataset/errno_status.h"
-#include "server/dataset/shard_files.h"
+#include "server/dataset/shard_source.h"
+#include "server/storage/object_store.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -200,7 +201,7 @@ class ConfigErrorCollector : public google::protobuf::io::ErrorCollector {
 
 Dataset::Dataset(std::string name, std::vector<Sample> samples,
                  std::vector<std::string> class_names,
-                 std::shared_ptr<const ShardFiles> shards,
+                 std::shared_ptr<const ShardSource> shards,
                  IndexStats index_stats)
     : name_(std::move(name)),
       samples_(std::move(samples)),
@@ -216,6 +217,19 @@ absl::StatusOr<FileBytes> Dataset::ReadSample(uint64_t index) const {
     return ReadFileBytes(sample.path);
   }
   return shards_->Read(sample.shard, sample.offset, sample.size, sample.path);
+}
+
+void Dataset::Prefetch(absl::Span<const uint64_t> indices) const {
+  if (shards_ == nullptr) return;
+  uint32_t last = kNotInShard;
+  for (uint64_t index : indices) {
+    if (index >= samples_.size()) continue;
+    const uint32_t shard = samples_[index].shard;
+    // Consecutive samples mostly share a shard; the cache ignores repeats.
+    if (shard == kNotInShard || shard == last) continue;
+    last = shard;
+    shards_->Prefetch(shard);
+  }
 }
 
 absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadImageFolder(
@@ -360,7 +374,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadListFile(
 }
 
 absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
-    const batchd::v1::DatasetConfig& config) {
+    const batchd::v1::DatasetConfig& config, const RemoteOptions& remote) {
   RETURN_IF_ERROR(ValidateName(config.name()));
   const std::string prefix = absl::StrCat("dataset '", config.name(), "': ");
   if (config.path().empty() && config.shards_size() == 0) {
@@ -377,7 +391,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
   }
   batchd::v1::DatasetConfig::Format format = config.format();
   if (format == batchd::v1::DatasetConfig::FORMAT_UNSPECIFIED &&
-      (config.shards_size() > 0 || IsGlob(config.path()))) {
+      (config.shards_size() > 0 || IsGlob(config.path()) ||
+       IsRemoteUrl(config.path()))) {
     format = batchd::v1::DatasetConfig::TAR_SHARDS;
   }
   if (format == batchd::v1::DatasetConfig::FORMAT_UNSPECIFIED) {
@@ -406,6 +421,14 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
           "file)"));
     }
   }
+  if ((IsRemoteUrl(config.path()) ||
+       std::any_of(config.shards().begin(), config.shards().end(),
+                   [](const std::string& s) { return IsRemoteUrl(s); })) &&
+      format != batchd::v1::DatasetConfig::TAR_SHARDS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "remote datasets (s3://, http://, https://) are TAR_SHARDS "
+        "only"));
+  }
   absl::StatusOr<std::shared_ptr<const Dataset>> dataset;
   switch (format) {
     case batchd::v1::DatasetConfig::IMAGE_FOLDER:
@@ -424,7 +447,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
         return absl::InvalidArgumentError(absl::StrCat(
             prefix, "'root' applies to LIST_FILE datasets only"));
       }
-      dataset = Dataset::LoadTarShards(config);
+      dataset = Dataset::LoadTarShards(config, remote);
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
@@ -435,7 +458,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<const Dataset>>> LoadDatasets(
-    const batchd::v1::DaemonConfig& config) {
+    const batchd::v1::DaemonConfig& config, const RemoteOptions& remote) {
   absl::flat_hash_set<std::string> names;
   for (const batchd::v1::DatasetConfig& dataset : config.datasets()) {
     if (!names.insert(dataset.name()).second) {
@@ -447,7 +470,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const Dataset>>> LoadDatasets(
   datasets.reserve(config.datasets_size());
   for (const batchd::v1::DatasetConfig& dataset_config : config.datasets()) {
     ASSIGN_OR_RETURN(std::shared_ptr<const Dataset> dataset,
-                     LoadDataset(dataset_config));
+                     LoadDataset(dataset_config, remote));
     datasets.push_back(std::move(dataset));
   }
   return datasets;

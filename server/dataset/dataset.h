@@ -8,6 +8,7 @@
 #define BATCHD_SERVER_DATASET_DATASET_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,10 @@
 namespace batchd::server {
 
 class ShardFiles;
+class ShardSource;
+class ShardCache;
+class ObjectStore;
+struct ObjectInfo;
 
 // A whole file's bytes. Its buffer is not zero-filled before the read, as a
 // std::string's would be: the fill is wasted work on the sample read path
@@ -29,6 +34,9 @@ class ShardFiles;
 class FileBytes {
  public:
   FileBytes() = default;
+  // Takes `data`, `size` bytes already written.
+  FileBytes(std::shared_ptr<uint8_t[]> data, size_t size)
+      : data_(std::move(data)), size_(size) {}
   absl::Span<const uint8_t> bytes() const { return {data_.get(), size_}; }
   absl::string_view text() const {
     return {reinterpret_cast<const char*>(data_.get()), size_};
@@ -44,12 +52,31 @@ class FileBytes {
 
 inline constexpr uint32_t kNotInShard = ~uint32_t{0};
 
+// How remote TAR_SHARDS datasets are read (local datasets ignore it).
+struct RemoteOptions {
+  // Shards are read through it when set; by member range reads otherwise.
+  std::shared_ptr<ShardCache> cache;
+  // Where the remote index sidecar is kept ("" with no index_cache in the
+  // config: shards are re-indexed at every start).
+  std::string cache_dir;
+  int connections = 16;    // store requests in flight at once
+  int index_threads = 8;   // shards indexed at once
+  // Tests: the store and the shard list to use instead of MakeObjectStore
+  // and ResolveShardObjects.
+  std::function<absl::StatusOr<std::shared_ptr<ObjectStore>>(
+      const batchd::v1::DatasetConfig&)>
+      make_store;
+  std::function<absl::StatusOr<std::vector<ObjectInfo>>(
+      const batchd::v1::DatasetConfig&, ObjectStore&)>
+      resolve_shards;
+};
+
 struct Sample {
   // A file: absolute or relative to the daemon's working directory. A tar
   // shard's sample: the image member's path inside the shard.
   std::string path;
   int32_t label = 0;
-  // TAR_SHARDS: the shard's number (shard_files()->path(shard)) and the member's
+  // TAR_SHARDS: the shard's number (shards()->name(shard)) and the member's
   // byte range in it. kNotInShard for a file.
   uint32_t shard = kNotInShard;
   uint64_t offset = 0;
@@ -106,6 +133,14 @@ class Dataset {
   // in index_stats(). Errors: NOT_FOUND for a missing shard or an empty
   // glob, INVALID_ARGUMENT for no shards or no samples or a bad
   // classes.txt, the read's error for an unreadable shard.
+  // A path or shards that are remote URLs (s3://, http://, https://) are
+  // read through an ObjectStore: shards are indexed with ranged reads of
+  // their headers (never downloaded whole), several at once, the sidecar
+  // kept in `remote.cache_dir` keyed by each shard's ETag and size; samples
+  // are read through `remote.cache` or by member range reads.
+  static absl::StatusOr<std::shared_ptr<const Dataset>> LoadTarShards(
+      const batchd::v1::DatasetConfig& config,
+      const RemoteOptions& remote);
   static absl::StatusOr<std::shared_ptr<const Dataset>> LoadTarShards(
       const batchd::v1::DatasetConfig& config);
 
@@ -114,19 +149,24 @@ class Dataset {
   const Sample& sample(uint64_t index) const { return samples_[index]; }
   const std::vector<std::string>& class_names() const { return class_names_; }
   const IndexStats& index_stats() const { return index_stats_; }
-  // The shard files of a TAR_SHARDS dataset (nullptr otherwise).
-  const ShardFiles* shard_files() const { return shards_.get(); }
+  // Where a TAR_SHARDS dataset's shards are read (nullptr otherwise).
+  const ShardSource* shards() const { return shards_.get(); }
 
   // The bytes of sample `index`: the whole file, or its member's byte range
   // read from its shard (no open() unless the shard was closed). Errors as
-  // ReadFileBytes / ShardFiles::Read. Thread-safe; blocks on I/O.
+  // ReadFileBytes / ShardSource::Read. Thread-safe; blocks on I/O.
   // REQUIRES: index < size().
   absl::StatusOr<FileBytes> ReadSample(uint64_t index) const;
+
+  // A hint that samples `indices` will be read soon: a remote dataset queues
+  // background downloads of their shards (bounded by its shard cache); a
+  // no-op otherwise. Never blocks. Indices >= size() are ignored.
+  void Prefetch(absl::Span<const uint64_t> indices) const;
 
   // `shards`: for samples with a shard number; nullptr when there are none.
   Dataset(std::string name, std::vector<Sample> samples,
           std::vector<std::string> class_names,
-          std::shared_ptr<const ShardFiles> shards = nullptr,
+          std::shared_ptr<const ShardSource> shards = nullptr,
           IndexStats index_stats = {});
   ~Dataset();
 
@@ -134,20 +174,22 @@ class Dataset {
   const std::string name_;
   const std::vector<Sample> samples_;
   const std::vector<std::string> class_names_;
-  const std::shared_ptr<const ShardFiles> shards_;
+  const std::shared_ptr<const ShardSource> shards_;
   const IndexStats index_stats_;
 };
 
 // Loads one dataset described by `config` (format inferred from the path when
 // unspecified). Validates the name (letters, digits, '-', '_', '.').
 absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
-    const batchd::v1::DatasetConfig& config);
+    const batchd::v1::DatasetConfig& config,
+    const RemoteOptions& remote = {});
 
 // Loads every dataset of `config`, in order. INVALID_ARGUMENT when two share a
 // name (checked before anything is loaded); otherwise the first error of
 // LoadDataset. An empty config gives an empty vector.
 absl::StatusOr<std::vector<std::shared_ptr<const Dataset>>> LoadDatasets(
-    const batchd::v1::DaemonConfig& config);
+    const batchd::v1::DaemonConfig& config,
+    const RemoteOptions& remote = {});
 
 // Parses a config file in protobuf text format (DaemonConfig). Errors name
 // the file and the parser's line/column.

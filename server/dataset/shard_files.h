@@ -22,16 +22,17 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/dataset/dataset.h"
+#include "server/dataset/shard_source.h"
 
 namespace batchd::server {
 
-class ShardFiles {
+class ShardFiles : public ShardSource {
  public:
   static constexpr size_t kDefaultMaxOpen = 64;
 
   // `paths`: the shards, by shard number. `max_open` >= 1.
   ShardFiles(std::vector<std::string> paths, size_t max_open);
-  ~ShardFiles();
+  ~ShardFiles() override;
   ShardFiles(const ShardFiles&) = delete;
   ShardFiles& operator=(const ShardFiles&) = delete;
 
@@ -42,9 +43,12 @@ class ShardFiles {
   // INVALID_ARGUMENT for a shard number out of range or more than 4 GiB.
   absl::StatusOr<FileBytes> Read(uint32_t shard, uint64_t offset,
                                  uint64_t size,
-                                 absl::string_view member) const;
+                                 absl::string_view member) const override;
 
-  size_t shard_count() const { return paths_.size(); }
+  size_t shard_count() const override { return paths_.size(); }
+  const std::string& name(uint32_t shard) const override {
+    return paths_[shard];
+  }
   const std::string& path(uint32_t shard) const { return paths_[shard]; }
   // Shards open now, and open() calls so far (for tests).
   size_t open_now() const;

@@ -1,5 +1,6 @@
 #include "server/dataset/shard_index.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -20,8 +21,8 @@ bool IsImageExtension(const std::string& extension) {
 // The members of one key, as they are grouped.
 struct Group {
   std::string key;
-  const TarMember* image = nullptr;
-  const TarMember* cls = nullptr;
+  std::optional<TarMember> image;
+  std::optional<TarMember> cls;
 };
 
 absl::StatusOr<std::string> ReadSmallMember(ReadAt& file,
@@ -62,9 +63,7 @@ absl::StatusOr<ShardIndex> IndexShardFile(int fd, uint64_t file_size,
 
 absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
                                       const std::string& name) {
-  ASSIGN_OR_RETURN(TarScan scan, ScanTar(file, file_size, name));
   ShardIndex index;
-  index.damage = std::move(scan.damage);
 
   auto skip = [&](const Group& group, uint64_t* counter, std::string why) {
     ++*counter;
@@ -75,11 +74,11 @@ absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
   };
   auto finish = [&](const Group& group) -> absl::Status {
     if (group.key.empty()) return absl::OkStatus();
-    if (group.image == nullptr) {
+    if (!group.image.has_value()) {
       skip(group, &index.skipped_no_image, "no jpg, jpeg or png member");
       return absl::OkStatus();
     }
-    if (group.cls == nullptr) {
+    if (!group.cls.has_value()) {
       skip(group, &index.skipped_no_class, "no cls member");
       return absl::OkStatus();
     }
@@ -108,29 +107,35 @@ absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
     return absl::OkStatus();
   };
 
+  // Members are grouped as the scan reads their headers: a key's "cls" is
+  // read when the next key starts, while its block is still at hand.
   Group group;
-  for (const TarMember& member : scan.members) {
+  auto visit = [&](TarMember member) -> absl::Status {
     const size_t slash = member.name.rfind('/');
     const std::string base =
         slash == std::string::npos ? member.name : member.name.substr(slash + 1);
     if (slash == std::string::npos && base.size() >= 4 &&
         base.compare(0, 2, "__") == 0 &&
         base.compare(base.size() - 2, 2, "__") == 0) {
-      continue;  // webdataset's metadata members
+      return absl::OkStatus();  // webdataset's metadata members
     }
     std::string key, extension;
-    if (!SplitMemberName(member.name, &key, &extension)) continue;
+    if (!SplitMemberName(member.name, &key, &extension)) {
+      return absl::OkStatus();
+    }
     if (key != group.key) {
       RETURN_IF_ERROR(finish(group));
       group = Group();
       group.key = std::move(key);
     }
-    if (IsImageExtension(extension) && group.image == nullptr) {
-      group.image = &member;
-    } else if (extension == "cls" && group.cls == nullptr) {
-      group.cls = &member;
+    if (IsImageExtension(extension) && !group.image.has_value()) {
+      group.image = std::move(member);
+    } else if (extension == "cls" && !group.cls.has_value()) {
+      group.cls = std::move(member);
     }
-  }
+    return absl::OkStatus();
+  };
+  ASSIGN_OR_RETURN(index.damage, VisitTar(file, file_size, name, visit));
   RETURN_IF_ERROR(finish(group));
   return index;
 }

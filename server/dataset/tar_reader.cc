@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/numbers.h"
+#include "common/status_macros.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -128,6 +130,18 @@ absl::StatusOr<TarScan> ScanTarFile(int fd, uint64_t file_size,
 absl::StatusOr<TarScan> ScanTar(ReadAt& file, uint64_t file_size,
                                 const std::string& name) {
   TarScan scan;
+  ASSIGN_OR_RETURN(scan.damage,
+                   VisitTar(file, file_size, name, [&](TarMember member) {
+                     scan.members.push_back(std::move(member));
+                     return absl::OkStatus();
+                   }));
+  return scan;
+}
+
+absl::StatusOr<std::string> VisitTar(
+    ReadAt& file, uint64_t file_size, const std::string& name,
+    const std::function<absl::Status(TarMember)>& visit) {
+  TarScan scan;
   // Metadata from "L" and "x" members, applied to the next member.
   std::optional<std::string> next_name;
   std::optional<uint64_t> next_size;
@@ -213,7 +227,7 @@ absl::StatusOr<TarScan> ScanTar(ReadAt& file, uint64_t file_size,
             if (!prefix.empty()) member_name = prefix + "/" + member_name;
           }
         }
-        scan.members.push_back({std::move(member_name), data_offset, size});
+        RETURN_IF_ERROR(visit({std::move(member_name), data_offset, size}));
       }
       // Links, directories and devices carry no data, whatever their size
       // field says (as Python's tarfile reads them); other types do.
@@ -240,7 +254,7 @@ absl::StatusOr<TarScan> ScanTar(ReadAt& file, uint64_t file_size,
     scan.damage = absl::StrCat("'", name, "' ends after a long name or pax "
                                "header, before the member it describes");
   }
-  return scan;
+  return scan.damage;
 }
 
 }  // namespace batchd::server

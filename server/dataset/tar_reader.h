@@ -22,6 +22,7 @@
 #define BATCHD_SERVER_DATASET_TAR_READER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,15 @@ absl::StatusOr<TarScan> ScanTarFile(int fd, uint64_t file_size,
 // and long-name / pax data only.
 absl::StatusOr<TarScan> ScanTar(ReadAt& file, uint64_t file_size,
                                 const std::string& name);
+
+// The same scan, calling `visit` with each regular member as soon as its
+// header is read, before any later header (so a reader that keeps its last
+// block serves the member's small data without another request). Returns
+// the damage ("" when intact); an error from `visit` stops the scan and is
+// returned.
+absl::StatusOr<std::string> VisitTar(
+    ReadAt& file, uint64_t file_size, const std::string& name,
+    const std::function<absl::Status(TarMember)>& visit);
 
 }  // namespace batchd::server
 

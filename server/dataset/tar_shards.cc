@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -24,7 +26,9 @@
 #include "server/dataset/errno_status.h"
 #include "server/dataset/index_cache.h"
 #include "server/dataset/shard_files.h"
+#include "server/dataset/remote_shards.h"
 #include "server/dataset/shard_index.h"
+#include "server/storage/object_store.h"
 
 namespace batchd::server {
 namespace {
@@ -162,17 +166,11 @@ std::string DefaultCachePath(const std::vector<std::string>& shards) {
   return (dir / absl::StrFormat(".batchd-index-%016x", hash)).string();
 }
 
-// classes.txt beside the first shard: one class name per line, label =
-// line number - 1. An empty vector when there is none.
-absl::StatusOr<std::vector<std::string>> ReadClassNames(
-    const std::string& first_shard) {
-  const std::string path =
-      (fs::path(first_shard).parent_path() / "classes.txt").string();
-  absl::StatusOr<FileBytes> file = ReadFileBytes(path);
-  if (absl::IsNotFound(file.status())) return std::vector<std::string>();
-  if (!file.ok()) return file.status();
-  std::vector<std::string> names =
-      absl::StrSplit(file->text(), '\n');
+// classes.txt's text: one class name per line, label = line number - 1.
+// `path` is for messages.
+absl::StatusOr<std::vector<std::string>> ParseClassNames(
+    absl::string_view text, const std::string& path) {
+  std::vector<std::string> names = absl::StrSplit(text, '\n');
   if (!names.empty() && names.back().empty()) names.pop_back();
   for (size_t i = 0; i < names.size(); ++i) {
     absl::StripAsciiWhitespace(&names[i]);
@@ -186,6 +184,17 @@ absl::StatusOr<std::vector<std::string>> ReadClassNames(
         path, " has more than ", kMaxShardLabel + 1, " classes"));
   }
   return names;
+}
+
+// classes.txt beside the first shard. An empty vector when there is none.
+absl::StatusOr<std::vector<std::string>> ReadClassNames(
+    const std::string& first_shard) {
+  const std::string path =
+      (fs::path(first_shard).parent_path() / "classes.txt").string();
+  absl::StatusOr<FileBytes> file = ReadFileBytes(path);
+  if (absl::IsNotFound(file.status())) return std::vector<std::string>();
+  if (!file.ok()) return file.status();
+  return ParseClassNames(file->text(), path);
 }
 
 // Indexes one shard from scratch; fills size and mtime.
@@ -219,10 +228,256 @@ void Log(const std::string& dataset, const std::string& message) {
                message.c_str());
 }
 
+// The dataset's samples in shard order, then member order, from every
+// shard's index; logs damage, skipped keys and the totals.
+absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
+    const std::string& name, const std::vector<CachedShard>& shards,
+    const std::vector<std::string>& class_names_file, IndexStats stats,
+    std::shared_ptr<const ShardSource> source) {
+  // Samples in shard order, then member order.
+  std::vector<Sample> samples;
+  int32_t max_label = -1;
+  std::string skipped_example;
+  int damage_lines = 0;
+  for (uint32_t number = 0; number < shards.size(); ++number) {
+    const ShardIndex& index = shards[number].index;
+    if (!index.damage.empty()) {
+      ++stats.damaged_shards;
+      if (damage_lines++ < kMaxDamageLines) {
+        Log(name, absl::StrCat(index.damage, "; indexed ",
+                               index.samples.size(),
+                               " samples before the damage"));
+      }
+    }
+    stats.skipped_samples += index.skipped();
+    if (skipped_example.empty()) skipped_example = index.skipped_example;
+    for (const ShardSample& s : index.samples) {
+      if (!class_names_file.empty() &&
+          static_cast<size_t>(s.label) >= class_names_file.size()) {
+        ++stats.skipped_samples;
+        if (skipped_example.empty()) {
+          skipped_example = absl::StrCat(
+              "member '", absl::CHexEscape(s.member), "' in '",
+              shards[number].path, "': class ", s.label, " but classes.txt has ",
+              class_names_file.size(), " classes");
+        }
+        continue;
+      }
+      max_label = std::max(max_label, s.label);
+      samples.push_back({s.member, s.label, number, s.offset, s.size});
+    }
+  }
+  if (stats.damaged_shards > kMaxDamageLines) {
+    Log(name, absl::StrCat(stats.damaged_shards - kMaxDamageLines,
+                           " more damaged shards"));
+  }
+  if (stats.skipped_samples > 0) {
+    Log(name, absl::StrCat("skipped ", stats.skipped_samples,
+                           " keys without an image or a valid class, e.g. ",
+                           skipped_example));
+  }
+  if (samples.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", shards.size(), " shards (", shards[0].path,
+        shards.size() > 1 ? ", ..." : "",
+        ") hold no samples (an image member: jpg, jpeg or png, and a cls "
+        "member per key)"));
+  }
+  std::vector<std::string> class_names = class_names_file;
+  if (class_names.empty()) {
+    for (int32_t label = 0; label <= max_label; ++label) {
+      class_names.push_back(absl::StrCat(label));
+    }
+  }
+  Log(name, absl::StrCat(stats.shards, " shards (", stats.shards_from_cache,
+                         " from the sidecar index), ", samples.size(),
+                         " samples"));
+  return std::make_shared<const Dataset>(name, std::move(samples),
+                                         std::move(class_names),
+                                         std::move(source), stats);
+}
+
+
+
+// ---- Remote shards (s3://, http://, https://) ----
+
+// classes.txt is at most this large (a million names of a few bytes).
+constexpr uint64_t kMaxClassesBytes = uint64_t{64} << 20;
+
+bool AnyRemote(const batchd::v1::DatasetConfig& config) {
+  if (IsRemoteUrl(config.path())) return true;
+  for (const std::string& shard : config.shards()) {
+    if (IsRemoteUrl(shard)) return true;
+  }
+  return false;
+}
+
+// The remote sidecar: the config's index_cache, else one per shard list in
+// `cache_dir`, else none ("").
+std::string RemoteCachePath(const batchd::v1::DatasetConfig& config,
+                            const std::vector<ObjectInfo>& shards,
+                            const std::string& cache_dir) {
+  if (config.index_cache() == "-") return "";
+  if (!config.index_cache().empty()) return config.index_cache();
+  if (cache_dir.empty()) return "";
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (const ObjectInfo& shard : shards) {
+    hash = Fnv1a64(shard.url, hash);
+    hash = Fnv1a64(absl::string_view("\n", 1), hash);
+  }
+  return (fs::path(cache_dir) / absl::StrFormat("index-%016x", hash)).string();
+}
+
+// classes.txt beside the first shard's URL; empty when there is none.
+absl::StatusOr<std::vector<std::string>> ReadRemoteClassNames(
+    ObjectStore& store, const std::string& first_shard) {
+  const std::string url =
+      absl::StrCat(first_shard.substr(0, first_shard.rfind('/') + 1),
+                   "classes.txt");
+  absl::StatusOr<ObjectInfo> info = store.Stat(url);
+  if (absl::IsNotFound(info.status())) return std::vector<std::string>();
+  if (!info.ok()) return info.status();
+  if (info->size > kMaxClassesBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        url, " is ", info->size, " bytes, more than ", kMaxClassesBytes));
+  }
+  std::string text(info->size, '\0');
+  RETURN_IF_ERROR(store.ReadRange(*info, 0, info->size,
+                                  reinterpret_cast<uint8_t*>(text.data())));
+  return ParseClassNames(text, url);
+}
+
+// Indexes `objects` from their headers, `threads` at once, in place of the
+// entries of `shards` that are empty (no validator). The first error.
+absl::Status IndexRemoteShards(ObjectStore& store,
+                               const std::vector<ObjectInfo>& objects,
+                               std::vector<CachedShard>& shards, int threads) {
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (shards[i].validator.empty()) todo.push_back(i);
+  }
+  std::atomic<size_t> next{0};
+  std::vector<absl::Status> errors(todo.size());
+  std::atomic<bool> failed{false};
+  auto work = [&] {
+    for (;;) {
+      const size_t k = next.fetch_add(1);
+      if (k >= todo.size() || failed.load()) return;
+      const ObjectInfo& object = objects[todo[k]];
+      ObjectReadAt reader(store, object);
+      absl::StatusOr<ShardIndex> index =
+          IndexShard(reader, object.size, object.url);
+      if (!index.ok()) {
+        errors[k] = index.status();
+        failed.store(true);
+        return;
+      }
+      CachedShard& shard = shards[todo[k]];
+      shard.path = object.url;
+      shard.size = object.size;
+      shard.validator = RemoteValidator(object.etag);
+      shard.index = *std::move(index);
+    }
+  };
+  const size_t helpers =
+      std::min<size_t>(std::max(threads, 1), todo.size()) > 0
+          ? std::min<size_t>(std::max(threads, 1), todo.size()) - 1
+          : 0;
+  std::vector<std::thread> pool;
+  for (size_t i = 0; i < helpers; ++i) pool.emplace_back(work);
+  work();
+  for (std::thread& thread : pool) thread.join();
+  for (const absl::Status& error : errors) {
+    if (!error.ok()) return error;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
+    const batchd::v1::DatasetConfig& config, const RemoteOptions& remote) {
+  const std::string& name = config.name();
+  std::shared_ptr<ObjectStore> store;
+  if (remote.make_store) {
+    ASSIGN_OR_RETURN(store, remote.make_store(config));
+  } else {
+    ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> made,
+                     MakeObjectStore(config, remote.connections));
+    store = std::move(made);
+  }
+  std::vector<ObjectInfo> objects;
+  if (remote.resolve_shards) {
+    ASSIGN_OR_RETURN(objects, remote.resolve_shards(config, *store));
+  } else {
+    ASSIGN_OR_RETURN(objects, ResolveShardObjects(config, *store));
+  }
+  if (objects.empty()) return absl::InvalidArgumentError("no shards");
+  if (objects.size() > kMaxShards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        objects.size(), " shards, more than the limit of ", kMaxShards));
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> class_names_file,
+                   ReadRemoteClassNames(*store, objects[0].url));
+
+  // Sidecar entries are reused when URL, size and ETag match; a shard
+  // without an ETag cannot be checked and is always re-indexed.
+  const std::string cache_path =
+      RemoteCachePath(config, objects, remote.cache_dir);
+  absl::flat_hash_map<std::string, CachedShard> cached;
+  if (!cache_path.empty()) {
+    absl::StatusOr<std::vector<CachedShard>> read = ReadIndexCache(cache_path);
+    if (read.ok()) {
+      for (CachedShard& shard : *read) {
+        std::string key = shard.path;
+        cached.emplace(std::move(key), std::move(shard));
+      }
+    } else if (!absl::IsNotFound(read.status())) {
+      Log(name, absl::StrCat(read.status().message(), "; re-indexing"));
+    }
+  }
+  IndexStats stats;
+  stats.shards = objects.size();
+  std::vector<CachedShard> shards(objects.size());
+  bool changed = cached.size() != objects.size();
+  for (size_t i = 0; i < objects.size(); ++i) {
+    auto it = cached.find(objects[i].url);
+    if (it != cached.end() && !objects[i].etag.empty() &&
+        it->second.size == objects[i].size &&
+        it->second.validator == RemoteValidator(objects[i].etag)) {
+      shards[i] = std::move(it->second);
+      cached.erase(it);
+      ++stats.shards_from_cache;
+    } else {
+      changed = true;
+    }
+  }
+  RETURN_IF_ERROR(
+      IndexRemoteShards(*store, objects, shards, remote.index_threads));
+  if (!cache_path.empty() && changed) {
+    const absl::Status written = WriteIndexCache(cache_path, shards);
+    if (written.ok()) {
+      stats.cache_written = true;
+    } else {
+      Log(name, absl::StrCat("cannot write the index cache: ",
+                             written.message(),
+                             "; the shards are re-indexed at every start"));
+    }
+  }
+  auto source = std::make_shared<const RemoteShards>(
+      std::move(store), std::move(objects), remote.cache);
+  return AssembleDataset(name, shards, class_names_file, stats,
+                         std::move(source));
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
     const batchd::v1::DatasetConfig& config) {
+  return LoadTarShards(config, RemoteOptions());
+}
+
+absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
+    const batchd::v1::DatasetConfig& config, const RemoteOptions& remote) {
+  if (AnyRemote(config)) return LoadRemoteTarShards(config, remote);
   const std::string& name = config.name();
   ASSIGN_OR_RETURN(std::vector<std::string> paths, ResolveShards(config));
   if (paths.empty()) return absl::InvalidArgumentError("no shards");
@@ -289,71 +544,12 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
     }
   }
 
-  // Samples in shard order, then member order.
-  std::vector<Sample> samples;
-  int32_t max_label = -1;
-  std::string skipped_example;
-  int damage_lines = 0;
-  for (uint32_t number = 0; number < shards.size(); ++number) {
-    const ShardIndex& index = shards[number].index;
-    if (!index.damage.empty()) {
-      ++stats.damaged_shards;
-      if (damage_lines++ < kMaxDamageLines) {
-        Log(name, absl::StrCat(index.damage, "; indexed ",
-                               index.samples.size(),
-                               " samples before the damage"));
-      }
-    }
-    stats.skipped_samples += index.skipped();
-    if (skipped_example.empty()) skipped_example = index.skipped_example;
-    for (const ShardSample& s : index.samples) {
-      if (!class_names_file.empty() &&
-          static_cast<size_t>(s.label) >= class_names_file.size()) {
-        ++stats.skipped_samples;
-        if (skipped_example.empty()) {
-          skipped_example = absl::StrCat(
-              "member '", absl::CHexEscape(s.member), "' in '",
-              shards[number].path, "': class ", s.label, " but classes.txt has ",
-              class_names_file.size(), " classes");
-        }
-        continue;
-      }
-      max_label = std::max(max_label, s.label);
-      samples.push_back({s.member, s.label, number, s.offset, s.size});
-    }
-  }
-  if (stats.damaged_shards > kMaxDamageLines) {
-    Log(name, absl::StrCat(stats.damaged_shards - kMaxDamageLines,
-                           " more damaged shards"));
-  }
-  if (stats.skipped_samples > 0) {
-    Log(name, absl::StrCat("skipped ", stats.skipped_samples,
-                           " keys without an image or a valid class, e.g. ",
-                           skipped_example));
-  }
-  if (samples.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the ", paths.size(), " shards (", paths[0],
-        paths.size() > 1 ? ", ..." : "",
-        ") hold no samples (an image member: jpg, jpeg or png, and a cls "
-        "member per key)"));
-  }
-  std::vector<std::string> class_names = class_names_file;
-  if (class_names.empty()) {
-    for (int32_t label = 0; label <= max_label; ++label) {
-      class_names.push_back(absl::StrCat(label));
-    }
-  }
-  Log(name, absl::StrCat(stats.shards, " shards (", stats.shards_from_cache,
-                         " from the sidecar index), ", samples.size(),
-                         " samples"));
   const size_t max_open = config.max_open_shards() == 0
                               ? ShardFiles::kDefaultMaxOpen
                               : config.max_open_shards();
   auto files = std::make_shared<const ShardFiles>(std::move(paths), max_open);
-  return std::make_shared<const Dataset>(name, std::move(samples),
-                                         std::move(class_names),
-                                         std::move(files), stats);
+  return AssembleDataset(name, shards, class_names_file, stats,
+                         std::move(files));
 }
 
 }  // namespace batchd::server

@@ -260,14 +260,14 @@ TEST_F(TarShardsTest, FormatInference) {
   WriteFileForTest(folder + "/stray.tar", ShardBytes(0, 1));
   absl::StatusOr<std::shared_ptr<const Dataset>> images = Load(folder);
   ASSERT_TRUE(images.ok()) << images.status();
-  EXPECT_EQ((*images)->shard_files(), nullptr);
+  EXPECT_EQ((*images)->shards(), nullptr);
   EXPECT_EQ((*images)->sample(0).shard, kNotInShard);
   // A list file ("<path> <label>") stays a list file.
   WriteFileForTest(folder + "/list.txt", "cat/a.jpg 0\n");
   absl::StatusOr<std::shared_ptr<const Dataset>> list =
       Load(folder + "/list.txt");
   ASSERT_TRUE(list.ok()) << list.status();
-  EXPECT_EQ((*list)->shard_files(), nullptr);
+  EXPECT_EQ((*list)->shards(), nullptr);
   EXPECT_EQ(Bytes(**list, 0), "x");
   fs::remove_all(folder);
 }

@@ -1,0 +1,40 @@
+// ShardSource: where a TAR_SHARDS dataset's member bytes come from, by
+// shard number: local files (shard_files.h) or remote objects, through the
+// shard cache or by range reads (remote_shards.h). The Dataset reads
+// samples through it and knows nothing else of either.
+//
+// Implementations are thread-safe.
+#ifndef BATCHD_SERVER_DATASET_SHARD_SOURCE_H_
+#define BATCHD_SERVER_DATASET_SHARD_SOURCE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/dataset/dataset.h"
+
+namespace batchd::server {
+
+class ShardSource {
+ public:
+  virtual ~ShardSource() = default;
+
+  virtual size_t shard_count() const = 0;
+  // The shard's path or URL, as messages show it. REQUIRES: shard <
+  // shard_count().
+  virtual const std::string& name(uint32_t shard) const = 0;
+
+  // The `size` bytes at `offset` of shard `shard`; `member` names them in
+  // messages. Blocks on I/O. Errors name the shard and the member.
+  virtual absl::StatusOr<FileBytes> Read(uint32_t shard, uint64_t offset,
+                                         uint64_t size,
+                                         absl::string_view member) const = 0;
+
+  // A hint that `shard` will be read soon; never blocks. Local files: no-op.
+  virtual void Prefetch(uint32_t /*shard*/) const {}
+};
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_DATASET_SHARD_SOURCE_H_
