@@ -30,6 +30,8 @@
 #include "common/malloc_tuning.h"
 #include "server/dataset/dataset.h"
 #include "server/server_lib.h"
+#include "server/storage/counting_object_store.h"
+#include "server/storage/shard_cache.h"
 
 namespace {
 
@@ -205,6 +207,24 @@ ABSL_FLAG(uint64_t, read_cache_bytes, 0,
           "least recently used out; concurrent reads of one sample are "
           "made once. 0: no cache. On top of the buffer budget in the "
           "memory bound.");
+ABSL_FLAG(std::string, cache_dir, "",
+          "Remote TAR_SHARDS datasets (s3://, http://, https://): keep whole "
+          "shards in this directory, downloaded on first read and reused "
+          "across restarts (named by URL, size and ETag), and the remote "
+          "index sidecars. Empty: samples are read by member range "
+          "requests and shards re-indexed at every start.");
+ABSL_FLAG(uint64_t, cache_bytes, uint64_t{64} << 30,
+          "Bound on the shard bytes in --cache-dir, held at all times: least "
+          "recently used shards are deleted before a new one is admitted; a "
+          "shard larger than this is read by member ranges.");
+ABSL_FLAG(uint64_t, cache_ram_bytes, 0,
+          "Whole remote shards of at most a quarter of this many bytes also "
+          "kept in memory, least recently used out. 0: none. On top of the "
+          "buffer budget in the memory bound.");
+ABSL_FLAG(int, cache_prefetch_batches, 2,
+          "When a batch starts, download the shards of this many following "
+          "batches into --cache-dir in the background (at most half the "
+          "cache; never evicting shards in use). 0: no prefetch.");
 ABSL_FLAG(uint32_t, max_idle_jobs, 64,
           "Jobs with no stream open that GetStatus, batchd top and /metrics "
           "still list, most recently active first; older ones are summed "
@@ -371,9 +391,28 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) return Fail(parsed.status());
     *config.add_datasets() = *std::move(parsed);
   }
+  batchd::server::RemoteOptions remote;
+  remote.counters = std::make_shared<batchd::server::ObjectStoreCounters>();
+  if (!absl::GetFlag(FLAGS_cache_dir).empty()) {
+    batchd::server::ShardCacheOptions cache_options;
+    cache_options.dir = absl::GetFlag(FLAGS_cache_dir);
+    cache_options.disk_bytes = absl::GetFlag(FLAGS_cache_bytes);
+    cache_options.ram_bytes = absl::GetFlag(FLAGS_cache_ram_bytes);
+    absl::StatusOr<std::unique_ptr<batchd::server::ShardCache>> cache =
+        batchd::server::ShardCache::Open(cache_options);
+    if (!cache.ok()) {
+      return Fail(absl::Status(
+          cache.status().code(),
+          absl::StrCat("--cache-dir: ", cache.status().message())));
+    }
+    remote.cache = *std::move(cache);
+    remote.cache_dir = cache_options.dir;
+  }
   absl::StatusOr<std::vector<std::shared_ptr<const batchd::server::Dataset>>>
-      datasets = batchd::server::LoadDatasets(config);
+      datasets = batchd::server::LoadDatasets(config, remote);
   if (!datasets.ok()) return Fail(datasets.status());
+  bool any_remote = false;
+  for (const auto& dataset : *datasets) any_remote |= dataset->remote();
 
   batchd::server::ServerOptions options;
   const std::string host = absl::GetFlag(FLAGS_host);
@@ -490,6 +529,11 @@ int main(int argc, char** argv) {
   options.service.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
   options.share_batches = absl::GetFlag(FLAGS_share_batches);
   options.pipeline.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
+  options.pipeline.prefetch_batches = absl::GetFlag(FLAGS_cache_prefetch_batches);
+  if (any_remote) {
+    options.pipeline.shard_cache = remote.cache;
+    options.pipeline.store_counters = remote.counters;
+  }
   {
     const int64_t retention = absl::GetFlag(FLAGS_shared_batch_bytes);
     if (retention < -1) {

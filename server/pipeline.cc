@@ -91,6 +91,27 @@ absl::StatusOr<FileBytes> Pipeline::ReadBytes(const ResolvedPlan& plan,
                            [&] { return dataset.ReadSample(index); });
 }
 
+void Pipeline::PrefetchAfter(const ResolvedPlan& plan,
+                             const common::ShardSpec& shard,
+                             const std::vector<uint64_t>& order,
+                             uint64_t batch_index) {
+  if (options_.prefetch_batches <= 0 || !plan.dataset->prefetches()) return;
+  // Batches are a pure function of (plan, epoch, index): the next ones'
+  // samples are known now. Bounded: a few batches, and the cache bounds
+  // what it queues.
+  const uint64_t batches = common::BatchesPerEpoch(shard);
+  std::vector<uint64_t> upcoming;
+  for (uint64_t next = batch_index + 1;
+       next < batches &&
+       next <= batch_index + static_cast<uint64_t>(options_.prefetch_batches);
+       ++next) {
+    const std::vector<uint64_t> indices =
+        BatchIndicesFromOrder(shard, order, next);
+    upcoming.insert(upcoming.end(), indices.begin(), indices.end());
+  }
+  plan.dataset->Prefetch(upcoming);
+}
+
 PipelineCounters Pipeline::counters() const {
   PipelineCounters c;
   c.read_seconds = read_nanos_.load() * 1e-9;
@@ -111,6 +132,7 @@ absl::Status Pipeline::BuildBatch(
       orders_.Get(shard.num_samples, shard.seed, shard.shuffle, epoch);
   std::vector<uint64_t> sample_indices =
       BatchIndicesFromOrder(shard, *order, batch_index);
+  PrefetchAfter(*plan, shard, *order, batch_index);
   const size_t n = sample_indices.size();
   // Uninitialised on purpose: every byte is written by a sample task.
   const uint64_t bytes = plan->batch_bytes(n);

@@ -30,6 +30,8 @@
 #include "server/plan/resolved_plan.h"
 #include "server/read_cache.h"
 #include "server/sched/worker_pool.h"
+#include "server/storage/counting_object_store.h"
+#include "server/storage/shard_cache.h"
 #include "server/server_metrics.h"
 
 namespace batchd::server {
@@ -69,6 +71,13 @@ struct PipelineOptions {
   // Where stage times and substitutions are recorded; nullptr records
   // nothing. Not owned; must outlive the Pipeline.
   ServerMetrics* metrics = nullptr;
+  // When a batch starts, the shards of this many following batches of its
+  // epoch are prefetched (Dataset::Prefetch; remote datasets only).
+  int prefetch_batches = 2;
+  // Remote datasets' shard cache and store counters, reported in the
+  // status; nullptr when there are none.
+  std::shared_ptr<ShardCache> shard_cache;
+  std::shared_ptr<ObjectStoreCounters> store_counters;
 };
 
 // Whether a batch's remaining work is unwanted: its stream ended, or the
@@ -121,6 +130,11 @@ class Pipeline {
   // The read cache's counts; nullopt without one.
   std::optional<ReadCacheCounts> read_cache_counts() const;
   uint64_t read_cache_bytes() const { return options_.read_cache_bytes; }
+  // The remote shard cache and store counters (nullptr without them).
+  const ShardCache* shard_cache() const { return options_.shard_cache.get(); }
+  const ObjectStoreCounters* store_counters() const {
+    return options_.store_counters.get();
+  }
 
  private:
   struct BatchJob;
@@ -134,6 +148,10 @@ class Pipeline {
                          uint64_t sample_index, const FileBytes* bytes,
                          uint8_t* out);
   void FinishSample(const std::shared_ptr<BatchJob>& job);
+  // Asks the dataset to prefetch the samples of the prefetch_batches
+  // batches after `batch_index` (a remote dataset's shards).
+  void PrefetchAfter(const ResolvedPlan& plan, const common::ShardSpec& shard,
+                     const std::vector<uint64_t>& order, uint64_t batch_index);
   // Sample `index` of `plan`'s dataset, through the read cache if any.
   absl::StatusOr<FileBytes> ReadBytes(const ResolvedPlan& plan,
                                       uint64_t index);

@@ -202,6 +202,23 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
   InstallGrpcLogFilter(&server->metrics_->tls_handshake_failures());
   server->metrics_->SetJobLimits(options.service.daemon_info);
   options.pipeline.metrics = server->metrics_.get();
+  server->shard_cache_ = options.pipeline.shard_cache;
+  server->store_counters_ = options.pipeline.store_counters;
+  if (options.pipeline.shard_cache != nullptr) {
+    options.pipeline.shard_cache->set_download_observer(
+        [metrics = server->metrics_.get()](uint64_t /*bytes*/,
+                                           absl::Duration elapsed) {
+          metrics->shard_download_seconds().Observe(
+              absl::ToDoubleSeconds(elapsed));
+        });
+  }
+  if (options.pipeline.store_counters != nullptr) {
+    options.pipeline.store_counters->set_latency_observer(
+        [metrics = server->metrics_.get()](absl::Duration elapsed) {
+          metrics->object_store_request_seconds().Observe(
+              absl::ToDoubleSeconds(elapsed));
+        });
+  }
   options.service.metrics = server->metrics_.get();
   if (options.shm) {
     options.shared_memory.max_slots = options.service.max_window;
@@ -318,6 +335,11 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
 
 BatchdServer::~BatchdServer() {
   Stop();
+  // The cache and counters may outlive this server; metrics_ does not.
+  if (shard_cache_ != nullptr) shard_cache_->set_download_observer(nullptr);
+  if (store_counters_ != nullptr) {
+    store_counters_->set_latency_observer(nullptr);
+  }
   if (metrics_ != nullptr) {
     RemoveGrpcLogCounter(&metrics_->tls_handshake_failures());
   }

@@ -202,6 +202,10 @@ class BatchdServer {
   // Destroyed in reverse: the HTTP endpoint and the gRPC server first, then
   // services, then the pipeline, then the metrics they record into.
   std::unique_ptr<ServerMetrics> metrics_;
+  // Remote datasets' cache and store counters, shared with whoever made
+  // them: their observers record into metrics_ and are cleared first.
+  std::shared_ptr<ShardCache> shard_cache_;
+  std::shared_ptr<ObjectStoreCounters> store_counters_;
   std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<JobStats> stats_;
   TrainerReports reports_;

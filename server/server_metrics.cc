@@ -33,6 +33,19 @@ ServerMetrics::ServerMetrics()
       transform_(stages_.With({"transform"})),
       assemble_(stages_.With({"assemble"})),
       send_(stages_.With({"send"})),
+      store_request_(registry_
+                         .AddHistogram("batchd_object_store_request_seconds",
+                                       "Range requests to the object store "
+                                       "(remote shards), seconds, retries "
+                                       "included.",
+                                       {}, kLatencyBucketsSeconds)
+                         .With({})),
+      shard_download_(registry_
+                          .AddHistogram("batchd_shard_download_seconds",
+                                        "Whole-shard downloads into the "
+                                        "shard cache (--cache-dir), seconds.",
+                                        {}, kLatencyBucketsSeconds)
+                          .With({})),
       outstanding_(registry_
                        .AddGauge("batchd_batches_outstanding",
                                  "Batches accepted and not yet fully sent, "
@@ -266,6 +279,78 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
                  "Samples dropped from the read cache to keep its bound.",
                  Type::kCounter);
     writer.Sample({}, static_cast<double>(cache.evictions()));
+  }
+
+  if (status.has_shard_cache()) {
+    const batchd::v1::ShardCacheStatus& cache = status.shard_cache();
+    writer.Begin("batchd_shard_cache_bytes",
+                 "Remote shard bytes held by the shard cache, by tier: disk "
+                 "(complete and downloading) or ram.",
+                 Type::kGauge);
+    writer.Sample({{"tier", "disk"}}, static_cast<double>(cache.disk_bytes()));
+    writer.Sample({{"tier", "ram"}}, static_cast<double>(cache.ram_bytes()));
+    writer.Begin("batchd_shard_cache_limit_bytes",
+                 "Bounds on the shard cache, by tier: disk (--cache-bytes) "
+                 "or ram (--cache-ram-bytes).",
+                 Type::kGauge);
+    writer.Sample({{"tier", "disk"}},
+                  static_cast<double>(cache.disk_limit_bytes()));
+    writer.Sample({{"tier", "ram"}},
+                  static_cast<double>(cache.ram_limit_bytes()));
+    writer.Begin("batchd_shard_cache_shards",
+                 "Complete shards in the shard cache's directory.",
+                 Type::kGauge);
+    writer.Sample({}, static_cast<double>(cache.shards()));
+    writer.Begin("batchd_shard_cache_reads_total",
+                 "Member reads of remote shards, by result: hit (disk), "
+                 "ram_hit, miss (waited for a download) or uncached (read "
+                 "from the store by range).",
+                 Type::kCounter);
+    writer.Sample({{"result", "hit"}},
+                  static_cast<double>(cache.hits() - cache.ram_hits()));
+    writer.Sample({{"result", "ram_hit"}},
+                  static_cast<double>(cache.ram_hits()));
+    writer.Sample({{"result", "miss"}}, static_cast<double>(cache.misses()));
+    writer.Sample({{"result", "uncached"}},
+                  static_cast<double>(cache.uncached_reads()));
+    writer.Begin("batchd_shard_cache_downloads_total",
+                 "Whole shards downloaded, by result: ok or failed.",
+                 Type::kCounter);
+    writer.Sample({{"result", "ok"}}, static_cast<double>(cache.downloads()));
+    writer.Sample({{"result", "failed"}},
+                  static_cast<double>(cache.download_failures()));
+    writer.Begin("batchd_shard_cache_downloaded_bytes_total",
+                 "Bytes of whole shards downloaded.", Type::kCounter);
+    writer.Sample({}, static_cast<double>(cache.downloaded_bytes()));
+    writer.Begin("batchd_shard_cache_evictions_total",
+                 "Shards deleted from the cache to keep its bound.",
+                 Type::kCounter);
+    writer.Sample({}, static_cast<double>(cache.evictions()));
+    writer.Begin("batchd_shard_cache_prefetches_total",
+                 "Background shard downloads for upcoming batches, by "
+                 "result: queued or dropped (queue full, or no room).",
+                 Type::kCounter);
+    writer.Sample({{"result", "queued"}},
+                  static_cast<double>(cache.prefetches()));
+    writer.Sample({{"result", "dropped"}},
+                  static_cast<double>(cache.prefetches_dropped()));
+  }
+  if (status.has_object_store()) {
+    const batchd::v1::ObjectStoreStatus& store = status.object_store();
+    writer.Begin("batchd_object_store_requests_total",
+                 "Range requests to the object store, by result: ok, failed, "
+                 "or changed (the object's ETag changed since indexing).",
+                 Type::kCounter);
+    writer.Sample({{"result", "ok"}},
+                  static_cast<double>(store.requests() - store.failures()));
+    writer.Sample({{"result", "failed"}},
+                  static_cast<double>(store.failures() -
+                                      store.changed_objects()));
+    writer.Sample({{"result", "changed"}},
+                  static_cast<double>(store.changed_objects()));
+    writer.Begin("batchd_object_store_bytes_total",
+                 "Bytes received from the object store.", Type::kCounter);
+    writer.Sample({}, static_cast<double>(store.bytes()));
   }
 
   writer.Begin("batchd_capacity_demand_ratio",

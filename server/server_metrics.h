@@ -35,6 +35,12 @@ class ServerMetrics {
   Histogram& assemble_seconds() { return assemble_; }
   Histogram& send_seconds() { return send_; }
 
+  // batchd_object_store_request_seconds: each range request to the object
+  // store (remote TAR_SHARDS), retries included; batchd_shard_download_seconds:
+  // each whole-shard download into the shard cache.
+  Histogram& object_store_request_seconds() { return store_request_; }
+  Histogram& shard_download_seconds() { return shard_download_; }
+
   // batchd_batches_outstanding: batches accepted and not yet fully sent.
   Gauge& batches_outstanding() { return outstanding_; }
 
@@ -83,6 +89,8 @@ class ServerMetrics {
   Histogram& transform_;
   Histogram& assemble_;
   Histogram& send_;
+  Histogram& store_request_;
+  Histogram& shard_download_;
   Gauge& outstanding_;
   Gauge& shared_memory_bytes_;
   Family<Counter>& shared_memory_attach_;

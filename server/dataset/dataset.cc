@@ -219,6 +219,14 @@ absl::StatusOr<FileBytes> Dataset::ReadSample(uint64_t index) const {
   return shards_->Read(sample.shard, sample.offset, sample.size, sample.path);
 }
 
+bool Dataset::remote() const {
+  return shards_ != nullptr && shards_->remote();
+}
+
+bool Dataset::prefetches() const {
+  return shards_ != nullptr && shards_->prefetches();
+}
+
 void Dataset::Prefetch(absl::Span<const uint64_t> indices) const {
   if (shards_ == nullptr) return;
   uint32_t last = kNotInShard;

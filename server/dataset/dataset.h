@@ -24,6 +24,7 @@ class ShardFiles;
 class ShardSource;
 class ShardCache;
 class ObjectStore;
+class ObjectStoreCounters;
 struct ObjectInfo;
 
 // A whole file's bytes. Its buffer is not zero-filled before the read, as a
@@ -59,6 +60,8 @@ struct RemoteOptions {
   // Where the remote index sidecar is kept ("" with no index_cache in the
   // config: shards are re-indexed at every start).
   std::string cache_dir;
+  // Every store's ReadRange calls are counted here when set (metrics).
+  std::shared_ptr<ObjectStoreCounters> counters;
   int connections = 16;    // store requests in flight at once
   int index_threads = 8;   // shards indexed at once
   // Tests: the store and the shard list to use instead of MakeObjectStore
@@ -162,6 +165,10 @@ class Dataset {
   // background downloads of their shards (bounded by its shard cache); a
   // no-op otherwise. Never blocks. Indices >= size() are ignored.
   void Prefetch(absl::Span<const uint64_t> indices) const;
+  // Whether Prefetch does anything (a remote dataset with a shard cache).
+  bool prefetches() const;
+  // Whether samples are read from an object store (remote TAR_SHARDS).
+  bool remote() const;
 
   // `shards`: for samples with a shard number; nullptr when there are none.
   Dataset(std::string name, std::vector<Sample> samples,

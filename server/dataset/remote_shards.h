@@ -53,6 +53,8 @@ class RemoteShards : public ShardSource {
                                  absl::string_view member) const override;
   // Queues a background download through the cache; no-op without one.
   void Prefetch(uint32_t shard) const override;
+  bool prefetches() const override { return cache_ != nullptr; }
+  bool remote() const override { return true; }
 
   const ObjectInfo& object(uint32_t shard) const { return shards_[shard]; }
   RemoteReadCounts counts() const;

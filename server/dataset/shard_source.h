@@ -33,6 +33,10 @@ class ShardSource {
 
   // A hint that `shard` will be read soon; never blocks. Local files: no-op.
   virtual void Prefetch(uint32_t /*shard*/) const {}
+  // Whether Prefetch does anything (callers skip computing hints if not).
+  virtual bool prefetches() const { return false; }
+  // Whether the shards are remote objects.
+  virtual bool remote() const { return false; }
 };
 
 }  // namespace batchd::server

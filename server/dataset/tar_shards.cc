@@ -28,6 +28,7 @@
 #include "server/dataset/shard_files.h"
 #include "server/dataset/remote_shards.h"
 #include "server/dataset/shard_index.h"
+#include "server/storage/counting_object_store.h"
 #include "server/storage/object_store.h"
 
 namespace batchd::server {
@@ -403,6 +404,10 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
     ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> made,
                      MakeObjectStore(config, remote.connections));
     store = std::move(made);
+  }
+  if (remote.counters != nullptr) {
+    store = std::make_shared<CountingObjectStore>(std::move(store),
+                                                  remote.counters);
   }
   std::vector<ObjectInfo> objects;
   if (remote.resolve_shards) {

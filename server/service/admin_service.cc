@@ -108,6 +108,32 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
   if (shared_batches_ != nullptr) {
     shared_batches_->Fill(status.mutable_shared_batches());
   }
+  if (const ShardCache* cache = pipeline_->shard_cache()) {
+    const ShardCacheStats c = cache->stats();
+    batchd::v1::ShardCacheStatus* out = status.mutable_shard_cache();
+    out->set_disk_bytes(c.disk_bytes);
+    out->set_disk_limit_bytes(c.disk_limit);
+    out->set_ram_bytes(c.ram_bytes);
+    out->set_ram_limit_bytes(c.ram_limit);
+    out->set_shards(c.shards);
+    out->set_hits(c.hits);
+    out->set_ram_hits(c.ram_hits);
+    out->set_misses(c.misses);
+    out->set_downloads(c.downloads);
+    out->set_downloaded_bytes(c.downloaded_bytes);
+    out->set_download_failures(c.download_failures);
+    out->set_uncached_reads(c.uncached_reads);
+    out->set_evictions(c.evictions);
+    out->set_prefetches(c.prefetches);
+    out->set_prefetches_dropped(c.prefetches_dropped);
+  }
+  if (const ObjectStoreCounters* store = pipeline_->store_counters()) {
+    batchd::v1::ObjectStoreStatus* out = status.mutable_object_store();
+    out->set_requests(store->requests());
+    out->set_bytes(store->bytes());
+    out->set_failures(store->failures());
+    out->set_changed_objects(store->changed());
+  }
   return status;
 }
 

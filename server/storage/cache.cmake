@@ -2,7 +2,9 @@
 # (shard_cache.h), built on the ObjectStore interface. Included from
 # server/CMakeLists.txt; kept apart from storage/CMakeLists.txt, which
 # builds the libcurl store (batchd_storage).
-add_library(batchd_shard_cache ${CMAKE_CURRENT_LIST_DIR}/shard_cache.cc)
+add_library(batchd_shard_cache
+  ${CMAKE_CURRENT_LIST_DIR}/counting_object_store.cc
+  ${CMAKE_CURRENT_LIST_DIR}/shard_cache.cc)
 target_include_directories(batchd_shard_cache PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(batchd_shard_cache PUBLIC
   batchd_proto absl::status absl::statusor absl::strings absl::str_format

@@ -1,0 +1,74 @@
+// CountingObjectStore: an ObjectStore that forwards to another and counts
+// what went through it (requests, bytes, failures, ETag changes, request
+// latency) in an ObjectStoreCounters shared with whoever reports them (the
+// daemon's status and metrics). One counters object may serve many stores.
+//
+// Thread-safe.
+#ifndef BATCHD_SERVER_STORAGE_COUNTING_OBJECT_STORE_H_
+#define BATCHD_SERVER_STORAGE_COUNTING_OBJECT_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/storage/object_store.h"
+
+namespace batchd::server {
+
+class ObjectStoreCounters {
+ public:
+  // Called after each ReadRange with its duration (a latency histogram).
+  using LatencyObserver = std::function<void(absl::Duration)>;
+
+  uint64_t requests() const { return requests_.load(); }  // ReadRange calls
+  uint64_t bytes() const { return bytes_.load(); }        // bytes returned
+  uint64_t failures() const { return failures_.load(); }  // failed calls
+  // Of the failures: FAILED_PRECONDITION, the object changed.
+  uint64_t changed() const { return changed_.load(); }
+
+  void set_latency_observer(LatencyObserver observer) {
+    absl::MutexLock lock(&mu_);
+    observer_ = std::move(observer);
+  }
+  void Record(uint64_t bytes, const absl::Status& status,
+              absl::Duration elapsed);
+
+ private:
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> bytes_{0};
+  std::atomic<uint64_t> failures_{0};
+  std::atomic<uint64_t> changed_{0};
+  absl::Mutex mu_;
+  LatencyObserver observer_ ABSL_GUARDED_BY(mu_);
+};
+
+class CountingObjectStore : public ObjectStore {
+ public:
+  CountingObjectStore(std::shared_ptr<ObjectStore> store,
+                      std::shared_ptr<ObjectStoreCounters> counters)
+      : store_(std::move(store)), counters_(std::move(counters)) {}
+
+  absl::StatusOr<ObjectInfo> Stat(const std::string& url) override {
+    return store_->Stat(url);
+  }
+  absl::StatusOr<std::vector<ObjectInfo>> List(
+      const std::string& prefix_url) override {
+    return store_->List(prefix_url);
+  }
+  absl::Status ReadRange(const ObjectInfo& object, uint64_t offset,
+                         uint64_t size, uint8_t* dest) override;
+
+ private:
+  const std::shared_ptr<ObjectStore> store_;
+  const std::shared_ptr<ObjectStoreCounters> counters_;
+};
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_STORAGE_COUNTING_OBJECT_STORE_H_
