@@ -18,7 +18,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/dataset/dataset.h"
+#include "server/dataset/fake_remote_test_util.h"
 #include "server/dataset/shard_source.h"
+#include "server/storage/counting_object_store.h"
 #include "server/storage/fake_object_store_test_util.h"
 #include "server/storage/shard_cache.h"
 #include "testing/status_matchers.h"
@@ -97,21 +99,9 @@ class RemoteShardsTest : public ::testing::Test {
   }
 
   RemoteOptions Remote(std::shared_ptr<ShardCache> cache) {
-    RemoteOptions remote;
+    RemoteOptions remote = FakeRemoteOptions(store_);
     remote.cache = std::move(cache);
     remote.cache_dir = cache_dir_;
-    remote.make_store = [store = store_](const batchd::v1::DatasetConfig&)
-        -> absl::StatusOr<std::shared_ptr<ObjectStore>> { return store; };
-    remote.resolve_shards = [](const batchd::v1::DatasetConfig& config,
-                               ObjectStore& store)
-        -> absl::StatusOr<std::vector<ObjectInfo>> {
-      ASSIGN_OR_RETURN(std::vector<ObjectInfo> all, store.List(config.path()));
-      std::vector<ObjectInfo> tars;
-      for (ObjectInfo& info : all) {
-        if (absl::EndsWith(info.url, ".tar")) tars.push_back(std::move(info));
-      }
-      return tars;
-    };
     return remote;
   }
 
@@ -177,6 +167,24 @@ TEST_F(RemoteShardsTest, SameSamplesAsLocalByRangeReads) {
   EXPECT_EQ(dataset->index_stats().shards, kShards);
   EXPECT_TRUE(dataset->index_stats().cache_written);
   ExpectSameAsLocal(*dataset);
+}
+
+TEST_F(RemoteShardsTest, CountersSeeEveryStoreRequest) {
+  RemoteOptions remote = Remote(OpenCache(16 << 20));
+  remote.counters = std::make_shared<ObjectStoreCounters>();
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> dataset,
+                       LoadRemote(remote));
+  EXPECT_TRUE(dataset->remote());
+  for (uint64_t i = 0; i < dataset->size(); ++i) {
+    ASSERT_OK(dataset->ReadSample(i).status());
+  }
+  EXPECT_EQ(remote.counters->requests(), store_->reads());
+  EXPECT_EQ(remote.counters->bytes(), store_->bytes_read());
+  // Shard 2 changes after it was downloaded: the cached copy is the
+  // version the index describes, and reads go on from it.
+  store_->Put(ShardUrl(2), ShardBytes(2));
+  ASSERT_OK(dataset->ReadSample(dataset->size() - 1).status());
+  EXPECT_EQ(remote.counters->failures(), 0);
 }
 
 TEST_F(RemoteShardsTest, SameSamplesAsLocalThroughTheShardCache) {
