@@ -395,7 +395,9 @@ int main(int argc, char** argv) {
   remote.counters = std::make_shared<batchd::server::ObjectStoreCounters>();
   if (!absl::GetFlag(FLAGS_cache_dir).empty()) {
     batchd::server::ShardCacheOptions cache_options;
-    cache_options.dir = absl::GetFlag(FLAGS_cache_dir);
+    // Shards in a directory of their own (the bound covers its files);
+    // the remote index sidecars beside it.
+    cache_options.dir = absl::StrCat(absl::GetFlag(FLAGS_cache_dir), "/shards");
     cache_options.disk_bytes = absl::GetFlag(FLAGS_cache_bytes);
     cache_options.ram_bytes = absl::GetFlag(FLAGS_cache_ram_bytes);
     absl::StatusOr<std::unique_ptr<batchd::server::ShardCache>> cache =
@@ -406,7 +408,7 @@ int main(int argc, char** argv) {
           absl::StrCat("--cache-dir: ", cache.status().message())));
     }
     remote.cache = *std::move(cache);
-    remote.cache_dir = cache_options.dir;
+    remote.cache_dir = absl::GetFlag(FLAGS_cache_dir);
   }
   absl::StatusOr<std::vector<std::shared_ptr<const batchd::server::Dataset>>>
       datasets = batchd::server::LoadDatasets(config, remote);
