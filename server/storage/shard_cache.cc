@@ -264,11 +264,13 @@ bool ShardCache::MakeRoom(uint64_t bytes, bool prefetch) {
     if (victim->prefetched_unread) prefetched_unread_bytes_ -= victim->size;
     ++stats_.evictions;
     ++deletions_in_flight_;
+    deleting_.insert(victim->name);
     // Its bytes still count until the file is gone.
     mu_.Unlock();
     ::unlink(PathOf(victim->name).c_str());
     mu_.Lock();
     disk_bytes_ -= victim->size;
+    deleting_.erase(victim->name);
     --deletions_in_flight_;
   }
   return true;
@@ -305,6 +307,12 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
       return entry;
     }
     if (stopping_ && prefetch) return nullptr;
+    if (deleting_.contains(name)) {
+      // Its old file is being deleted: admit it once that is done.
+      mu_.Await(absl::Condition(
+          +[](int* n) { return *n == 0; }, &deletions_in_flight_));
+      continue;
+    }
     if (shard.size > options_.disk_bytes) return nullptr;
     if (prefetch &&
         prefetched_unread_bytes_ + shard.size > options_.disk_bytes / 2) {
@@ -312,7 +320,7 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
     }
     if (!MakeRoom(shard.size, prefetch)) return nullptr;
     // MakeRoom may have let go of the lock: look again.
-    if (entries_.contains(name) ||
+    if (entries_.contains(name) || deleting_.contains(name) ||
         disk_bytes_ + shard.size > options_.disk_bytes) {
       continue;
     }

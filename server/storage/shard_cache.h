@@ -176,6 +176,10 @@ class ShardCache {
   uint64_t disk_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t prefetched_unread_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int deletions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Files being deleted (evicted, unlink outside the lock): a shard of the
+  // same name is not admitted again until its old file is gone, or the
+  // late unlink would delete the new one.
+  absl::flat_hash_set<std::string> deleting_ ABSL_GUARDED_BY(mu_);
   // RAM tier, most recently used first.
   std::list<std::string> ram_lru_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<RamEntry>> ram_

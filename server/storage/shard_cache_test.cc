@@ -6,6 +6,7 @@
 #include <atomic>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,14 +45,18 @@ std::string RandomBytes(uint64_t size, uint32_t seed) {
 
 std::string Url(int i) { return absl::StrFormat("s3://bucket/shard-%03d.tar", i); }
 
-// Bytes of every file in `dir` (shards, temporary files) now.
+// Bytes of every file in `dir` (shards, temporary files) now. Counted by
+// inode: a listing that races a rename may show one file under both names.
 uint64_t BytesOnDisk(const std::string& dir) {
+  std::set<ino_t> seen;
   uint64_t total = 0;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
        it.increment(ec)) {
     struct stat st;
-    if (::stat(it->path().c_str(), &st) == 0) total += st.st_size;
+    if (::stat(it->path().c_str(), &st) == 0 && seen.insert(st.st_ino).second) {
+      total += st.st_size;
+    }
   }
   return total;
 }
