@@ -31,6 +31,10 @@
 
 namespace batchd::common {
 
+// The widest shard-aware shuffle window a plan may ask for
+// (batchd.v1.Plan.shuffle_window_shards).
+inline constexpr uint32_t kMaxShuffleWindowShards = 65536;
+
 struct ShardSpec {
   uint64_t num_samples = 0;  // N, > 0
   uint64_t seed = 0;
