@@ -3,8 +3,8 @@
 //
 // The epoch order (0..N-1, or the plan's seeded permutation of it, from
 // common/sampler.h's EpochOrderFor: with Plan.shuffle_window_shards the
-// shard-aware order, which needs the dataset's shard layout) is padded by repeating its head to a
-// multiple of world_size; rank r takes positions r, r + W, r + 2W, ...;
+// shard-aware order, which needs the dataset's shard layout) is padded by
+// repeating its head to a multiple of world_size; rank r takes positions r, r + W, r + 2W, ...;
 // batches of batch_size follow, and drop_last keeps whole batches only. The
 // expected multiset of sample indices is therefore known exactly for every
 // epoch, shuffled or not.

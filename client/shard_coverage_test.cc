@@ -121,8 +121,8 @@ TEST(ShardCoverageTest, ShardAwareShuffleFollowsTheWindowedOrder) {
   ASSERT_OK(coverage);
   for (uint64_t epoch : {0, 3}) {
     // Rank 1 of 4 takes padded positions 1, 5, 9.
-    const std::vector<uint64_t> order =
-        common::ShardWindowOrder(layout, /*seed=*/5, /*window_shards=*/2, epoch);
+    const std::vector<uint64_t> order = common::ShardWindowOrder(
+        layout, /*seed=*/5, /*window_shards=*/2, epoch);
     EXPECT_THAT(coverage->Check(epoch, {order[9], order[1], order[5]}),
                 IsEmpty());
     const std::vector<uint64_t> global = common::EpochOrder(10, 5, true, epoch);

@@ -107,7 +107,8 @@ absl::Status Pipeline::BuildBatch(
     std::function<void(std::unique_ptr<BuiltBatch>)> done,
     BatchDestination destination) {
   const common::ShardSpec shard = plan->ShardFor(epoch);
-  std::shared_ptr<const std::vector<uint64_t>> order = orders_.Get(shard, epoch);
+  std::shared_ptr<const std::vector<uint64_t>> order =
+      orders_.Get(shard, epoch);
   std::vector<uint64_t> sample_indices =
       BatchIndicesFromOrder(shard, *order, batch_index);
   const size_t n = sample_indices.size();
