@@ -1,0 +1,478 @@
+#include "server/storage/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "server/storage/object_url.h"
+
+namespace batchd::server {
+namespace {
+
+constexpr size_t kMaxErrorBody = 4096;
+
+void GlobalInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+// Where a response's body goes: `dest` (exactly `capacity` bytes wanted)
+// or `text` (at most `max_text`); error bodies go to `error_body`.
+struct Sink {
+  uint8_t* dest = nullptr;
+  uint64_t capacity = 0;
+  std::string* text = nullptr;
+  uint64_t max_text = 0;
+
+  long status = 0;  // from the last status line
+  std::string etag;
+  std::string content_range;
+  uint64_t received = 0;
+  bool overflow = false;
+  std::string error_body;
+
+  void ResetResponse() {
+    status = 0;
+    etag.clear();
+    content_range.clear();
+    received = 0;
+    overflow = false;
+    error_body.clear();
+    if (text != nullptr) text->clear();
+  }
+};
+
+size_t OnHeader(char* data, size_t size, size_t n, void* user) {
+  Sink& sink = *static_cast<Sink*>(user);
+  absl::string_view line(data, size * n);
+  line = absl::StripTrailingAsciiWhitespace(line);
+  if (absl::StartsWith(line, "HTTP/")) {
+    // A new response (after a redirect or 100 Continue): forget the last.
+    sink.ResetResponse();
+    size_t sp = line.find(' ');
+    if (sp != absl::string_view::npos) {
+      int code = 0;
+      if (absl::SimpleAtoi(line.substr(sp + 1, 3), &code)) sink.status = code;
+    }
+    return size * n;
+  }
+  size_t colon = line.find(':');
+  if (colon == absl::string_view::npos) return size * n;
+  std::string name = absl::AsciiStrToLower(line.substr(0, colon));
+  absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+  if (name == "etag") sink.etag = std::string(value);
+  if (name == "content-range") sink.content_range = std::string(value);
+  return size * n;
+}
+
+size_t OnBody(char* data, size_t size, size_t n, void* user) {
+  Sink& sink = *static_cast<Sink*>(user);
+  const size_t bytes = size * n;
+  if (sink.status < 200 || sink.status >= 300) {
+    size_t keep = std::min(bytes, kMaxErrorBody - std::min(
+                                      kMaxErrorBody, sink.error_body.size()));
+    sink.error_body.append(data, keep);
+    return bytes;
+  }
+  if (sink.dest != nullptr) {
+    if (sink.received + bytes > sink.capacity) {
+      sink.overflow = true;
+      return 0;  // CURLE_WRITE_ERROR: never more bytes than asked
+    }
+    std::memcpy(sink.dest + sink.received, data, bytes);
+  } else if (sink.text != nullptr) {
+    if (sink.received + bytes > sink.max_text) {
+      sink.overflow = true;
+      return 0;
+    }
+    sink.text->append(data, bytes);
+  }
+  sink.received += bytes;
+  return bytes;
+}
+
+bool RetryableCurlCode(CURLcode code) {
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_WEIRD_SERVER_REPLY:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether `etag` may go in If-Match (strong comparison: weak ETags never
+// match).
+bool StrongEtag(const std::string& etag) {
+  return !etag.empty() && !absl::StartsWith(etag, "W/");
+}
+
+}  // namespace
+
+// One logical request, retried as a whole.
+struct HttpClient::Request {
+  const char* method = "GET";  // "GET" or "HEAD"
+  std::string url;
+  std::string shown_url;
+  bool ranged = false;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t total_size = 0;
+  std::string etag;  // expected; empty: any
+  Sink sink;
+  // HEAD results.
+  int64_t content_length = -1;
+
+  std::string Describe() const {
+    std::string out = absl::StrCat(method, " ", shown_url);
+    if (ranged) {
+      absl::StrAppend(&out, " bytes=", offset, "-", offset + size - 1);
+    }
+    return out;
+  }
+};
+
+// What one attempt came to: done (OK or a final error) or worth retrying.
+struct HttpClient::Outcome {
+  absl::Status status;
+  bool retry = false;
+};
+
+HttpClient::HttpClient(HttpClientOptions options)
+    : options_(std::move(options)) {
+  GlobalInit();
+}
+
+HttpClient::~HttpClient() {
+  absl::MutexLock lock(&mu_);
+  for (void* handle : idle_) curl_easy_cleanup(static_cast<CURL*>(handle));
+  idle_.clear();
+}
+
+void* HttpClient::Acquire() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](HttpClient* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+        return !self->idle_.empty() ||
+               self->created_ < std::max(1, self->options_.store.connections);
+      },
+      this));
+  if (!idle_.empty()) {
+    void* handle = idle_.back();
+    idle_.pop_back();
+    return handle;
+  }
+  ++created_;
+  return curl_easy_init();
+}
+
+void HttpClient::Release(void* handle) {
+  absl::MutexLock lock(&mu_);
+  if (handle == nullptr) {
+    --created_;
+    return;
+  }
+  idle_.push_back(handle);
+}
+
+HttpClient::Outcome HttpClient::Attempt(Request& request,
+                                        absl::Time deadline) {
+  CURL* curl = static_cast<CURL*>(Acquire());
+  if (curl == nullptr) {
+    Release(nullptr);
+    return {absl::ResourceExhaustedError("curl_easy_init failed"), true};
+  }
+  curl_easy_reset(curl);  // keeps the connection cache
+  Sink& sink = request.sink;
+  sink.ResetResponse();
+
+  curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &OnHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &sink);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &OnBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(absl::ToInt64Milliseconds(
+                       options_.store.connect_timeout)));
+  const int64_t left_ms =
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now()));
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(left_ms));
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
+                   static_cast<long>(std::max<int64_t>(
+                       1, absl::ToInt64Seconds(absl::Ceil(
+                              options_.store.stall_timeout, absl::Seconds(1))))));
+  if (!options_.ca_file.empty()) {
+    curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file.c_str());
+  }
+  if (std::strcmp(request.method, "HEAD") == 0) {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  }
+  std::string range;
+  if (request.ranged) {
+    range = absl::StrCat(request.offset, "-", request.offset + request.size - 1);
+    curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
+  }
+  curl_slist* headers = nullptr;
+  std::string if_match;
+  if (request.ranged && StrongEtag(request.etag)) {
+    if_match = absl::StrCat("If-Match: ", request.etag);
+    headers = curl_slist_append(headers, if_match.c_str());
+  }
+  std::string token_header;
+  const bool sign = !options_.access_key.empty();
+  if (sign) {
+    std::string userpwd =
+        absl::StrCat(options_.access_key, ":", options_.secret_key);
+    curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, options_.sigv4.c_str());
+    curl_easy_setopt(curl, CURLOPT_USERPWD, userpwd.c_str());
+    // libcurl copies the string; wipe ours.
+    std::fill(userpwd.begin(), userpwd.end(), '\0');
+    headers = curl_slist_append(headers,
+                                "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (!options_.session_token.empty()) {
+      token_header =
+          absl::StrCat("x-amz-security-token: ", options_.session_token);
+      headers = curl_slist_append(headers, token_header.c_str());
+    }
+  } else {
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 5L);
+  }
+  if (headers != nullptr) curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+
+  const CURLcode code = curl_easy_perform(curl);
+  curl_off_t content_length = -1;
+  curl_easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &content_length);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, nullptr);
+  curl_easy_setopt(curl, CURLOPT_USERPWD, nullptr);
+  curl_slist_free_all(headers);
+  Release(curl);
+
+  const std::string what = request.Describe();
+  const std::string& dataset = options_.dataset;
+  auto fail = [&](absl::StatusCode status_code, absl::string_view message,
+                  bool retry) {
+    return Outcome{absl::Status(status_code,
+                                absl::StrCat("dataset \"", dataset, "\": ",
+                                             what, ": ", message)),
+                   retry};
+  };
+  if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && sink.overflow)) {
+    if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE) {
+      return fail(absl::StatusCode::kFailedPrecondition,
+                  absl::StrCat(curl_easy_strerror(code),
+                               " (check the dataset's ca_file)"),
+                  false);
+    }
+    const bool retry = RetryableCurlCode(code);
+    return fail(retry ? absl::StatusCode::kUnavailable
+                      : absl::StatusCode::kInternal,
+                absl::StrCat(curl_easy_strerror(code),
+                             sink.status ? absl::StrCat(" (HTTP ", sink.status, ")")
+                                         : std::string()),
+                retry);
+  }
+  const long http = sink.status;
+  if (http < 200 || http >= 300) {
+    std::string detail;
+    const std::string s3_code = XmlElement(sink.error_body, "Code");
+    if (!s3_code.empty()) detail = absl::StrCat(" ", s3_code);
+    const std::string s3_message = XmlElement(sink.error_body, "Message");
+    if (!s3_message.empty()) absl::StrAppend(&detail, ": ", s3_message);
+    const std::string status_text = absl::StrCat("HTTP ", http, detail);
+    if (http == 401 || http == 403) {
+      return fail(absl::StatusCode::kPermissionDenied,
+                  absl::StrCat(status_text, "; check the credentials for dataset \"",
+                               dataset, "\""),
+                  false);
+    }
+    if (http == 404) {
+      return fail(absl::StatusCode::kNotFound,
+                  absl::StrCat(status_text,
+                               "; wrong prefix or URL in the dataset's path?"),
+                  false);
+    }
+    if (http == 412) {
+      return fail(absl::StatusCode::kFailedPrecondition,
+                  absl::StrCat(status_text,
+                               ": the object changed since it was indexed (ETag "
+                               "is no longer ",
+                               request.etag, ")"),
+                  false);
+    }
+    if (http == 416) {
+      return fail(absl::StatusCode::kOutOfRange,
+                  absl::StrCat(status_text, ": range beyond the object's end"),
+                  false);
+    }
+    if (http == 429 || http >= 500 || http == 408) {
+      return fail(absl::StatusCode::kUnavailable, status_text, true);
+    }
+    return fail(absl::StatusCode::kFailedPrecondition, status_text, false);
+  }
+  if (!request.etag.empty() && !sink.etag.empty() && sink.etag != request.etag) {
+    return fail(absl::StatusCode::kFailedPrecondition,
+                absl::StrCat("the object changed since it was indexed (ETag ",
+                             sink.etag, ", indexed as ", request.etag, ")"),
+                false);
+  }
+  if (sink.overflow) {
+    if (request.ranged && http == 200) {
+      return fail(absl::StatusCode::kFailedPrecondition,
+                  "the server ignored the Range header (HTTP 200)", false);
+    }
+    if (!request.ranged) {
+      return fail(absl::StatusCode::kResourceExhausted,
+                  absl::StrCat("the body is larger than ", request.sink.max_text,
+                               " bytes"),
+                  false);
+    }
+    return fail(absl::StatusCode::kUnavailable,
+                absl::StrCat("more than the ", request.size,
+                             " bytes asked for (HTTP ", http, ")"),
+                true);
+  }
+  if (std::strcmp(request.method, "HEAD") == 0) {
+    request.content_length = content_length;
+    return {absl::OkStatus(), false};
+  }
+  if (request.ranged) {
+    const bool whole = request.offset == 0 && request.size == request.total_size;
+    if (http == 200 && !whole) {
+      return fail(absl::StatusCode::kFailedPrecondition,
+                  "the server ignored the Range header (HTTP 200)", false);
+    }
+    if (http == 206) {
+      absl::StatusOr<ContentRange> got = ParseContentRange(sink.content_range);
+      if (!got.ok()) {
+        return fail(absl::StatusCode::kUnavailable,
+                    absl::StrCat("HTTP 206 with ", got.status().message()), true);
+      }
+      if (got->first != request.offset ||
+          got->last != request.offset + request.size - 1) {
+        return fail(absl::StatusCode::kUnavailable,
+                    absl::StrCat("HTTP 206 with the wrong Content-Range \"",
+                                 sink.content_range, "\""),
+                    true);
+      }
+      if (got->total >= 0 &&
+          static_cast<uint64_t>(got->total) != request.total_size) {
+        return fail(absl::StatusCode::kFailedPrecondition,
+                    absl::StrCat("the object changed since it was indexed (",
+                                 got->total, " bytes, indexed as ",
+                                 request.total_size, ")"),
+                    false);
+      }
+    } else if (http != 200) {
+      return fail(absl::StatusCode::kUnavailable,
+                  absl::StrCat("unexpected HTTP ", http), true);
+    }
+    if (sink.received != request.size) {
+      return fail(absl::StatusCode::kUnavailable,
+                  absl::StrCat("short body: ", sink.received, " of ",
+                               request.size, " bytes"),
+                  true);
+    }
+  }
+  return {absl::OkStatus(), false};
+}
+
+absl::Status HttpClient::Run(Request& request) {
+  const ObjectStoreOptions& o = options_.store;
+  const absl::Time deadline = absl::Now() + o.deadline;
+  thread_local std::minstd_rand rng(std::random_device{}());
+  absl::Duration backoff = o.initial_backoff;
+  Outcome outcome;
+  int attempt = 0;
+  while (true) {
+    ++attempt;
+    outcome = Attempt(request, deadline);
+    if (outcome.status.ok() || !outcome.retry) return outcome.status;
+    if (attempt >= std::max(1, o.max_attempts)) break;
+    // Full jitter in [backoff / 2, backoff].
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    const absl::Duration sleep = backoff * jitter(rng);
+    if (absl::Now() + sleep >= deadline) break;
+    absl::SleepFor(sleep);
+    backoff = std::min(backoff * 2, o.max_backoff);
+  }
+  return absl::Status(
+      outcome.status.code(),
+      absl::StrCat(outcome.status.message(), " (gave up after ", attempt,
+                   attempt == 1 ? " attempt)" : " attempts)"));
+}
+
+absl::StatusOr<HttpClient::HeadResult> HttpClient::Head(
+    const std::string& url, const std::string& shown_url) {
+  Request request;
+  request.method = "HEAD";
+  request.url = url;
+  request.shown_url = shown_url;
+  absl::Status status = Run(request);
+  if (!status.ok()) return status;
+  if (request.content_length < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("dataset \"", options_.dataset, "\": HEAD ", shown_url,
+                     ": no Content-Length in the response"));
+  }
+  HeadResult result;
+  result.size = static_cast<uint64_t>(request.content_length);
+  result.etag = request.sink.etag;
+  return result;
+}
+
+absl::StatusOr<std::string> HttpClient::GetAll(const std::string& url,
+                                               const std::string& shown_url,
+                                               uint64_t max_bytes) {
+  std::string text;
+  Request request;
+  request.url = url;
+  request.shown_url = shown_url;
+  request.sink.text = &text;
+  request.sink.max_text = max_bytes;
+  absl::Status status = Run(request);
+  if (!status.ok()) return status;
+  return text;
+}
+
+absl::Status HttpClient::GetRange(const std::string& url,
+                                  const std::string& shown_url,
+                                  uint64_t offset, uint64_t size,
+                                  const std::string& etag, uint64_t total_size,
+                                  uint8_t* dest) {
+  if (size == 0) return absl::OkStatus();
+  Request request;
+  request.url = url;
+  request.shown_url = shown_url;
+  request.ranged = true;
+  request.offset = offset;
+  request.size = size;
+  request.total_size = total_size;
+  request.etag = etag;
+  request.sink.dest = dest;
+  request.sink.capacity = size;
+  return Run(request);
+}
+
+}  // namespace batchd::server
