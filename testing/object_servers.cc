@@ -244,7 +244,10 @@ absl::StatusOr<std::unique_ptr<ObjectServer>> StartS3rver(
   }
   std::unique_ptr<ObjectServer> server(new ObjectServer());
   server->log_path_ = dir + "/s3rver.log";
-  std::vector<std::string> argv = {node,     script, "-d", dir + "/data",
+  // --openssl-legacy-provider: s3rver makes ListObjectsV2 continuation
+  // tokens with DES, which OpenSSL 3 (Node 17 and later) leaves out.
+  std::vector<std::string> argv = {node, "--openssl-legacy-provider",
+                                   script, "-d", dir + "/data",
                                    "-a",     "127.0.0.1", "-p", "0",
                                    "--silent"};
   for (const std::string& bucket : buckets) {

@@ -204,7 +204,12 @@ TEST_P(FaultTest, RetriedToTheSameBytes) {
   ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
   ASSERT_OK_AND_ASSIGN(std::vector<ObjectInfo> objects,
                        ResolveShardObjects(config_, *store));
-  const int faults = GetParam() == HttpFault::kStall ? 1 : 2;
+  // A stall costs stall_timeout; latency is no failure, so only the first
+  // request meets it.
+  const int faults = GetParam() == HttpFault::kStall ||
+                             GetParam() == HttpFault::kLatency
+                         ? 1
+                         : 2;
   proxy->FailNext(GetParam(), faults);
   absl::Status status;
   EXPECT_EQ(ReadAll(*store, objects[2], 1000, 50000, &status),
@@ -292,6 +297,13 @@ class S3StoreTest : public ::testing::Test {
         testing::StartS3rver(MakeTempDir("s3"), {"bkt"});
     ASSERT_TRUE(s3.ok()) << s3.status();
     s3_ = *std::move(s3);
+    // s3rver checks the access key but not SigV4 signatures: the proxy in
+    // front of it does, as S3 would.
+    absl::StatusOr<std::unique_ptr<HttpFaultProxy>> proxy =
+        HttpFaultProxy::Start(s3_->port());
+    ASSERT_TRUE(proxy.ok()) << proxy.status();
+    proxy_ = *std::move(proxy);
+    proxy_->RequireSigV4(testing::kS3rverAccessKey, testing::kS3rverSecretKey);
     for (int i = 0; i < 5; ++i) {
       shards_.push_back(Bytes(20000 + 100 * i, 10 + i));
       ASSERT_OK(testing::S3PutObject(s3_->url(), "bkt",
@@ -304,7 +316,7 @@ class S3StoreTest : public ::testing::Test {
     config_.set_name("s3data");
     config_.set_format(DatasetConfig::TAR_SHARDS);
     config_.set_path("s3://bkt/train/");
-    config_.set_endpoint(s3_->url());
+    config_.set_endpoint(proxy_->url());
     config_.set_region(testing::kS3rverRegion);
     credentials_ = MakeTempDir("creds") + "/credentials";
     WriteFile(credentials_,
@@ -318,6 +330,7 @@ class S3StoreTest : public ::testing::Test {
   }
 
   std::unique_ptr<ObjectServer> s3_;
+  std::unique_ptr<HttpFaultProxy> proxy_;  // checks signatures
   std::vector<std::string> shards_;
   DatasetConfig config_;
   std::string credentials_;
@@ -396,9 +409,21 @@ TEST_F(S3StoreTest, WrongSecretIsPermissionDeniedWithoutTheSecret) {
                                    Not(HasSubstr(secret)))));
 }
 
+TEST_F(S3StoreTest, WrongAccessKeyIsPermissionDenied) {
+  // s3rver itself: an access key it does not know.
+  config_.set_endpoint(s3_->url());
+  WriteFile(credentials_, "[default]\naws_access_key_id = NOBODY\n"
+                          "aws_secret_access_key = whatever-secret\n");
+  ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
+  EXPECT_THAT(ResolveShardObjects(config_, *store),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       AllOf(HasSubstr("InvalidAccessKeyId"),
+                             HasSubstr("s3://bkt/train/"),
+                             Not(HasSubstr("whatever-secret")))));
+}
+
 TEST_F(S3StoreTest, ListingRetriesThroughFaults) {
-  ASSERT_OK_AND_ASSIGN(auto proxy, HttpFaultProxy::Start(s3_->port()));
-  config_.set_endpoint(proxy->url());
+  HttpFaultProxy* proxy = proxy_.get();
   ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
   proxy->FailNext(HttpFault::kStatus500);
   proxy->FailNext(HttpFault::kNone);
