@@ -40,6 +40,12 @@ struct Sink {
   bool overflow = false;
   std::string error_body;
 
+  // Stall detection: the attempt fails when no byte arrives for
+  // `stall_timeout`.
+  absl::Duration stall_timeout = absl::InfiniteDuration();
+  absl::Time last_byte;
+  bool stalled = false;
+
   void ResetResponse() {
     status = 0;
     etag.clear();
@@ -51,8 +57,18 @@ struct Sink {
   }
 };
 
+int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  Sink& sink = *static_cast<Sink*>(user);
+  if (absl::Now() - sink.last_byte > sink.stall_timeout) {
+    sink.stalled = true;
+    return 1;  // CURLE_ABORTED_BY_CALLBACK
+  }
+  return 0;
+}
+
 size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   Sink& sink = *static_cast<Sink*>(user);
+  sink.last_byte = absl::Now();
   absl::string_view line(data, size * n);
   line = absl::StripTrailingAsciiWhitespace(line);
   if (absl::StartsWith(line, "HTTP/")) {
@@ -76,6 +92,7 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
 
 size_t OnBody(char* data, size_t size, size_t n, void* user) {
   Sink& sink = *static_cast<Sink*>(user);
+  sink.last_byte = absl::Now();
   const size_t bytes = size * n;
   if (sink.status < 200 || sink.status >= 300) {
     size_t keep = std::min(bytes, kMaxErrorBody - std::min(
@@ -217,11 +234,14 @@ HttpClient::Outcome HttpClient::Attempt(Request& request,
   const int64_t left_ms =
       std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now()));
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(left_ms));
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
-                   static_cast<long>(std::max<int64_t>(
-                       1, absl::ToInt64Seconds(absl::Ceil(
-                              options_.store.stall_timeout, absl::Seconds(1))))));
+  // libcurl's own low-speed check averages over seconds of history, so a
+  // stall after a burst would go unnoticed for long: time the last byte.
+  sink.stall_timeout = options_.store.stall_timeout;
+  sink.last_byte = absl::Now();
+  sink.stalled = false;
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &OnProgress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &sink);
   if (!options_.ca_file.empty()) {
     curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file.c_str());
   }
@@ -278,6 +298,14 @@ HttpClient::Outcome HttpClient::Attempt(Request& request,
                                              what, ": ", message)),
                    retry};
   };
+  if (code == CURLE_ABORTED_BY_CALLBACK && sink.stalled) {
+    return fail(absl::StatusCode::kUnavailable,
+                absl::StrCat("stalled: no byte for ",
+                             absl::FormatDuration(options_.store.stall_timeout),
+                             sink.status ? absl::StrCat(" (HTTP ", sink.status, ")")
+                                         : std::string()),
+                true);
+  }
   if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && sink.overflow)) {
     if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE) {
       return fail(absl::StatusCode::kFailedPrecondition,

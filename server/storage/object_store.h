@@ -67,7 +67,7 @@ struct ObjectStoreOptions {
   absl::Duration deadline = absl::Minutes(2);  // per request, retries included
   absl::Duration connect_timeout = absl::Seconds(10);
   // A response that sends no byte for this long is a failed attempt
-  // (rounded up to whole seconds).
+  // (checked about once a second).
   absl::Duration stall_timeout = absl::Seconds(30);
   int list_page_size = 1000;  // ListObjectsV2 max-keys
 };

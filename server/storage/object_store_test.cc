@@ -223,7 +223,20 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(HttpFault::kStatus500, HttpFault::kStatus429,
                       HttpFault::kResetMidBody, HttpFault::kStall,
                       HttpFault::kTruncateBody, HttpFault::kWrongContentRange,
-                      HttpFault::kLatency));
+                      HttpFault::kLatency),
+    [](const ::testing::TestParamInfo<HttpFault>& info) {
+      switch (info.param) {
+        case HttpFault::kStatus500: return std::string("Status500");
+        case HttpFault::kStatus429: return std::string("Status429");
+        case HttpFault::kResetMidBody: return std::string("ResetMidBody");
+        case HttpFault::kStall: return std::string("Stall");
+        case HttpFault::kTruncateBody: return std::string("TruncateBody");
+        case HttpFault::kWrongContentRange:
+          return std::string("WrongContentRange");
+        case HttpFault::kLatency: return std::string("Latency");
+        default: return absl::StrCat("Fault", static_cast<int>(info.param));
+      }
+    });
 
 // A fault on every request: after the bounded attempts, an error naming
 // the URL, the range and what went wrong; never wrong bytes.
