@@ -120,6 +120,12 @@ class RemoteObjectStore : public ObjectStore {
   HttpClient http_;  // thread-safe
 };
 
+// s3://bucket/ or s3://bucket/prefix/ (a trailing '/'), or a bare bucket.
+bool IsS3Prefix(const std::string& path) {
+  absl::StatusOr<S3Location> loc = ParseS3Url(path);
+  return loc.ok() && (loc->key.empty() || absl::EndsWith(loc->key, "/"));
+}
+
 // Stat of every URL in `urls`, in order, up to kMaxStatThreads at once.
 absl::StatusOr<std::vector<ObjectInfo>> StatAll(
     const std::vector<std::string>& urls, ObjectStore& store) {
@@ -226,9 +232,7 @@ absl::StatusOr<std::vector<ObjectInfo>> ResolveShardObjects(
       ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandBraces(shard));
       urls.insert(urls.end(), expanded.begin(), expanded.end());
     }
-  } else if (absl::StartsWith(path, "s3://") &&
-             (absl::EndsWith(path, "/") || ParseS3Url(path).ok() &&
-                                               ParseS3Url(path)->key.empty())) {
+  } else if (IsS3Prefix(path)) {
     ASSIGN_OR_RETURN(std::vector<ObjectInfo> listed, store.List(path));
     std::vector<ObjectInfo> shards;
     for (ObjectInfo& info : listed) {
