@@ -333,6 +333,21 @@ int HttpFaultProxy::faulted() const {
   return faulted_;
 }
 
+int HttpFaultProxy::connections_accepted() const {
+  absl::MutexLock lock(&mu_);
+  return accepted_;
+}
+
+int HttpFaultProxy::max_open_connections() const {
+  absl::MutexLock lock(&mu_);
+  return max_open_;
+}
+
+std::string HttpFaultProxy::last_request_head() const {
+  absl::MutexLock lock(&mu_);
+  return last_request_head_;
+}
+
 HttpFault HttpFaultProxy::NextFault() {
   absl::MutexLock lock(&mu_);
   ++requests_;
@@ -364,6 +379,8 @@ void HttpFaultProxy::AcceptLoop() {
       return;
     }
     open_fds_.insert(fd);
+    ++accepted_;
+    max_open_ = std::max(max_open_, static_cast<int>(open_fds_.size()));
     connections_.emplace_back([this, fd] { Serve(fd); });
   }
 }
@@ -382,6 +399,7 @@ void HttpFaultProxy::Serve(int client_fd) {
       stall = stall_;
       access_key = sigv4_access_key_;
       secret_key = sigv4_secret_key_;
+      last_request_head_ = request_head;
     }
     if (!access_key.empty()) {
       const std::string error = CheckSigV4(request_head, access_key, secret_key);

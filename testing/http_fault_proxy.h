@@ -75,6 +75,11 @@ class HttpFaultProxy {
   // Requests received so far, and how many of them got a fault.
   int requests() const;
   int faulted() const;
+  // Client connections accepted so far, and the most open at once.
+  int connections_accepted() const;
+  int max_open_connections() const;
+  // The head (request line and headers) of the latest request.
+  std::string last_request_head() const;
 
  private:
   HttpFaultProxy() = default;
@@ -100,6 +105,9 @@ class HttpFaultProxy {
   std::string sigv4_secret_key_ ABSL_GUARDED_BY(mu_);
   int requests_ ABSL_GUARDED_BY(mu_) = 0;
   int faulted_ ABSL_GUARDED_BY(mu_) = 0;
+  int accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  int max_open_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_request_head_ ABSL_GUARDED_BY(mu_);
   std::set<int> open_fds_ ABSL_GUARDED_BY(mu_);  // client connections
   std::vector<std::thread> connections_ ABSL_GUARDED_BY(mu_);
 };

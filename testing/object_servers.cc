@@ -249,6 +249,7 @@ absl::StatusOr<std::unique_ptr<ObjectServer>> StartS3rver(
   std::vector<std::string> argv = {node, "--openssl-legacy-provider",
                                    script, "-d", dir + "/data",
                                    "-a",     "127.0.0.1", "-p", "0",
+                                   "--service-endpoint", "localhost",
                                    "--silent"};
   for (const std::string& bucket : buckets) {
     argv.push_back("--configure-bucket");

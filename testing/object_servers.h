@@ -72,8 +72,12 @@ class ObjectServer {
 absl::StatusOr<std::unique_ptr<ObjectServer>> StartNginx(
     const std::string& root_dir);
 
-// s3rver keeping its objects under `dir`, on 127.0.0.1, path-style
-// (http://127.0.0.1:<port>/<bucket>/<key>), with `buckets` made at start.
+// s3rver keeping its objects under `dir`, on 127.0.0.1, with `buckets`
+// made at start: path style at url() (http://127.0.0.1:<port>/<bucket>/<key>),
+// virtual-host style at http://s3.localhost:<port> (requests to
+// http://<bucket>.s3.localhost:<port>/<key>; libcurl resolves *.localhost
+// to the loopback itself). s3rver checks access keys, not signatures (see
+// HttpFaultProxy::RequireSigV4).
 // Waits up to 20 s until it listens. FAILED_PRECONDITION when node or the
 // package (installed by the build from testing/s3rver/package-lock.json)
 // is missing.

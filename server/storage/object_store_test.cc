@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -190,6 +191,40 @@ TEST_F(NginxStoreTest, HttpsWithCaFile) {
   EXPECT_THAT(untrusting->Stat(url),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        AllOf(HasSubstr(url), HasSubstr("ca_file"))));
+}
+
+TEST_F(NginxStoreTest, ConcurrentReadsShareAFewKeptAliveConnections) {
+  ASSERT_OK_AND_ASSIGN(auto proxy, HttpFaultProxy::Start(nginx_->port()));
+  config_.set_path(proxy->url() + "/shard-{000000..000002}.tar");
+  ObjectStoreOptions options = TestOptions();
+  options.connections = 3;
+  ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, options));
+  ASSERT_OK_AND_ASSIGN(std::vector<ObjectInfo> objects,
+                       ResolveShardObjects(config_, *store));
+  const int accepted_before = proxy->connections_accepted();
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const int shard = (t + i) % 3;
+        const uint64_t offset = (t * 997 + i * 4099) % 90000;
+        std::string dest(4096, '\0');
+        const absl::Status status = store->ReadRange(
+            objects[shard], offset, dest.size(),
+            reinterpret_cast<uint8_t*>(dest.data()));
+        if (!status.ok() ||
+            dest != shards_[shard].substr(offset, dest.size())) {
+          ++wrong[t];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
+  EXPECT_LE(proxy->max_open_connections(), options.connections);
+  EXPECT_LE(proxy->connections_accepted() - accepted_before,
+            options.connections);
 }
 
 // Every fault the proxy injects, a few times in a row: the read retries
@@ -420,6 +455,56 @@ TEST_F(S3StoreTest, WrongSecretIsPermissionDeniedWithoutTheSecret) {
   EXPECT_THAT(stat, StatusIs(absl::StatusCode::kPermissionDenied,
                              AllOf(HasSubstr("s3://bkt/train/s-0.tar"),
                                    Not(HasSubstr(secret)))));
+}
+
+TEST_F(S3StoreTest, VirtualHostStyle) {
+  config_.set_endpoint(absl::StrCat("http://s3.localhost:", proxy_->port()));
+  config_.set_s3_addressing(DatasetConfig::S3_VIRTUAL_HOST);
+  ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
+  ASSERT_OK_AND_ASSIGN(std::vector<ObjectInfo> objects,
+                       ResolveShardObjects(config_, *store));
+  ASSERT_THAT(objects, SizeIs(5));
+  EXPECT_THAT(proxy_->last_request_head(),
+              HasSubstr("Host: bkt.s3.localhost:"));
+  absl::Status status;
+  EXPECT_EQ(ReadAll(*store, objects[1], 5, 500, &status),
+            shards_[1].substr(5, 500));
+  EXPECT_OK(status);
+  EXPECT_THAT(proxy_->last_request_head(), HasSubstr("GET /train/s-1.tar "));
+}
+
+TEST_F(S3StoreTest, SessionTokenIsSentAndSigned) {
+  config_.clear_credentials_file();
+  setenv("AWS_ACCESS_KEY_ID", testing::kS3rverAccessKey, 1);
+  setenv("AWS_SECRET_ACCESS_KEY", testing::kS3rverSecretKey, 1);
+  setenv("AWS_SESSION_TOKEN", "session-tok-123", 1);
+  absl::StatusOr<std::unique_ptr<ObjectStore>> store =
+      MakeObjectStore(config_, TestOptions());
+  unsetenv("AWS_ACCESS_KEY_ID");
+  unsetenv("AWS_SECRET_ACCESS_KEY");
+  unsetenv("AWS_SESSION_TOKEN");
+  ASSERT_OK(store);
+  ASSERT_OK_AND_ASSIGN(ObjectInfo object,
+                       (*store)->Stat("s3://bkt/train/s-2.tar"));
+  EXPECT_EQ(object.size, shards_[2].size());
+  const std::string head = proxy_->last_request_head();
+  EXPECT_THAT(head, HasSubstr("x-amz-security-token: session-tok-123"));
+  EXPECT_THAT(head, HasSubstr(";x-amz-security-token,"));  // signed
+  EXPECT_THAT(head, Not(HasSubstr(testing::kS3rverSecretKey + std::string(
+                                      "\r"))));
+}
+
+TEST_F(S3StoreTest, OverwrittenObjectIsFailedPrecondition) {
+  ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
+  ASSERT_OK_AND_ASSIGN(ObjectInfo object, store->Stat("s3://bkt/train/s-0.tar"));
+  ASSERT_OK(testing::S3PutObject(s3_->url(), "bkt", "train/s-0.tar",
+                                 Bytes(object.size, 77)));
+  absl::Status status;
+  ReadAll(*store, object, 0, 1000, &status);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                               AllOf(HasSubstr("s3://bkt/train/s-0.tar"),
+                                     HasSubstr("changed since it was indexed"),
+                                     HasSubstr("bytes=0-999"))));
 }
 
 TEST_F(S3StoreTest, WrongAccessKeyIsPermissionDenied) {
