@@ -39,6 +39,7 @@ struct HttpClientOptions {
 class HttpClient {
  public:
   explicit HttpClient(HttpClientOptions options);
+  // REQUIRES: no request in flight.
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
