@@ -3,7 +3,6 @@
 #include <curl/curl.h>
 
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 #include <random>
 #include <utility>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "server/storage/object_url.h"
+#include "server/storage/response_check.h"
 
 namespace batchd::server {
 namespace {
@@ -117,8 +117,17 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
   return bytes;
 }
 
-bool RetryableCurlCode(CURLcode code) {
+Transport TransportOf(CURLcode code, const Sink& sink) {
   switch (code) {
+    case CURLE_OK:
+      return Transport::kOk;
+    case CURLE_ABORTED_BY_CALLBACK:
+      return sink.stalled ? Transport::kStalled : Transport::kFatal;
+    case CURLE_WRITE_ERROR:
+      return sink.overflow ? Transport::kBodyRefused : Transport::kFatal;
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+      return Transport::kCertificate;
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_OPERATION_TIMEDOUT:
@@ -130,9 +139,9 @@ bool RetryableCurlCode(CURLcode code) {
     case CURLE_HTTP2_STREAM:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_WEIRD_SERVER_REPLY:
-      return true;
+      return Transport::kTransient;
     default:
-      return false;
+      return Transport::kFatal;
   }
 }
 
@@ -146,31 +155,10 @@ bool StrongEtag(const std::string& etag) {
 
 // One logical request, retried as a whole.
 struct HttpClient::Request {
-  const char* method = "GET";  // "GET" or "HEAD"
-  std::string url;
-  std::string shown_url;
-  bool ranged = false;
-  uint64_t offset = 0;
-  uint64_t size = 0;
-  uint64_t total_size = 0;
-  std::string etag;  // expected; empty: any
+  std::string url;  // what is fetched (s3:// already mapped to http(s))
+  RequestFacts facts;
   Sink sink;
-  // HEAD results.
-  int64_t content_length = -1;
-
-  std::string Describe() const {
-    std::string out = absl::StrCat(method, " ", shown_url);
-    if (ranged) {
-      absl::StrAppend(&out, " bytes=", offset, "-", offset + size - 1);
-    }
-    return out;
-  }
-};
-
-// What one attempt came to: done (OK or a final error) or worth retrying.
-struct HttpClient::Outcome {
-  absl::Status status;
-  bool retry = false;
+  int64_t content_length = -1;  // HEAD's answer
 };
 
 HttpClient::HttpClient(HttpClientOptions options)
@@ -210,14 +198,17 @@ void HttpClient::Release(void* handle) {
   idle_.push_back(handle);
 }
 
-HttpClient::Outcome HttpClient::Attempt(Request& request,
-                                        absl::Time deadline) {
+Verdict HttpClient::Attempt(Request& request, absl::Time deadline) {
   CURL* curl = static_cast<CURL*>(Acquire());
   if (curl == nullptr) {
     Release(nullptr);
-    return {absl::ResourceExhaustedError("curl_easy_init failed"), true};
+    ResponseFacts none;
+    none.transport = Transport::kTransient;
+    none.transport_error = "curl_easy_init failed";
+    return CheckResponse(request.facts, none);
   }
   curl_easy_reset(curl);  // keeps the connection cache
+  const RequestFacts& facts = request.facts;
   Sink& sink = request.sink;
   sink.ResetResponse();
 
@@ -246,23 +237,20 @@ HttpClient::Outcome HttpClient::Attempt(Request& request,
   if (!options_.ca_file.empty()) {
     curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file.c_str());
   }
-  if (std::strcmp(request.method, "HEAD") == 0) {
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-  }
+  if (facts.method == "HEAD") curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
   std::string range;
-  if (request.ranged) {
-    range = absl::StrCat(request.offset, "-", request.offset + request.size - 1);
+  if (facts.ranged) {
+    range = absl::StrCat(facts.offset, "-", facts.offset + facts.size - 1);
     curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
   }
   curl_slist* headers = nullptr;
   std::string if_match;
-  if (request.ranged && StrongEtag(request.etag)) {
-    if_match = absl::StrCat("If-Match: ", request.etag);
+  if (facts.ranged && StrongEtag(facts.etag)) {
+    if_match = absl::StrCat("If-Match: ", facts.etag);
     headers = curl_slist_append(headers, if_match.c_str());
   }
   std::string token_header;
-  const bool sign = !options_.access_key.empty();
-  if (sign) {
+  if (!options_.access_key.empty()) {
     std::string userpwd =
         absl::StrCat(options_.access_key, ":", options_.secret_key);
     curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, options_.sigv4.c_str());
@@ -277,6 +265,7 @@ HttpClient::Outcome HttpClient::Attempt(Request& request,
       headers = curl_slist_append(headers, token_header.c_str());
     }
   } else {
+    // Signed requests do not follow redirects: the signature names the host.
     curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 5L);
   }
@@ -285,146 +274,24 @@ HttpClient::Outcome HttpClient::Attempt(Request& request,
   const CURLcode code = curl_easy_perform(curl);
   curl_off_t content_length = -1;
   curl_easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &content_length);
+  request.content_length = content_length;
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, nullptr);
   curl_easy_setopt(curl, CURLOPT_USERPWD, nullptr);
   curl_slist_free_all(headers);
   Release(curl);
 
-  const std::string what = request.Describe();
-  const std::string& dataset = options_.dataset;
-  auto fail = [&](absl::StatusCode status_code, absl::string_view message,
-                  bool retry) {
-    return Outcome{absl::Status(status_code,
-                                absl::StrCat("dataset \"", dataset, "\": ",
-                                             what, ": ", message)),
-                   retry};
-  };
-  if (code == CURLE_ABORTED_BY_CALLBACK && sink.stalled) {
-    return fail(absl::StatusCode::kUnavailable,
-                absl::StrCat("stalled: no byte for ",
-                             absl::FormatDuration(options_.store.stall_timeout),
-                             sink.status ? absl::StrCat(" (HTTP ", sink.status, ")")
-                                         : std::string()),
-                true);
+  ResponseFacts response;
+  response.transport = TransportOf(code, sink);
+  if (response.transport != Transport::kOk) {
+    response.transport_error = curl_easy_strerror(code);
   }
-  if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && sink.overflow)) {
-    if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE) {
-      return fail(absl::StatusCode::kFailedPrecondition,
-                  absl::StrCat(curl_easy_strerror(code),
-                               " (check the dataset's ca_file)"),
-                  false);
-    }
-    const bool retry = RetryableCurlCode(code);
-    return fail(retry ? absl::StatusCode::kUnavailable
-                      : absl::StatusCode::kInternal,
-                absl::StrCat(curl_easy_strerror(code),
-                             sink.status ? absl::StrCat(" (HTTP ", sink.status, ")")
-                                         : std::string()),
-                retry);
-  }
-  const long http = sink.status;
-  if (http < 200 || http >= 300) {
-    std::string detail;
-    const std::string s3_code = XmlElement(sink.error_body, "Code");
-    if (!s3_code.empty()) detail = absl::StrCat(" ", s3_code);
-    const std::string s3_message = XmlElement(sink.error_body, "Message");
-    if (!s3_message.empty()) absl::StrAppend(&detail, ": ", s3_message);
-    const std::string status_text = absl::StrCat("HTTP ", http, detail);
-    if (http == 401 || http == 403) {
-      return fail(absl::StatusCode::kPermissionDenied,
-                  absl::StrCat(status_text, "; check the credentials for dataset \"",
-                               dataset, "\""),
-                  false);
-    }
-    if (http == 404) {
-      return fail(absl::StatusCode::kNotFound,
-                  absl::StrCat(status_text,
-                               "; wrong prefix or URL in the dataset's path?"),
-                  false);
-    }
-    if (http == 412) {
-      return fail(absl::StatusCode::kFailedPrecondition,
-                  absl::StrCat(status_text,
-                               ": the object changed since it was indexed (ETag "
-                               "is no longer ",
-                               request.etag, ")"),
-                  false);
-    }
-    if (http == 416) {
-      return fail(absl::StatusCode::kOutOfRange,
-                  absl::StrCat(status_text, ": range beyond the object's end"),
-                  false);
-    }
-    if (http == 429 || http >= 500 || http == 408) {
-      return fail(absl::StatusCode::kUnavailable, status_text, true);
-    }
-    return fail(absl::StatusCode::kFailedPrecondition, status_text, false);
-  }
-  if (!request.etag.empty() && !sink.etag.empty() && sink.etag != request.etag) {
-    return fail(absl::StatusCode::kFailedPrecondition,
-                absl::StrCat("the object changed since it was indexed (ETag ",
-                             sink.etag, ", indexed as ", request.etag, ")"),
-                false);
-  }
-  if (sink.overflow) {
-    if (request.ranged && http == 200) {
-      return fail(absl::StatusCode::kFailedPrecondition,
-                  "the server ignored the Range header (HTTP 200)", false);
-    }
-    if (!request.ranged) {
-      return fail(absl::StatusCode::kResourceExhausted,
-                  absl::StrCat("the body is larger than ", request.sink.max_text,
-                               " bytes"),
-                  false);
-    }
-    return fail(absl::StatusCode::kUnavailable,
-                absl::StrCat("more than the ", request.size,
-                             " bytes asked for (HTTP ", http, ")"),
-                true);
-  }
-  if (std::strcmp(request.method, "HEAD") == 0) {
-    request.content_length = content_length;
-    return {absl::OkStatus(), false};
-  }
-  if (request.ranged) {
-    const bool whole = request.offset == 0 && request.size == request.total_size;
-    if (http == 200 && !whole) {
-      return fail(absl::StatusCode::kFailedPrecondition,
-                  "the server ignored the Range header (HTTP 200)", false);
-    }
-    if (http == 206) {
-      absl::StatusOr<ContentRange> got = ParseContentRange(sink.content_range);
-      if (!got.ok()) {
-        return fail(absl::StatusCode::kUnavailable,
-                    absl::StrCat("HTTP 206 with ", got.status().message()), true);
-      }
-      if (got->first != request.offset ||
-          got->last != request.offset + request.size - 1) {
-        return fail(absl::StatusCode::kUnavailable,
-                    absl::StrCat("HTTP 206 with the wrong Content-Range \"",
-                                 sink.content_range, "\""),
-                    true);
-      }
-      if (got->total >= 0 &&
-          static_cast<uint64_t>(got->total) != request.total_size) {
-        return fail(absl::StatusCode::kFailedPrecondition,
-                    absl::StrCat("the object changed since it was indexed (",
-                                 got->total, " bytes, indexed as ",
-                                 request.total_size, ")"),
-                    false);
-      }
-    } else if (http != 200) {
-      return fail(absl::StatusCode::kUnavailable,
-                  absl::StrCat("unexpected HTTP ", http), true);
-    }
-    if (sink.received != request.size) {
-      return fail(absl::StatusCode::kUnavailable,
-                  absl::StrCat("short body: ", sink.received, " of ",
-                               request.size, " bytes"),
-                  true);
-    }
-  }
-  return {absl::OkStatus(), false};
+  response.stall_timeout = options_.store.stall_timeout;
+  response.http_status = sink.status;
+  response.etag = sink.etag;
+  response.content_range = sink.content_range;
+  response.error_body = sink.error_body;
+  response.received = sink.received;
+  return CheckResponse(facts, response);
 }
 
 absl::Status HttpClient::Run(Request& request) {
@@ -432,7 +299,7 @@ absl::Status HttpClient::Run(Request& request) {
   const absl::Time deadline = absl::Now() + o.deadline;
   thread_local std::minstd_rand rng(std::random_device{}());
   absl::Duration backoff = o.initial_backoff;
-  Outcome outcome;
+  Verdict outcome;
   int attempt = 0;
   while (true) {
     ++attempt;
@@ -455,9 +322,8 @@ absl::Status HttpClient::Run(Request& request) {
 absl::StatusOr<HttpClient::HeadResult> HttpClient::Head(
     const std::string& url, const std::string& shown_url) {
   Request request;
-  request.method = "HEAD";
   request.url = url;
-  request.shown_url = shown_url;
+  request.facts = Facts("HEAD", shown_url);
   absl::Status status = Run(request);
   if (!status.ok()) return status;
   if (request.content_length < 0) {
@@ -477,7 +343,8 @@ absl::StatusOr<std::string> HttpClient::GetAll(const std::string& url,
   std::string text;
   Request request;
   request.url = url;
-  request.shown_url = shown_url;
+  request.facts = Facts("GET", shown_url);
+  request.facts.max_body = max_bytes;
   request.sink.text = &text;
   request.sink.max_text = max_bytes;
   absl::Status status = Run(request);
@@ -493,15 +360,24 @@ absl::Status HttpClient::GetRange(const std::string& url,
   if (size == 0) return absl::OkStatus();
   Request request;
   request.url = url;
-  request.shown_url = shown_url;
-  request.ranged = true;
-  request.offset = offset;
-  request.size = size;
-  request.total_size = total_size;
-  request.etag = etag;
+  request.facts = Facts("GET", shown_url);
+  request.facts.ranged = true;
+  request.facts.offset = offset;
+  request.facts.size = size;
+  request.facts.total_size = total_size;
+  request.facts.etag = etag;
   request.sink.dest = dest;
   request.sink.capacity = size;
   return Run(request);
+}
+
+RequestFacts HttpClient::Facts(const char* method,
+                               const std::string& shown_url) const {
+  RequestFacts facts;
+  facts.dataset = options_.dataset;
+  facts.method = method;
+  facts.shown_url = shown_url;
+  return facts;
 }
 
 }  // namespace batchd::server

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/storage/object_store.h"
+#include "server/storage/response_check.h"
 
 namespace batchd::server {
 
@@ -71,13 +72,13 @@ class HttpClient {
 
  private:
   struct Request;
-  struct Outcome;
 
   // Runs `request` until it succeeds, fails for good, or runs out of
   // attempts or time.
   absl::Status Run(Request& request);
-  // One attempt on a pooled connection.
-  Outcome Attempt(Request& request, absl::Time deadline);
+  // One attempt on a pooled connection, judged by CheckResponse.
+  Verdict Attempt(Request& request, absl::Time deadline);
+  RequestFacts Facts(const char* method, const std::string& shown_url) const;
 
   void* Acquire();  // CURL*; blocks until one is free
   void Release(void* handle);
