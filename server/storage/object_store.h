@@ -81,8 +81,12 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> MakeObjectStore(
     const batchd::v1::DatasetConfig& config, const ObjectStoreOptions& options);
 
 // The shards of a remote TAR_SHARDS dataset, in sample order: every *.tar
-// under an s3:// prefix, a brace range (https://h/s-{000..009}.tar), a shard
-// list object (.txt, one URL or key per line), or `config.shards`.
+// under an s3:// prefix (a path ending in '/', or a bare bucket), a brace
+// range (https://h/s-{000..009}.tar), a shard list object (a path ending in
+// ".txt": one URL per line, or a path relative to the list's directory;
+// '#' comments), or `config.shards` (each may hold brace ranges). Sizes and
+// ETags come from the listing, else from a HEAD per shard (up to 16 at
+// once). NOT_FOUND when a prefix holds no *.tar.
 absl::StatusOr<std::vector<ObjectInfo>> ResolveShardObjects(
     const batchd::v1::DatasetConfig& config, ObjectStore& store);
 
