@@ -20,7 +20,8 @@ def test_loader_defaults_are_the_native_ones():
     for name in ("prefetch", "hedge_factor", "connect_timeout",
                  "unavailable_timeout", "batch_progress_timeout",
                  "shared_memory", "mode", "size",
-                 "layout", "seed", "shuffle", "drop_last", "job"):
+                 "layout", "seed", "shuffle", "shuffle_window_shards",
+                 "drop_last", "job"):
         assert loader[name] == getattr(defaults, name), name
     assert loader["prefetch_memory"] == defaults.auto_prefetch_max_bytes
 

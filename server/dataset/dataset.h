@@ -62,7 +62,7 @@ struct RemoteOptions {
   std::string cache_dir;
   // Every store's ReadRange calls are counted here when set (metrics).
   std::shared_ptr<ObjectStoreCounters> counters;
-  int connections = 16;    // store requests in flight at once
+  int connections = 32;    // store requests in flight at once
   int index_threads = 8;   // shards indexed at once
   // Tests: the store and the shard list to use instead of MakeObjectStore
   // and ResolveShardObjects.
@@ -154,6 +154,14 @@ class Dataset {
   const IndexStats& index_stats() const { return index_stats_; }
   // Where a TAR_SHARDS dataset's shards are read (nullptr otherwise).
   const ShardSource* shards() const { return shards_.get(); }
+  // The shard layout in sample order: the length of each run of
+  // consecutive samples from one shard (samples are numbered shard by
+  // shard, then member by member, so one run per shard that has samples).
+  // Sums to size(). Empty when no sample is in a shard. What the
+  // shard-aware shuffle permutes (common::ShardWindowOrder).
+  const std::shared_ptr<const std::vector<uint64_t>>& shard_samples() const {
+    return shard_samples_;
+  }
 
   // The bytes of sample `index`: the whole file, or its member's byte range
   // read from its shard (no open() unless the shard was closed). Errors as
@@ -183,6 +191,7 @@ class Dataset {
   const std::vector<std::string> class_names_;
   const std::shared_ptr<const ShardSource> shards_;
   const IndexStats index_stats_;
+  const std::shared_ptr<const std::vector<uint64_t>> shard_samples_;
 };
 
 // Loads one dataset described by `config` (format inferred from the path when
