@@ -1,0 +1,157 @@
+// End-to-end: a remote TAR_SHARDS dataset (shards served over HTTP by
+// nginx) through real daemons with --cache-dir. The same images give
+// byte-identical batches from the local shards and from the URLs; a
+// restart reuses the shard cache and the index sidecar (no request to the
+// store); a cache smaller than the dataset holds its bound and still
+// serves every byte.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/daemon_process.h"
+#include "testing/e2e_helpers.h"
+#include "testing/object_servers.h"
+
+namespace batchd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr int kImages = 40;
+constexpr int kClasses = 3;
+constexpr uint32_t kSize = 32;
+
+class RemoteShardsE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::string> folder = MakeDataset(kImages, kClasses, 7);
+    ASSERT_TRUE(folder.ok()) << folder.status();
+    shards_ = new std::string(MakeTempDir("remote-shards"));
+    fs::remove(*shards_);
+    CommandResult prep = RunCommand(
+        {BuiltBinary("tools/batchd-prep"), "--quiet", "--threads", "2",
+         "--input", *folder, "--out", *shards_, "--shard-size", "6"});
+    ASSERT_EQ(prep.exit_code, 0) << prep.output;
+    // The shard list nginx serves beside the shards.
+    std::ofstream list(*shards_ + "/shards.txt");
+    int count = 0;
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(*shards_)) {
+      const std::string name = entry.path().filename().string();
+      if (absl::EndsWith(name, ".tar")) names.push_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      list << name << "\n";
+      ++count;
+    }
+    shard_count_ = count;
+    shard_bytes_ = fs::file_size(*shards_ + "/" + names[0]);
+  }
+  static void TearDownTestSuite() { delete shards_; }
+
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<ObjectServer>> nginx = StartNginx(*shards_);
+    if (absl::IsFailedPrecondition(nginx.status())) {
+      GTEST_SKIP() << nginx.status();
+    }
+    ASSERT_TRUE(nginx.ok()) << nginx.status();
+    nginx_ = *std::move(nginx);
+    cache_dir_ = MakeTempDir("remote-cache");
+  }
+
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(uint64_t cache_bytes) {
+    return DaemonProcess::Start(
+        {"--dataset", "local=" + *shards_, "--dataset",
+         "remote=" + nginx_->url() + "/shards.txt", "--cache-dir", cache_dir_,
+         "--cache-bytes", absl::StrCat(cache_bytes), "--workers", "2"});
+  }
+
+  static std::string* shards_;
+  static int shard_count_;
+  static uint64_t shard_bytes_;
+  std::unique_ptr<ObjectServer> nginx_;
+  std::string cache_dir_;
+};
+
+std::string* RemoteShardsE2eTest::shards_ = nullptr;
+int RemoteShardsE2eTest::shard_count_ = 0;
+uint64_t RemoteShardsE2eTest::shard_bytes_ = 0;
+
+TEST_F(RemoteShardsE2eTest, SameBatchesAsLocalAndARestartReusesTheCache) {
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                         Start(uint64_t{1} << 30));
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> local,
+                         ReadEpochs(daemon->endpoint(),
+                                    TrainPlan("local", 8, kSize, 3), 0, 2));
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> remote,
+                         ReadEpochs(daemon->endpoint(),
+                                    TrainPlan("remote", 8, kSize, 3), 0, 2));
+    ASSERT_EQ(local.size(), 2u * 5u);
+    EXPECT_EQ(remote, local);
+    for (const BatchRecord& record : remote) {
+      EXPECT_TRUE(record.substitutions.empty());
+    }
+    ASSERT_OK_AND_ASSIGN(batchd::v1::ServerStatus status,
+                         GetServerStatus(daemon->endpoint()));
+    EXPECT_EQ(status.shard_cache().downloads(), shard_count_);
+    EXPECT_EQ(status.shard_cache().shards(), shard_count_);
+    EXPECT_GT(status.object_store().requests(), 0);
+    EXPECT_EQ(daemon->Stop(), 0);
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> again,
+                       Start(uint64_t{1} << 30));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> local,
+                       ReadEpochs(again->endpoint(),
+                                  EvalPlan("local", 8, kSize, 3), 0, 1));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> remote,
+                       ReadEpochs(again->endpoint(),
+                                  EvalPlan("remote", 8, kSize, 3), 0, 1));
+  EXPECT_EQ(remote, local);
+  ASSERT_OK_AND_ASSIGN(batchd::v1::ServerStatus status,
+                       GetServerStatus(again->endpoint()));
+  // No header read, no download: index and shards came from --cache-dir.
+  // The only reads are the shard list and classes.txt, at every start.
+  const int small_objects =
+      1 + (fs::exists(*shards_ + "/classes.txt") ? 1 : 0);
+  EXPECT_EQ(status.object_store().requests(), small_objects);
+  EXPECT_EQ(status.shard_cache().downloads(), 0);
+  EXPECT_GT(status.shard_cache().hits(), 0);
+  EXPECT_THAT(again->Log(), HasSubstr(absl::StrCat(
+                                shard_count_, " shards (", shard_count_,
+                                " from the sidecar index)")));
+}
+
+TEST_F(RemoteShardsE2eTest, ACacheSmallerThanTheDatasetHoldsItsBound) {
+  const uint64_t bound = 2 * shard_bytes_ + shard_bytes_ / 2;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon, Start(bound));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> local,
+                       ReadEpochs(daemon->endpoint(),
+                                  TrainPlan("local", 4, kSize, 9), 0, 1));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> remote,
+                       ReadEpochs(daemon->endpoint(),
+                                  TrainPlan("remote", 4, kSize, 9), 0, 1));
+  EXPECT_EQ(remote, local);
+  ASSERT_OK_AND_ASSIGN(batchd::v1::ServerStatus status,
+                       GetServerStatus(daemon->endpoint()));
+  EXPECT_LE(status.shard_cache().disk_bytes(), bound);
+  EXPECT_EQ(status.shard_cache().disk_limit_bytes(), bound);
+  EXPECT_GT(status.shard_cache().evictions(), 0);
+  uint64_t on_disk = 0;
+  for (const auto& entry : fs::directory_iterator(cache_dir_ + "/shards")) {
+    on_disk += fs::file_size(entry.path());
+  }
+  EXPECT_LE(on_disk, bound);
+}
+
+}  // namespace
+}  // namespace batchd::testing
