@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 
 namespace batchd::server {
 namespace {
@@ -115,6 +116,13 @@ std::string ShardCache::FileName(const ObjectInfo& shard) {
   hash = Fnv1a64(shard.url, hash);
   hash = Fnv1a64(absl::string_view("\0", 1), hash);
   hash = Fnv1a64(shard.etag, hash);
+  if (shard.etag.empty()) {
+    // Nothing tells this object from a later one of the same size: its file
+    // is for this process only (a restart does not find it; it ages out).
+    static const std::string* const kRun = new std::string(
+        absl::StrCat("run:", ::getpid(), ":", absl::ToUnixNanos(absl::Now())));
+    hash = Fnv1a64(*kRun, hash);
+  }
   return absl::StrFormat("%016x-%d%s", hash, shard.size, kShardSuffix);
 }
 

@@ -12,7 +12,8 @@
 //
 // Files are named after a hash of (URL, size, ETag), so a restart reuses
 // every complete shard (a changed ETag is another name: the stale file is
-// never read and ages out of the LRU).
+// never read and ages out of the LRU). A shard without an ETag is cached
+// for the running process only.
 //
 // Prefetch(shard) queues a background download on a small pool of threads;
 // prefetches never evict a pinned shard or a prefetched shard not yet read,
