@@ -205,6 +205,12 @@ ABSL_FLAG(uint64_t, read_cache_bytes, 0,
           "least recently used out; concurrent reads of one sample are "
           "made once. 0: no cache. On top of the buffer budget in the "
           "memory bound.");
+ABSL_FLAG(uint64_t, decoded_cache_bytes, 0,
+          "Capped decoded images (plans with pipeline.decoded_max_side) kept "
+          "in memory for every plan and job, bytes, least recently used "
+          "out; concurrent decodes of one image are made once. A hit gives "
+          "the bytes a miss would. 0: no cache. On top of the buffer budget "
+          "in the memory bound.");
 ABSL_FLAG(uint32_t, max_idle_jobs, 64,
           "Jobs with no stream open that GetStatus, batchd top and /metrics "
           "still list, most recently active first; older ones are summed "
@@ -490,6 +496,8 @@ int main(int argc, char** argv) {
   options.service.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
   options.share_batches = absl::GetFlag(FLAGS_share_batches);
   options.pipeline.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
+  options.pipeline.decoded_cache_bytes =
+      absl::GetFlag(FLAGS_decoded_cache_bytes);
   {
     const int64_t retention = absl::GetFlag(FLAGS_shared_batch_bytes);
     if (retention < -1) {
