@@ -87,7 +87,7 @@ images, start, end, before, after, ticks = sys.argv[1:7]
 images = int(images); seconds = float(end) - float(start)
 rate = images / seconds
 daemon_ms = (int(after) - int(before)) / int(ticks) / images * 1e3
-assert rate > 0 and daemon_ms > 0, (rate, daemon_ms)
+assert rate > 0 and daemon_ms >= 0, (rate, daemon_ms)
 print(f"{rate:.0f} {daemon_ms:.3f} {sys.argv[7]} {sys.argv[8]}")' \
     "$images" "$start" "$end" "$before" "$after" "$TICKS" \
     "${hits:--}" "${misses:--}"
@@ -113,7 +113,7 @@ round_, label, rate, ms, base_rate, base_ms, cores, hits, misses = sys.argv[1:]
 cache = "-" if hits == "-" else f"{float(hits):.0f} / {float(misses):.0f}"
 print(f"| {round_} | {label} | {rate} | {float(rate) / int(cores):.0f} | "
       f"{float(rate) / float(base_rate):.2f}x | {ms} | "
-      f"{float(ms) / float(base_ms):.2f}x | {cache} |")' \
+      f"{float(ms) / max(float(base_ms), 1e-9):.2f}x | {cache} |")' \
       "$round" "$label" "$rate" "$ms" "$base_rate" "$base_ms" "$CORES" \
       "$hits" "$misses"
   done
