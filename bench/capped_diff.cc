@@ -4,8 +4,9 @@
 // crop) outputs of one plan, decoded both ways, and their mean absolute
 // difference in 0..255 units, with the share of bytes that differ by more
 // than 8. The crop parameters come from the same generator the daemon uses
-// (seed, epoch, sample), computed on each image's size (the capped one for
-// the capped pipeline), exactly as ResolvedPlan::Crop does.
+// (seed, epoch, sample), drawn for the file's size, exactly as
+// ResolvedPlan::Crop does; the capped pipeline maps that window onto the
+// capped image, so what differs is resolution, not geometry.
 //
 //   batchd-capped-diff --dataset=data/bench --caps=256,320,448 --size=224
 #include <cstdint>

@@ -4,6 +4,8 @@
 # (--decoded-cache-bytes), side by side:
 #   (a) default pipeline, no cache;
 #   (b) decoded_max_side CAP, no cache;
+#   (c') decoded_max_side CAP, the same cache, cold: the jobs' first epoch
+#       decodes each image once between them;
 #   (c) decoded_max_side CAP, a cache that holds every capped image, warmed
 #       by one untimed epoch of one job first.
 # JOBS concurrent batchd-client runs (seeds 1..JOBS, EPOCHS epochs each);
@@ -50,15 +52,15 @@ client() {  # job seed epochs cap
     --epochs "$3" --job "sweep-$1" --seed "$2" --decoded_max_side "$4"
 }
 
-# cap cache_bytes -> "images/s daemon_ms_per_image hits misses"
+# cap cache_bytes warm(yes|no) -> "images/s daemon_ms_per_image hits misses"
 measure() {
-  local cap=$1 cache=$2
+  local cap=$1 cache=$2 warm=$3
   batchd_start "$RUN" daemon "$BUILD/server/batchd" --dataset "bench=$DATA" \
     --workers "$CORES" --decoded-cache-bytes "$cache" \
     --metrics-port 0 --metrics-port-file "$RUN/metrics.port" \
     ${BATCHD_BENCH_DAEMON_FLAGS:-}
   local daemon=$BATCHD_PID
-  if [ "$cache" != 0 ]; then
+  if [ "$warm" = yes ]; then
     # Warm: one epoch of a job with yet another seed, untimed.
     client warm 1000 1 "$cap" > "$RUN/warm.txt"
   fi
@@ -100,13 +102,16 @@ printf "| round | pipeline | images/s (all jobs) | per core | x (a) | daemon ms/
 printf "|---|---|---|---|---|---|---|---|\n"
 for round in $(seq 1 "$ROUNDS"); do
   base_rate="" base_ms=""
-  for config in a b c; do
+  for config in a b cold c; do
+    warm=no
     case $config in
       a) cap=0; cache=0; label="(a) default" ;;
       b) cap=$CAP; cache=0; label="(b) decoded_max_side $CAP" ;;
-      c) cap=$CAP; cache=$CACHE_BYTES; label="(c) decoded_max_side $CAP + cache" ;;
+      cold) cap=$CAP; cache=$CACHE_BYTES; label="(c') decoded_max_side $CAP + cold cache" ;;
+      c) cap=$CAP; cache=$CACHE_BYTES; warm=yes
+         label="(c) decoded_max_side $CAP + cache" ;;
     esac
-    read -r rate ms hits misses < <(measure "$cap" "$cache")
+    read -r rate ms hits misses < <(measure "$cap" "$cache" "$warm")
     [ -n "$base_rate" ] || { base_rate=$rate; base_ms=$ms; }
     python3 -c 'import sys
 round_, label, rate, ms, base_rate, base_ms, cores, hits, misses = sys.argv[1:]

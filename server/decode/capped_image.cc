@@ -30,10 +30,12 @@ DecodeResult DecodeCapped(ImageDecoder& decoder, absl::Span<const uint8_t> data,
   // decode; both sides are at most max_side, so this buffer always holds it.
   thread_local std::vector<uint8_t> scratch;
   scratch.resize(static_cast<size_t>(max_side) * max_side * 3);
-  int capped_w = 0, capped_h = 0;
+  int capped_w = 0, capped_h = 0, source_w = 0, source_h = 0;
   DecodeResult result = decoder.Decode(
       data,
       [&](int width, int height) {
+        source_w = width;
+        source_h = height;
         std::tie(capped_w, capped_h) = CappedSize(width, height, max_side);
         CropSpec whole;
         whole.width = width;
@@ -46,6 +48,8 @@ DecodeResult DecodeCapped(ImageDecoder& decoder, absl::Span<const uint8_t> data,
   if (result.ok()) {
     out->width = capped_w;
     out->height = capped_h;
+    out->source_width = source_w;
+    out->source_height = source_h;
     out->rgb.assign(scratch.begin(),
                     scratch.begin() + static_cast<size_t>(capped_w) *
                                           capped_h * 3);
@@ -66,9 +70,21 @@ DecodeResult TransformCapped(Resizer& resizer, const CappedImage& image,
                                  choose_crop,
                              PixelLayout layout, uint8_t* out) {
   CropSpec crop;
-  DecodeResult result = ClampCrop(choose_crop(image.width, image.height),
-                                  image.width, image.height, &crop);
+  DecodeResult result =
+      ClampCrop(choose_crop(image.source_width, image.source_height),
+                image.source_width, image.source_height, &crop);
   if (!result.ok()) return result;
+  if (image.width != image.source_width ||
+      image.height != image.source_height) {
+    // The window in the capped image's continuous coordinates; within
+    // [0, width] x [0, height] since the clamped one is within the source.
+    const double sx = static_cast<double>(image.width) / image.source_width;
+    const double sy = static_cast<double>(image.height) / image.source_height;
+    crop.x *= sx;
+    crop.width *= sx;
+    crop.y *= sy;
+    crop.height *= sy;
+  }
   // Scale 1: the window rounded out to whole pixels of the capped image.
   const CropWindow window =
       WindowAt(crop, image.width, image.height, /*denom=*/1, layout);

@@ -8,8 +8,10 @@
 // (antialiased, resize.h) to it; a smaller image is decoded as it is. It is
 // a pure function of the file and `max_side`, so it can be kept and shared
 // by every plan with that cap (server/decoded_cache.h). TransformCapped
-// then crops, resizes, flips and writes the output exactly as the decoder
-// does for a file, with the image already in memory.
+// then takes the crop chosen for the original image's size (so the
+// augmentation is the one the uncapped pipeline draws), maps its window
+// onto the capped image, and resizes, flips and writes the output as the
+// decoder does for a file, with the image already in memory.
 //
 //   ImageDecoder decoder;
 //   CappedImage image;
@@ -38,8 +40,10 @@
 namespace batchd::server {
 
 struct CappedImage {
-  int width = 0;
+  int width = 0;   // capped size, pixels
   int height = 0;
+  int source_width = 0;   // the file's size, pixels
+  int source_height = 0;
   std::vector<uint8_t> rgb;  // height * width * 3, row-major RGB, no padding
   // The damage the decode went past (DecodeLimits.decode_damaged), kept so
   // that every use of the image reports it as a decode from the file would.
@@ -63,7 +67,9 @@ DecodeResult DecodeCapped(ImageDecoder& decoder, absl::Span<const uint8_t> data,
                           int max_side, CappedImage* out,
                           DecodeTimings* timings = nullptr);
 
-// Writes the crop `choose_crop(image.width, image.height)` of `image`,
+// Writes the crop `choose_crop(image.source_width, image.source_height)`
+// of the original image, clamped to it as the decoder clamps, its window
+// scaled by (width / source_width, height / source_height) onto `image`,
 // resized to its output size, flipped as asked, in `layout`, to `out`
 // (out_height * out_width * 3 bytes). kCorrupt for a crop that is not
 // finite or empty (as the decoder). The returned result carries the

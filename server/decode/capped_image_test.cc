@@ -108,7 +108,10 @@ TEST(TransformCappedTest, MatchesTheDecoderAtScaleOne) {
   }
 }
 
-TEST(TransformCappedTest, CropSeesTheCappedSize) {
+// The crop is drawn for the original size (the uncapped pipeline's
+// augmentation) and its window mapped onto the capped image: a window of
+// the whole original image is the whole capped image.
+TEST(TransformCappedTest, CropSeesTheOriginalSize) {
   const std::vector<uint8_t> jpeg = MakeJpeg(1000, 500, 4);
   ImageDecoder decoder;
   CappedImage image;
@@ -125,8 +128,38 @@ TEST(TransformCappedTest, CropSeesTheCappedSize) {
                   },
                   PixelLayout::kHWC, out.data())
                   .ok());
-  EXPECT_EQ(seen_w, 300);
-  EXPECT_EQ(seen_h, 150);
+  EXPECT_EQ(seen_w, 1000);
+  EXPECT_EQ(seen_h, 500);
+  EXPECT_EQ(image.width, 300);
+  EXPECT_EQ(image.height, 150);
+  std::vector<uint8_t> whole(32 * 32 * 3);
+  ASSERT_TRUE(TransformCapped(
+                  resizer, image,
+                  [&](int, int) {
+                    return CropSpec{0, 0, 300, 150, 32, 32, false};
+                  },
+                  PixelLayout::kHWC, whole.data())
+                  .ok());
+  // Not the same: (0, 0, 300, 150) of the original is its left part.
+  EXPECT_NE(whole, out);
+  // A window of the original maps to the same relative window.
+  std::vector<uint8_t> half(32 * 32 * 3);
+  ASSERT_TRUE(TransformCapped(
+                  resizer, image,
+                  [&](int, int) {
+                    return CropSpec{500, 0, 500, 500, 32, 32, false};
+                  },
+                  PixelLayout::kHWC, half.data())
+                  .ok());
+  std::vector<uint8_t> direct(32 * 32 * 3);
+  RgbView view{image.rgb.data() + 150 * 3, 150, 150, 300 * 3};
+  ResizeRequest request;
+  request.width = 150;
+  request.height = 150;
+  request.out_width = 32;
+  request.out_height = 32;
+  resizer.Resize(view, request, direct.data());
+  EXPECT_EQ(half, direct);
 }
 
 TEST(TransformCappedTest, BadCropIsCorrupt) {
