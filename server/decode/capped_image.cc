@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "server/decode/decode_internal.h"
+#include "server/decode/image_probe.h"
 
 namespace batchd::server {
 
@@ -26,35 +27,55 @@ DecodeResult DecodeCapped(ImageDecoder& decoder, absl::Span<const uint8_t> data,
                           int max_side, CappedImage* out,
                           DecodeTimings* timings) {
   const auto start = std::chrono::steady_clock::now();
-  // The capped size is known only once the header is read, inside the
-  // decode; both sides are at most max_side, so this buffer always holds it.
-  thread_local std::vector<uint8_t> scratch;
-  scratch.resize(static_cast<size_t>(max_side) * max_side * 3);
-  int capped_w = 0, capped_h = 0, source_w = 0, source_h = 0;
-  DecodeResult result = decoder.Decode(
-      data,
-      [&](int width, int height) {
-        source_w = width;
-        source_h = height;
-        std::tie(capped_w, capped_h) = CappedSize(width, height, max_side);
-        CropSpec whole;
-        whole.width = width;
-        whole.height = height;
-        whole.out_width = capped_w;
-        whole.out_height = capped_h;
-        return whole;
-      },
-      PixelLayout::kHWC, scratch.data());
-  if (result.ok()) {
-    out->width = capped_w;
-    out->height = capped_h;
-    out->source_width = source_w;
-    out->source_height = source_h;
-    out->rgb.assign(scratch.begin(),
-                    scratch.begin() + static_cast<size_t>(capped_w) *
-                                          capped_h * 3);
-    out->damage = result.damage;
-    out->damage_detail = result.damage_detail;
+  // The output buffer is sized before the decode, so the size comes from
+  // the header first (no pixels decoded): the image is written straight
+  // into its own exact buffer, never into one sized by the cap alone.
+  int width = 0, height = 0;
+  if (absl::StatusOr<ImageInfo> info = ProbeImage(data); info.ok()) {
+    width = info->width;
+    height = info->height;
+  }
+  DecodeResult result;
+  bool done = false;
+  // A second attempt only when the probe could not read the size (or read
+  // another than the decoder): then the first decodes to 1x1 to learn it,
+  // or to fail with the decoder's own error.
+  for (int attempt = 0; attempt < 2 && !done; ++attempt) {
+    int capped_w = 1, capped_h = 1;
+    if (width > 0 && height > 0) {
+      std::tie(capped_w, capped_h) = CappedSize(width, height, max_side);
+    }
+    out->rgb.assign(static_cast<size_t>(capped_w) * capped_h * 3, 0);
+    int seen_w = 0, seen_h = 0;
+    result = decoder.Decode(
+        data,
+        [&](int w, int h) {
+          seen_w = w;
+          seen_h = h;
+          CropSpec whole;
+          whole.width = w;
+          whole.height = h;
+          whole.out_width = capped_w;
+          whole.out_height = capped_h;
+          return whole;
+        },
+        PixelLayout::kHWC, out->rgb.data());
+    if (!result.ok()) break;
+    if (seen_w == width && seen_h == height) {
+      out->width = capped_w;
+      out->height = capped_h;
+      out->source_width = width;
+      out->source_height = height;
+      out->damage = result.damage;
+      out->damage_detail = result.damage_detail;
+      done = true;
+    }
+    width = seen_w;
+    height = seen_h;
+  }
+  if (result.ok() && !done) {
+    result.error = SampleError::kCorrupt;
+    result.detail = "the image's size changed between two reads of its header";
   }
   if (timings != nullptr) {
     timings->decode_seconds = std::chrono::duration<double>(

@@ -60,9 +60,11 @@ struct CappedImage {
 // REQUIRES: width, height, max_side > 0.
 std::pair<int, int> CappedSize(int width, int height, int max_side);
 
-// Decodes `data` (JPEG or PNG) into `out` at capped resolution. Errors are
-// the decoder's (the same SampleError a plain decode gives); on error `out`
-// is unspecified. `timings->decode_seconds` gets the whole time.
+// Decodes `data` (JPEG or PNG) into `out` at capped resolution, into a
+// buffer of exactly the capped image's size (the header is read first).
+// Errors are the decoder's (the same SampleError a plain decode gives); on
+// error `out` is unspecified. `timings->decode_seconds` gets the whole
+// time.
 DecodeResult DecodeCapped(ImageDecoder& decoder, absl::Span<const uint8_t> data,
                           int max_side, CappedImage* out,
                           DecodeTimings* timings = nullptr);

@@ -179,6 +179,20 @@ TEST(TransformCappedTest, BadCropIsCorrupt) {
   EXPECT_EQ(result.error, SampleError::kCorrupt);
 }
 
+// The buffer is the image's own size, whatever the cap: a plan with a huge
+// cap costs nothing more for small images.
+TEST(DecodeCappedTest, BufferIsTheCappedImagesSizeNotTheCaps) {
+  const std::vector<uint8_t> jpeg = MakeJpeg(120, 80, 7);
+  ImageDecoder decoder;
+  CappedImage image;
+  ASSERT_TRUE(DecodeCapped(decoder, jpeg, /*max_side=*/16384, &image).ok());
+  EXPECT_EQ(image.width, 120);
+  EXPECT_EQ(image.height, 80);
+  EXPECT_EQ(image.rgb.capacity(), 120u * 80 * 3);
+  EXPECT_EQ(image.source_width, 120);
+  EXPECT_EQ(image.source_height, 80);
+}
+
 // Bad files fail as a plain decode does, so substitutes are picked alike.
 TEST(DecodeCappedTest, BadFilesGiveTheDecodersErrors) {
   std::vector<uint8_t> jpeg = MakeJpeg(300, 200, 6);
