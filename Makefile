@@ -8,11 +8,13 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
   python3-torchvision python3-pil python3-prometheus-client python3-matplotlib \
   python3-yaml prometheus python3-venv python3-pip python3-setuptools python3-wheel \
-  util-linux openssl \
+  util-linux openssl libcurl4-openssl-dev nginx \
   clang libclang-rt-14-dev \
   nodejs chromium $(if $(shell command -v npm),,npm)
 # nodejs and npm fetch uPlot (the live page) and puppeteer-core (its browser
-# test) from server/web/package-lock.json; Debian's npm is asked for only
+# test) from server/web/package-lock.json, and s3rver (the remote-dataset
+# tests' S3) from testing/s3rver/package-lock.json; nginx serves those
+# tests' HTTP(S) shards; Debian's npm is asked for only
 # when no npm is installed (a nodejs from elsewhere may bring its own).
 
 .PHONY: all setup build test test-asan test-tsan fuzz soak chaos demo deploy-test clean

@@ -64,6 +64,10 @@ ABSL_FLAG(uint32_t, decoded_max_side, 0,
           "share the daemon's --decoded-cache-bytes; 0: off");
 ABSL_FLAG(uint64_t, seed, 0, "seed for the order and augmentation");
 ABSL_FLAG(bool, shuffle, true, "shuffle the order each epoch");
+ABSL_FLAG(uint32_t, shuffle_window_shards, 0,
+          "with --shuffle on a TAR_SHARDS dataset: the shard-aware shuffle, "
+          "shards permuted and samples drawn from a window of this many "
+          "shards (docs/datasets.md); 0: shuffle every sample");
 ABSL_FLAG(bool, drop_last, false, "drop each epoch's last partial batch");
 ABSL_FLAG(uint32_t, rank, 0, "this client's shard, 0 <= rank < world_size");
 ABSL_FLAG(uint32_t, world_size, 1, "number of shards");
@@ -122,6 +126,7 @@ absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
   plan.set_batch_size(absl::GetFlag(FLAGS_batch_size));
   plan.set_seed(absl::GetFlag(FLAGS_seed));
   plan.set_shuffle(absl::GetFlag(FLAGS_shuffle));
+  plan.set_shuffle_window_shards(absl::GetFlag(FLAGS_shuffle_window_shards));
   plan.set_drop_last(absl::GetFlag(FLAGS_drop_last));
   plan.set_rank(absl::GetFlag(FLAGS_rank));
   plan.set_world_size(absl::GetFlag(FLAGS_world_size));
@@ -233,7 +238,9 @@ int Run() {
     for (const batchd::v1::DatasetInfo& info : datasets->datasets()) {
       if (info.name() != plan->dataset()) continue;
       absl::StatusOr<ShardCoverage> coverage =
-          ShardCoverage::Create(info.num_samples(), *plan);
+          ShardCoverage::Create(info.num_samples(), *plan,
+                                {info.shard_samples().begin(),
+                                 info.shard_samples().end()});
       if (!coverage.ok()) {
         absl::FPrintF(stderr, "error: --verify: %s\n",
                       coverage.status().message());

@@ -9,7 +9,8 @@
 namespace batchd::client {
 
 absl::StatusOr<ShardCoverage> ShardCoverage::Create(
-    uint64_t num_samples, const batchd::v1::Plan& plan) {
+    uint64_t num_samples, const batchd::v1::Plan& plan,
+    std::vector<uint64_t> shard_samples) {
   const uint64_t world_size = plan.world_size() == 0 ? 1 : plan.world_size();
   if (num_samples == 0) {
     return absl::InvalidArgumentError("the dataset has no samples");
@@ -22,6 +23,25 @@ absl::StatusOr<ShardCoverage> ShardCoverage::Create(
         "rank ", plan.rank(), " must be below world_size ", world_size));
   }
   ShardCoverage coverage;
+  if (plan.shuffle() && plan.shuffle_window_shards() > 0) {
+    uint64_t sum = 0;
+    for (uint64_t samples : shard_samples) {
+      if (samples == 0) {
+        return absl::InvalidArgumentError(
+            "the dataset's shard layout has an empty shard");
+      }
+      sum += samples;
+    }
+    if (shard_samples.empty() || sum != num_samples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shuffle_window_shards needs the dataset's shard layout "
+          "(DatasetInfo.shard_samples); got ", shard_samples.size(),
+          " shards of ", sum, " samples for a dataset of ", num_samples));
+    }
+    coverage.window_shards_ = plan.shuffle_window_shards();
+    coverage.shard_samples_ =
+        std::make_shared<const std::vector<uint64_t>>(std::move(shard_samples));
+  }
   coverage.num_samples_ = num_samples;
   coverage.batch_size_ = plan.batch_size();
   coverage.shuffle_ = plan.shuffle();
@@ -66,8 +86,13 @@ std::vector<std::string> ShardCoverage::Check(
     ++counts[sample];
   }
   // Position in the epoch order -> sample, by the plan's permutation.
-  const std::vector<uint64_t> order =
-      common::EpochOrder(num_samples_, seed_, shuffle_, epoch);
+  common::ShardSpec spec;
+  spec.num_samples = num_samples_;
+  spec.seed = seed_;
+  spec.shuffle = shuffle_;
+  spec.shuffle_window_shards = window_shards_;
+  spec.shard_samples = shard_samples_;
+  const std::vector<uint64_t> order = common::EpochOrderFor(spec, epoch);
   std::map<uint64_t, uint64_t> expected;
   for (const auto& [position, times] : positions_) {
     expected[order[position]] += times;

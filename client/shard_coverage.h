@@ -2,8 +2,9 @@
 // (see Plan in proto/batchd/v1/data.proto), for checking a daemon's output.
 //
 // The epoch order (0..N-1, or the plan's seeded permutation of it, from
-// common/sampler.h's EpochOrder) is padded by repeating its head to a
-// multiple of world_size; rank r takes positions r, r + W, r + 2W, ...;
+// common/sampler.h's EpochOrderFor: with Plan.shuffle_window_shards the
+// shard-aware order, which needs the dataset's shard layout) is padded by
+// repeating its head to a multiple of world_size; rank r takes positions r, r + W, r + 2W, ...;
 // batches of batch_size follow, and drop_last keeps whole batches only. The
 // expected multiset of sample indices is therefore known exactly for every
 // epoch, shuffled or not.
@@ -14,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,9 +26,13 @@ namespace batchd::client {
 
 class ShardCoverage {
  public:
-  // INVALID_ARGUMENT for `num_samples` 0, batch_size 0 or rank >= world_size.
-  static absl::StatusOr<ShardCoverage> Create(uint64_t num_samples,
-                                              const batchd::v1::Plan& plan);
+  // INVALID_ARGUMENT for `num_samples` 0, batch_size 0 or rank >= world_size,
+  // and for a shard-aware shuffle (plan.shuffle_window_shards > 0) without
+  // `shard_samples` (batchd.v1.DatasetInfo.shard_samples) that sum to
+  // `num_samples`.
+  static absl::StatusOr<ShardCoverage> Create(
+      uint64_t num_samples, const batchd::v1::Plan& plan,
+      std::vector<uint64_t> shard_samples = {});
 
   // Batches per epoch of this shard.
   uint64_t batches() const { return batches_; }
@@ -49,6 +55,8 @@ class ShardCoverage {
   uint64_t batch_size_ = 0;
   bool shuffle_ = false;
   uint64_t seed_ = 0;
+  uint32_t window_shards_ = 0;
+  std::shared_ptr<const std::vector<uint64_t>> shard_samples_;
   uint64_t batches_ = 0;
   uint64_t kept_ = 0;
   // Position in the unpadded epoch order -> times this shard takes it.

@@ -103,5 +103,35 @@ TEST(ShardCoverageTest, RejectsImpossiblePlans) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank")));
 }
 
+// With the shard-aware shuffle the expectation follows the windowed order,
+// which needs the dataset's layout.
+TEST(ShardCoverageTest, ShardAwareShuffleFollowsTheWindowedOrder) {
+  const std::vector<uint64_t> layout = {4, 4, 2};
+  batchd::v1::Plan plan = MakePlan(2, 1, 4, /*shuffle=*/true, false);
+  plan.set_seed(5);
+  plan.set_shuffle_window_shards(2);
+  EXPECT_THAT(ShardCoverage::Create(10, plan),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("shard layout")));
+  EXPECT_THAT(ShardCoverage::Create(10, plan, {4, 4}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("for a dataset of 10")));
+  absl::StatusOr<ShardCoverage> coverage =
+      ShardCoverage::Create(10, plan, layout);
+  ASSERT_OK(coverage);
+  for (uint64_t epoch : {0, 3}) {
+    // Rank 1 of 4 takes padded positions 1, 5, 9.
+    const std::vector<uint64_t> order = common::ShardWindowOrder(
+        layout, /*seed=*/5, /*window_shards=*/2, epoch);
+    EXPECT_THAT(coverage->Check(epoch, {order[9], order[1], order[5]}),
+                IsEmpty());
+    const std::vector<uint64_t> global = common::EpochOrder(10, 5, true, epoch);
+    if (global[1] != order[1] || global[5] != order[5]) {
+      EXPECT_THAT(coverage->Check(epoch, {global[1], global[5], global[9]}),
+                  ::testing::Not(IsEmpty()));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace batchd::client

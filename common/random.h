@@ -28,6 +28,8 @@ enum class RandomPurpose : uint8_t {
   kPermutation = 1,  // the epoch's sample order
   kAugment = 2,      // a sample's crop and flip
   kSubstitute = 3,   // choosing a substitute for a bad sample
+  kShardPermutation = 4,  // the epoch's shard order (shard-aware shuffle)
+  kShardWindow = 5,       // draws from the shard-aware shuffle's window
 };
 
 // The largest sample index the counter layout can hold (56 bits).

@@ -64,6 +64,72 @@ std::vector<uint64_t> EpochOrder(uint64_t num_samples, uint64_t seed,
   return order;
 }
 
+uint32_t EffectiveWindowShards(uint32_t window_shards,
+                               const std::vector<uint64_t>& shard_samples) {
+  return static_cast<uint32_t>(
+      std::min<uint64_t>(window_shards, shard_samples.size()));
+}
+
+std::vector<uint64_t> ShardWindowOrder(
+    const std::vector<uint64_t>& shard_samples, uint64_t seed,
+    uint32_t window_shards, uint64_t epoch) {
+  const uint64_t num_shards = shard_samples.size();
+  // first[g]: shard g's first sample; first[S]: the number of samples.
+  std::vector<uint64_t> first(num_shards + 1, 0);
+  for (uint64_t g = 0; g < num_shards; ++g) {
+    first[g + 1] = first[g] + shard_samples[g];
+  }
+  std::vector<uint64_t> order;
+  if (window_shards == 0) return order;
+  order.reserve(first[num_shards]);
+  // 1. The shards' order.
+  std::vector<uint64_t> shards(num_shards);
+  for (uint64_t g = 0; g < num_shards; ++g) shards[g] = g;
+  if (num_shards > 1) {
+    common::SampleRandom rng(seed, epoch, /*sample_index=*/0,
+                             common::RandomPurpose::kShardPermutation);
+    for (uint64_t i = num_shards - 1; i > 0; --i) {
+      std::swap(shards[i], shards[rng.UniformInt(i + 1)]);
+    }
+  }
+  // 2. The window: the samples of the open shards not yet emitted, and how
+  // many each open shard has left.
+  std::vector<uint64_t> buffer;
+  std::vector<uint64_t> left(shard_samples);
+  uint64_t next_shard = 0;  // in `shards`
+  auto open_next = [&] {
+    const uint64_t g = shards[next_shard++];
+    for (uint64_t i = first[g]; i < first[g + 1]; ++i) buffer.push_back(i);
+  };
+  const uint32_t window = EffectiveWindowShards(window_shards, shard_samples);
+  for (uint32_t k = 0; k < window; ++k) open_next();
+  // 3. Emit.
+  common::SampleRandom rng(seed, epoch, /*sample_index=*/0,
+                           common::RandomPurpose::kShardWindow);
+  while (!buffer.empty()) {
+    const uint64_t j = rng.UniformInt(buffer.size());
+    const uint64_t sample = buffer[j];
+    buffer[j] = buffer.back();
+    buffer.pop_back();
+    order.push_back(sample);
+    // The shard holding `sample`: the last g with first[g] <= sample.
+    const uint64_t g =
+        std::upper_bound(first.begin(), first.end(), sample) - first.begin() -
+        1;
+    if (--left[g] == 0 && next_shard < num_shards) open_next();
+  }
+  return order;
+}
+
+std::vector<uint64_t> EpochOrderFor(const ShardSpec& spec, uint64_t epoch) {
+  if (spec.shuffle && spec.shuffle_window_shards > 0 &&
+      spec.shard_samples != nullptr) {
+    return ShardWindowOrder(*spec.shard_samples, spec.seed,
+                            spec.shuffle_window_shards, epoch);
+  }
+  return EpochOrder(spec.num_samples, spec.seed, spec.shuffle, epoch);
+}
+
 namespace {
 
 // Position p of this run's padded order (p < ShardSize * world_size) is
@@ -133,7 +199,13 @@ struct OrderSlot {
   absl::once_flag once;
   std::shared_ptr<const std::vector<uint64_t>> order;  // set inside `once`
 };
-using OrderKey = std::tuple<uint64_t, uint64_t, bool, uint64_t>;
+// (num_samples, seed, shuffle, effective window (0: per-sample), layout
+// (null unless windowed), epoch). The layout is keyed by address, and the
+// key holds it, so no other layout can take that address while the key is
+// cached.
+using OrderKey =
+    std::tuple<uint64_t, uint64_t, bool, uint32_t,
+               std::shared_ptr<const std::vector<uint64_t>>, uint64_t>;
 }  // namespace
 
 struct EpochOrderCache::Impl {
@@ -157,9 +229,27 @@ EpochOrderCache::~EpochOrderCache() = default;
 
 std::shared_ptr<const std::vector<uint64_t>> EpochOrderCache::Get(
     uint64_t num_samples, uint64_t seed, bool shuffle, uint64_t epoch) {
+  ShardSpec spec;
+  spec.num_samples = num_samples;
+  spec.seed = seed;
+  spec.shuffle = shuffle;
+  return Get(spec, epoch);
+}
+
+std::shared_ptr<const std::vector<uint64_t>> EpochOrderCache::Get(
+    const ShardSpec& spec, uint64_t epoch) {
+  const bool windowed = spec.shuffle && spec.shuffle_window_shards > 0 &&
+                        spec.shard_samples != nullptr;
   // Unshuffled orders do not depend on seed or epoch.
-  const OrderKey key = shuffle ? OrderKey{num_samples, seed, true, epoch}
-                               : OrderKey{num_samples, 0, false, 0};
+  OrderKey key{spec.num_samples, 0, false, 0, nullptr, 0};
+  if (windowed) {
+    key = OrderKey{spec.num_samples, spec.seed, true,
+                   EffectiveWindowShards(spec.shuffle_window_shards,
+                                         *spec.shard_samples),
+                   spec.shard_samples, epoch};
+  } else if (spec.shuffle) {
+    key = OrderKey{spec.num_samples, spec.seed, true, 0, nullptr, epoch};
+  }
   std::shared_ptr<OrderSlot> slot;
   {
     absl::MutexLock lock(&impl_->mu);
@@ -179,7 +269,7 @@ std::shared_ptr<const std::vector<uint64_t>> EpochOrderCache::Get(
   }
   absl::call_once(slot->once, [&] {
     slot->order = std::make_shared<const std::vector<uint64_t>>(
-        EpochOrder(num_samples, seed, shuffle, epoch));
+        EpochOrderFor(spec, epoch));
     impl_->computed.fetch_add(1, std::memory_order_relaxed);
   });
   return slot->order;

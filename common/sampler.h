@@ -4,7 +4,8 @@
 // Semantics follow torch.utils.data.DistributedSampler + BatchSampler:
 // - the epoch order is 0..N-1, or a permutation seeded by (seed, epoch) when
 //   shuffling (Fisher-Yates driven by common::SampleRandom with
-//   RandomPurpose::kPermutation, sample index 0);
+//   RandomPurpose::kPermutation, sample index 0), or with
+//   shuffle_window_shards > 0 the shard-aware order of ShardWindowOrder;
 // - an elastic resume starts the epoch at `start_position`: the positions
 //   before it were consumed by an earlier run (of any world size) and are
 //   left out; start_position 0 is the whole epoch;
@@ -30,6 +31,10 @@
 
 namespace batchd::common {
 
+// The widest shard-aware shuffle window a plan may ask for
+// (batchd.v1.Plan.shuffle_window_shards).
+inline constexpr uint32_t kMaxShuffleWindowShards = 65536;
+
 struct ShardSpec {
   uint64_t num_samples = 0;  // N, > 0
   uint64_t seed = 0;
@@ -40,6 +45,14 @@ struct ShardSpec {
   uint32_t batch_size = 1;   // > 0
   // Positions of the epoch's order consumed before this run; < N.
   uint64_t start_position = 0;
+  // With `shuffle`: 0 for the per-sample shuffle (EpochOrder), K > 0 for the
+  // shard-aware shuffle with a window of K shards (ShardWindowOrder).
+  uint32_t shuffle_window_shards = 0;
+  // The dataset's shard layout, needed when shuffle_window_shards > 0: the
+  // samples of each shard in sample order, all > 0, summing to
+  // num_samples (batchd.v1.DatasetInfo.shard_samples). Shared and never
+  // modified; its address names it in EpochOrderCache.
+  std::shared_ptr<const std::vector<uint64_t>> shard_samples;
 };
 
 // Batches in each epoch of a plan: `per_epoch`, except `resumed` in the
@@ -74,6 +87,38 @@ uint64_t GlobalPosition(const ShardSpec& spec, uint64_t next_batch);
 std::vector<uint64_t> EpochOrder(uint64_t num_samples, uint64_t seed,
                                  bool shuffle, uint64_t epoch);
 
+// The shard-aware order of one epoch (batchd.v1.Plan.shuffle_window_shards).
+// Shard g holds the samples [sum(shard_samples[0..g)), + shard_samples[g]).
+//   1. The shards are permuted: Fisher-Yates as EpochOrder's, over shard
+//      numbers, drawing from SampleRandom(seed, epoch, 0, kShardPermutation).
+//   2. The window opens the first min(K, S) shards of that permutation: their
+//      samples go into a buffer, shard by shard in permuted order, each
+//      shard's in sample order.
+//   3. Until the buffer is empty: draw j uniform in [0, buffer size) from
+//      SampleRandom(seed, epoch, 0, kShardWindow), emit buffer[j], move the
+//      buffer's last sample into slot j; when the emitted sample was its
+//      shard's last, open the next shard of the permutation (if any).
+// Window bound: at every position p of the result at most K shards are
+// live (have a sample at or before p and one at or after p), so a cache of
+// K shards that drops a shard after its last sample reads each shard once
+// per epoch; L consecutive positions touch at most 2K + floor(L / s_min)
+// distinct shards (s_min: the smallest shard). K = 1 reads shards one by
+// one, each in a random order; K >= S is a uniform permutation of all
+// samples (a different one from EpochOrder's). O(N log S) time, O(N)
+// memory. REQUIRES: every entry of `shard_samples` > 0, window_shards > 0.
+std::vector<uint64_t> ShardWindowOrder(
+    const std::vector<uint64_t>& shard_samples, uint64_t seed,
+    uint32_t window_shards, uint64_t epoch);
+
+// The epoch order `spec` asks for: ShardWindowOrder with shuffle and
+// shuffle_window_shards > 0 (and a layout), else EpochOrder.
+std::vector<uint64_t> EpochOrderFor(const ShardSpec& spec, uint64_t epoch);
+
+// The window that decides ShardWindowOrder's result: min(window_shards,
+// number of shards); windows at least as large give the same order.
+uint32_t EffectiveWindowShards(uint32_t window_shards,
+                               const std::vector<uint64_t>& shard_samples);
+
 // This shard's dataset indices for `epoch`, in order, from the epoch's order.
 std::vector<uint64_t> ShardIndices(const ShardSpec& spec,
                                    const std::vector<uint64_t>& epoch_order);
@@ -92,8 +137,9 @@ std::vector<uint64_t> BatchIndicesFromOrder(
     uint64_t batch_index);
 
 // Shares epoch orders between streams: identical (num_samples, seed,
-// shuffle, epoch) are computed once. Keeps the `capacity` most recently used
-// orders.
+// shuffle, epoch, and for the shard-aware shuffle the effective window and
+// the layout's address) are computed once. Keeps the `capacity` most
+// recently used orders (and the layouts their keys name alive).
 class EpochOrderCache {
  public:
   explicit EpochOrderCache(size_t capacity = 16);
@@ -106,6 +152,9 @@ class EpochOrderCache {
   // until it is ready.
   std::shared_ptr<const std::vector<uint64_t>> Get(uint64_t num_samples,
                                                    uint64_t seed, bool shuffle,
+                                                   uint64_t epoch);
+  // The order of EpochOrderFor(spec, epoch), computed on first use, as above.
+  std::shared_ptr<const std::vector<uint64_t>> Get(const ShardSpec& spec,
                                                    uint64_t epoch);
   // How many orders were computed (not served from the cache); for tests.
   uint64_t computed() const;

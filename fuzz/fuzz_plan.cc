@@ -18,11 +18,15 @@ namespace {
 batchd::server::DatasetMap& Datasets() {
   static auto* datasets = [] {
     auto* map = new batchd::server::DatasetMap();
+    // "sharded": shards of 5 samples (the last of 2), for the shard-aware
+    // shuffle.
     for (auto [name, samples] :
-         {std::pair<const char*, int>{"small", 37}, {"one", 1}}) {
+         {std::pair<const char*, int>{"small", 37}, {"one", 1},
+          {"sharded", 37}}) {
       std::vector<batchd::server::Sample> list;
       for (int i = 0; i < samples; ++i) {
         list.push_back({"/nonexistent/" + std::to_string(i), i % 3});
+        if (std::string(name) == "sharded") list.back().shard = i / 5;
       }
       (*map)[name] = std::make_shared<batchd::server::Dataset>(
           name, std::move(list),
@@ -45,8 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t batches = batchd::common::BatchesPerEpoch(p.shard);
   if (batches == 0) return 0;
   const uint64_t epoch = plan.seed() % 3;
-  const std::vector<uint64_t> order = batchd::common::EpochOrder(
-      p.shard.num_samples, p.shard.seed, p.shard.shuffle, epoch);
+  const std::vector<uint64_t> order =
+      batchd::common::EpochOrderFor(p.shard, epoch);
   for (uint64_t batch : {uint64_t{0}, batches - 1}) {
     std::vector<uint64_t> samples =
         batchd::common::BatchIndicesFromOrder(p.shard, order, batch);

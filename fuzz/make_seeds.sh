@@ -52,6 +52,7 @@ encode() {
 }
 echo 'dataset: "small" batch_size: 8 seed: 3 shuffle: true pipeline { train { size: 32 } }' | encode train
 echo 'dataset: "small" batch_size: 5 drop_last: true rank: 1 world_size: 3 pipeline { eval { size: 24 resize_shorter: 28 } layout: LAYOUT_NCHW }' | encode eval-sharded
+echo 'dataset: "sharded" batch_size: 4 seed: 9 shuffle: true shuffle_window_shards: 3 world_size: 2 rank: 1 pipeline { train { size: 16 } }' | encode shard-window
 echo 'dataset: "one" batch_size: 64 world_size: 4 rank: 3 pipeline { train { size: 16 scale_min: 0.5 scale_max: 1 ratio_min: 0.75 ratio_max: 1.33 flip_probability: 1 } }' | encode tiny
 
 rcv=$out/receive

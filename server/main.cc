@@ -200,6 +200,9 @@ ABSL_FLAG(int64_t, shared_batch_bytes, -1,
           "bytes, evicted oldest first; -1: a sixteenth of "
           "--max-buffer-bytes. "
           "On top of the buffer budget in the memory bound.");
+ABSL_FLAG(int, remote_connections, 32,
+          "Requests in flight at once to the store of each remote dataset "
+          "(s3://, http://, https:// paths), over kept-alive connections.");
 ABSL_FLAG(uint64_t, read_cache_bytes, 0,
           "Encoded samples kept in memory for every plan and job, bytes, "
           "least recently used out; concurrent reads of one sample are "
@@ -496,6 +499,12 @@ int main(int argc, char** argv) {
   options.service.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
   options.share_batches = absl::GetFlag(FLAGS_share_batches);
   options.pipeline.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
+  options.remote_connections = absl::GetFlag(FLAGS_remote_connections);
+  if (options.remote_connections < 1) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--remote-connections must be at least 1, not ",
+                     options.remote_connections)));
+  }
   options.pipeline.decoded_cache_bytes =
       absl::GetFlag(FLAGS_decoded_cache_bytes);
   {

@@ -130,7 +130,7 @@ absl::Status Pipeline::BuildBatch(
     BatchDestination destination) {
   const common::ShardSpec shard = plan->ShardFor(epoch);
   std::shared_ptr<const std::vector<uint64_t>> order =
-      orders_.Get(shard.num_samples, shard.seed, shard.shuffle, epoch);
+      orders_.Get(shard, epoch);
   std::vector<uint64_t> sample_indices =
       BatchIndicesFromOrder(shard, *order, batch_index);
   const size_t n = sample_indices.size();

@@ -72,6 +72,10 @@ struct ServerOptions {
   DataServiceOptions service;
   // Bound on SetWorkers, and on the pool under --workers auto.
   int max_workers = 256;
+  // Requests in flight at once to each remote dataset's ObjectStore
+  // (server/storage/object_store.h, MakeObjectStore's `connections`);
+  // --remote-connections.
+  int remote_connections = 32;
   // The worker-pool controller; enabled by --workers auto (its bounds are
   // then autoscale.policy.min_workers and max_workers above).
   AutoscalerOptions autoscale;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/loader.h"
 #include "gtest/gtest.h"
 #include "testing/daemon_process.h"
 #include "testing/e2e_fixture.h"
@@ -215,6 +216,49 @@ TEST_F(SharingTest, BytesStreamsShareToo) {
   EXPECT_EQ(Requests(plan), 3 * 2 * kBatchesPerEpoch);
   EXPECT_LT(plan.built(), Requests(plan));
   EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
+}
+
+// Two jobs of one plan over two sharing daemons, one of which is killed
+// (SIGKILL) mid-epoch: each job re-requests what the dead daemon owed it
+// from the other, and both still get the lone job's batches exactly once.
+TEST_F(SharingTest, TwoJobsOfOnePlanSurviveAKillNine) {
+  const std::vector<BatchRecord> lone = LoneJobBatches();
+  const std::vector<BatchRecord> epoch0(lone.begin(),
+                                        lone.begin() + kBatchesPerEpoch);
+  std::vector<std::unique_ptr<DaemonProcess>> daemons;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<DaemonProcess> daemon,
+        DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "1"}));
+    daemons.push_back(std::move(daemon));
+  }
+  std::vector<std::unique_ptr<client::Loader>> loaders;
+  for (const char* job : {"kill-a", "kill-b"}) {
+    client::LoaderOptions options;
+    options.endpoint = daemons[0]->endpoint() + "," + daemons[1]->endpoint();
+    options.plan = JobPlan(job);
+    options.prefetch = 4;
+    options.last_epoch = 0;
+    options.reconnect_backoff_max = absl::Milliseconds(500);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<client::Loader> loader,
+                         client::Loader::Create(std::move(options)));
+    ASSERT_TRUE(loader->StartEpoch(0).ok());
+    loaders.push_back(std::move(loader));
+  }
+  std::vector<std::vector<BatchRecord>> got(2);
+  for (int j = 0; j < 2; ++j) {
+    ASSERT_OK_AND_ASSIGN(got[j], ReadFrom(*loaders[j], /*max_batches=*/4));
+  }
+  daemons[0]->Kill();  // both jobs have batches outstanding on it
+  for (int j = 0; j < 2; ++j) {
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> rest,
+                         ReadFrom(*loaders[j]));
+    got[j].insert(got[j].end(), rest.begin(), rest.end());
+    EXPECT_EQ(got[j], epoch0) << "job " << j;
+    EXPECT_GT(loaders[j]->stats().daemons[1].served, 0u) << "job " << j;
+    std::printf("job %d: %llu batches re-requested after the kill\n", j,
+                static_cast<unsigned long long>(loaders[j]->stats().rerequested));
+  }
 }
 
 }  // namespace

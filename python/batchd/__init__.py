@@ -150,6 +150,12 @@ class Loader:
         (docs/deploy.md, "Jobs with different seeds").
       seed: seed of the order and of every augmentation.
       shuffle, drop_last: as DataLoader's.
+      shuffle_window_shards: with ``shuffle``, 0 (default) shuffles every
+        sample of the dataset; K > 0 is the shard-aware shuffle of a
+        TAR_SHARDS dataset: each epoch permutes the shards and draws
+        samples from a sliding window of K shards, so at most K shards are
+        being read at any time (docs/datasets.md, "Shard-aware shuffle").
+        The daemon refuses it on a dataset without shards.
       rank, world_size: this process's shard (DistributedSampler semantics).
         Default: torch.distributed's when initialised, else the RANK and
         WORLD_SIZE environment variables, else 0 and 1.
@@ -230,9 +236,10 @@ class Loader:
                  ratio=None, flip=None, resize_shorter=None,
                  layout=_DEFAULTS.layout,
                  decoded_max_side=_DEFAULTS.decoded_max_side,
-                 seed=_DEFAULTS.seed,
-                 shuffle=_DEFAULTS.shuffle, drop_last=_DEFAULTS.drop_last,
-                 rank=None, world_size=None, prefetch=_DEFAULTS.prefetch,
+                 seed=_DEFAULTS.seed, shuffle=_DEFAULTS.shuffle,
+                 shuffle_window_shards=_DEFAULTS.shuffle_window_shards,
+                 drop_last=_DEFAULTS.drop_last, rank=None, world_size=None,
+                 prefetch=_DEFAULTS.prefetch,
                  prefetch_memory=_DEFAULTS.auto_prefetch_max_bytes,
                  epochs=None, shared_memory=_DEFAULTS.shared_memory,
                  device="cpu", normalize=None, dtype=None, job=_DEFAULTS.job,
@@ -284,12 +291,15 @@ class Loader:
         self.batch_size = batch_size
         self.seed = seed
         self.shuffle = shuffle
+        self.shuffle_window_shards = shuffle_window_shards
         self.drop_last = drop_last
         self._setup_output(normalize, dtype)
 
         args = LoaderArgs(
             endpoint=endpoint, dataset=dataset, batch_size=batch_size,
-            seed=seed, shuffle=shuffle, drop_last=drop_last, rank=rank,
+            seed=seed, shuffle=shuffle,
+            shuffle_window_shards=shuffle_window_shards,
+            drop_last=drop_last, rank=rank,
             world_size=world_size, job=job, mode=mode, size=size,
             scale=None if scale is None else tuple(scale),
             ratio=None if ratio is None else tuple(ratio), flip=flip,
@@ -592,6 +602,7 @@ class Loader:
             "batch_size": self.batch_size,
             "seed": self.seed,
             "shuffle": self.shuffle,
+            "shuffle_window_shards": self.shuffle_window_shards,
             "drop_last": self.drop_last,
             "rank": self.rank,
             "world_size": self.world_size,
@@ -613,15 +624,18 @@ class Loader:
         world_size``) stays the same.
 
         Raises ValueError when ``state`` is from another plan (dataset,
-        seed, shuffle, batch size) or out of range.
+        seed, shuffle, shuffle_window_shards, batch size) or out of range.
         """
         version = state.get("version")
         if version not in (1, _STATE_VERSION):
             raise ValueError(f"unknown batchd state version {version!r}")
         mine = {"dataset": self.dataset, "seed": self.seed,
-                "shuffle": self.shuffle, "samples": self._samples}
+                "shuffle": self.shuffle,
+                "shuffle_window_shards": self.shuffle_window_shards,
+                "samples": self._samples}
         for key, value in mine.items():
-            # Version 1 states hold neither shuffle nor samples.
+            # Version 1 states hold neither shuffle nor samples, older
+            # version 2 states no shuffle_window_shards.
             if key in state and state[key] != value:
                 raise ValueError(f"state_dict is for {key}={state[key]!r}, "
                                  f"this loader has {key}={value!r}")

@@ -40,7 +40,8 @@ def merge_states(states):
         raise ValueError("merge_states needs at least one rank's state")
     keys = ("version", "epoch", "epoch_start", "position", "samples",
             "dataset",
-            "batch_size", "seed", "shuffle", "drop_last", "world_size")
+            "batch_size", "seed", "shuffle", "shuffle_window_shards",
+            "drop_last", "world_size")
     first = states[0]
     for key in keys:
         values = collections.defaultdict(list)

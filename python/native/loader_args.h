@@ -43,6 +43,9 @@ struct LoaderArgs {
   // ---- The plan (batchd.v1.Plan); the daemon validates it ----
   uint64_t seed = 0;
   bool shuffle = true;
+  // With shuffle, 0: the per-sample shuffle; K > 0: the shard-aware shuffle
+  // with a window of K shards (batchd.v1.Plan.shuffle_window_shards).
+  uint32_t shuffle_window_shards = 0;
   bool drop_last = false;
   uint32_t rank = 0;
   uint32_t world_size = 1;

@@ -145,6 +145,9 @@ void BindLoaderArgs(py::module_& m) {
   field("batch_size", &LoaderArgs::batch_size, "samples per batch");
   field("seed", &LoaderArgs::seed, "seed of the order and augmentation");
   field("shuffle", &LoaderArgs::shuffle, "");
+  field("shuffle_window_shards", &LoaderArgs::shuffle_window_shards,
+        "with shuffle: 0 shuffles every sample; K > 0 permutes a TAR_SHARDS "
+        "dataset's shards and draws samples from a window of K shards");
   field("drop_last", &LoaderArgs::drop_last, "");
   field("rank", &LoaderArgs::rank, "this process's shard");
   field("world_size", &LoaderArgs::world_size, "shards in all");

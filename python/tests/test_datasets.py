@@ -10,9 +10,11 @@ import time
 import zlib
 
 import numpy as np
+import pytest
 from PIL import Image
 
 import batchd
+from batchd.errors import InvalidArgumentError
 from batchd_testing.daemon import Daemon
 from batchd_testing.datasets import count_images, image_files
 from conftest import fnv1a64
@@ -189,3 +191,55 @@ def test_tarfile_webdataset_shard_is_read_like_the_folder(binaries, dataset_dir,
     assert results["wds"] == results["folder"]
     log = daemon.log_path.read_text()
     assert "damage" not in log and "skipped" not in log, log
+
+
+def test_shard_aware_shuffle_over_webdataset_shards(binaries, dataset_dir,
+                                                     tmp_path):
+    """shuffle_window_shards: every sample once per epoch, the same order
+    for the same plan and another one per epoch, never more than the
+    window's shards being read at once; refused on a folder."""
+    files = sorted(f for c in sorted(pathlib.Path(dataset_dir).iterdir())
+                   if c.is_dir() for f in sorted(c.iterdir()))
+    per_shard = 8
+    shards = tmp_path / "wds"
+    shards.mkdir()
+    for s in range(len(files) // per_shard):
+        write_webdataset_shard(
+            shards / f"train-{s:06d}.tar",
+            [{"__key__": f"{i:06d}", "jpg": files[i].read_bytes(),
+              "cls": b"0"}
+             for i in range(s * per_shard, (s + 1) * per_shard)])
+    daemon = Daemon(binaries["daemon"], {"folder": dataset_dir,
+                                         "wds": shards},
+                    ["--workers", "2"], directory=tmp_path / "daemon")
+
+    def order(epoch, window, dataset="wds"):
+        with batchd.Loader(daemon.endpoint, dataset, 4, size=16, seed=3,
+                           shuffle_window_shards=window, layout="nhwc",
+                           rank=0, world_size=1) as loader:
+            loader.set_epoch(epoch)
+            indices = []
+            for _ in loader:
+                indices += list(loader.sample_indices)
+            return indices
+
+    try:
+        first = order(0, 2)
+        assert sorted(first) == list(range(len(files)))
+        assert order(0, 2) == first
+        assert order(1, 2) != first
+        assert order(0, 0) != first  # the per-sample shuffle
+        # Samples are numbered shard by shard: at most 2 shards live (a
+        # sample read and one still to come) at any position.
+        span = {}
+        for position, index in enumerate(first):
+            shard = index // per_shard
+            span[shard] = (span.get(shard, (position,))[0], position)
+        for position in range(len(first)):
+            live = sum(1 for a, b in span.values() if a <= position <= b)
+            assert live <= 2, (position, span)
+        with pytest.raises(InvalidArgumentError,
+                           match="has no shards"):
+            order(0, 2, dataset="folder")
+    finally:
+        daemon.stop()

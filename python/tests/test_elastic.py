@@ -212,6 +212,12 @@ def test_load_state_dict_errors_say_what_is_wrong(daemon):
             loader.load_state_dict(state)
         with pytest.raises(ValueError, match="dataset="):
             loader.load_state_dict(dict(state, dataset="other"))
+        # Another order: a state of the shard-aware shuffle.
+        assert state["shuffle_window_shards"] == 0
+        with pytest.raises(ValueError, match="shuffle_window_shards=4, this "
+                                             "loader has "
+                                             "shuffle_window_shards=0"):
+            loader.load_state_dict(dict(state, shuffle_window_shards=4))
         # 48 samples on 3 ranks of 5: 4 batches each.
         with pytest.raises(ValueError, match="next_batch 13 is outside "
                                              "0..4"):

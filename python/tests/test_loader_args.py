@@ -21,6 +21,7 @@ def test_loader_defaults_are_the_native_ones():
                  "unavailable_timeout", "batch_progress_timeout",
                  "shared_memory", "mode", "size",
                  "layout", "decoded_max_side", "seed", "shuffle",
+                 "shuffle_window_shards",
                  "drop_last", "job"):
         assert loader[name] == getattr(defaults, name), name
     assert loader["prefetch_memory"] == defaults.auto_prefetch_max_bytes

@@ -198,6 +198,25 @@ class ConfigErrorCollector : public google::protobuf::io::ErrorCollector {
 
 }  // namespace
 
+namespace {
+
+// Dataset::shard_samples() of `samples`.
+std::vector<uint64_t> ShardRuns(const std::vector<Sample>& samples) {
+  std::vector<uint64_t> runs;
+  bool sharded = false;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    sharded |= samples[i].shard != kNotInShard;
+    if (i == 0 || samples[i].shard != samples[i - 1].shard) {
+      runs.push_back(0);
+    }
+    ++runs.back();
+  }
+  if (!sharded) runs.clear();
+  return runs;
+}
+
+}  // namespace
+
 Dataset::Dataset(std::string name, std::vector<Sample> samples,
                  std::vector<std::string> class_names,
                  std::shared_ptr<const ShardFiles> shards,
@@ -206,7 +225,9 @@ Dataset::Dataset(std::string name, std::vector<Sample> samples,
       samples_(std::move(samples)),
       class_names_(std::move(class_names)),
       shards_(std::move(shards)),
-      index_stats_(index_stats) {}
+      index_stats_(index_stats),
+      shard_samples_(std::make_shared<const std::vector<uint64_t>>(
+          ShardRuns(samples_))) {}
 
 Dataset::~Dataset() = default;
 

@@ -116,6 +116,14 @@ class Dataset {
   const IndexStats& index_stats() const { return index_stats_; }
   // The shard files of a TAR_SHARDS dataset (nullptr otherwise).
   const ShardFiles* shard_files() const { return shards_.get(); }
+  // The shard layout in sample order: the length of each run of
+  // consecutive samples from one shard (samples are numbered shard by
+  // shard, then member by member, so one run per shard that has samples).
+  // Sums to size(). Empty when no sample is in a shard. What the
+  // shard-aware shuffle permutes (common::ShardWindowOrder).
+  const std::shared_ptr<const std::vector<uint64_t>>& shard_samples() const {
+    return shard_samples_;
+  }
 
   // The bytes of sample `index`: the whole file, or its member's byte range
   // read from its shard (no open() unless the shard was closed). Errors as
@@ -136,6 +144,7 @@ class Dataset {
   const std::vector<std::string> class_names_;
   const std::shared_ptr<const ShardFiles> shards_;
   const IndexStats index_stats_;
+  const std::shared_ptr<const std::vector<uint64_t>> shard_samples_;
 };
 
 // Loads one dataset described by `config` (format inferred from the path when

@@ -78,6 +78,24 @@ class DatasetTest : public ::testing::Test {
   std::string dir_;
 };
 
+TEST(DatasetShardSamplesTest, RunsOfOneShardInSampleOrder) {
+  auto in_shard = [](uint32_t shard) {
+    Sample sample;
+    sample.path = "member.jpg";
+    sample.shard = shard;
+    return sample;
+  };
+  // Shard 1 has no samples (damaged at its start): it is left out.
+  const Dataset sharded("s",
+                        {in_shard(0), in_shard(0), in_shard(0), in_shard(2),
+                         in_shard(3), in_shard(3)},
+                        {"a"});
+  EXPECT_EQ(*sharded.shard_samples(), (std::vector<uint64_t>{3, 1, 2}));
+  const Dataset files("f", {Sample{.path = "a.jpg"}, Sample{.path = "b.jpg"}},
+                      {"a"});
+  EXPECT_TRUE(files.shard_samples()->empty());
+}
+
 TEST_F(DatasetTest, ImageFolderOrderLabelsAndClassNames) {
   Write("root/dog/b.jpg");
   Write("root/dog/a.jpg");

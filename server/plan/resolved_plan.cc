@@ -116,9 +116,17 @@ std::string PlanFingerprint(const ResolvedPlan& plan) {
           : absl::StrFormat("eval size=%d resize_shorter=%d",
                             plan.eval_transform.size,
                             plan.eval_transform.resize_shorter);
+  // The window that decides the order: 0 for the per-sample shuffle (or
+  // none), and windows past the shard count are one order.
+  const uint32_t window =
+      s.shuffle && s.shuffle_window_shards > 0 && s.shard_samples != nullptr
+          ? common::EffectiveWindowShards(s.shuffle_window_shards,
+                                          *s.shard_samples)
+          : 0;
   return absl::StrCat(
       "dataset=", plan.dataset->name(), " samples=", s.num_samples,
-      " seed=", s.seed, " shuffle=", s.shuffle, " drop_last=", s.drop_last,
+      " seed=", s.seed, " shuffle=", s.shuffle, " window_shards=", window,
+      " drop_last=", s.drop_last,
       " rank=", s.rank, "/", s.world_size, " batch=", s.batch_size, " ",
       transform, " layout=", batchd::v1::Layout_Name(plan.layout),
       " dtype=uint8",
@@ -194,6 +202,31 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
       .world_size = world_size,
       .batch_size = plan.batch_size(),
   };
+  if (const uint32_t window = plan.shuffle_window_shards(); window > 0) {
+    const std::vector<uint64_t>& layout = *resolved->dataset->shard_samples();
+    if (!plan.shuffle()) {
+      return Invalid(absl::StrCat(
+          "shuffle_window_shards is ", window, " but shuffle is off; the "
+          "shard-aware shuffle is a kind of shuffle: set shuffle, or leave "
+          "shuffle_window_shards at 0"));
+    }
+    if (layout.empty()) {
+      return Invalid(absl::StrCat(
+          "shuffle_window_shards is ", window, " but dataset '",
+          plan.dataset(), "' has no shards; the shard-aware shuffle needs a "
+          "TAR_SHARDS dataset: use shuffle_window_shards 0 (the per-sample "
+          "shuffle) for this one"));
+    }
+    if (window > common::kMaxShuffleWindowShards) {
+      return Invalid(absl::StrCat(
+          "shuffle_window_shards is ", window, "; it must be 1..",
+          common::kMaxShuffleWindowShards, " (shards open at once; dataset '",
+          plan.dataset(), "' has ", layout.size(), " shards, and a window "
+          "of all of them shuffles every sample)"));
+    }
+    resolved->shard.shuffle_window_shards = window;
+    resolved->shard.shard_samples = resolved->dataset->shard_samples();
+  }
   if (BatchesPerEpoch(resolved->shard) == 0) {
     return Invalid(absl::StrCat(
         "with drop_last, batch_size ", plan.batch_size(),

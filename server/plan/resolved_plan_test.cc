@@ -10,17 +10,24 @@
 namespace batchd::server {
 namespace {
 
+// "a" and "b": 10 and 9 samples in shards of 4, 3 and 3 (2); "files": 10
+// files.
 DatasetMap Datasets() {
   std::vector<Sample> samples(10);
   for (size_t i = 0; i < samples.size(); ++i) {
     samples[i].path = "/nowhere/" + std::to_string(i) + ".jpg";
+  }
+  auto files = std::make_shared<const Dataset>(
+      "files", samples, std::vector<std::string>{"x"});
+  for (size_t i = 0; i < samples.size(); ++i) {
+    samples[i].shard = i < 4 ? 0 : i < 7 ? 1 : 2;
   }
   auto a = std::make_shared<const Dataset>("a", samples,
                                            std::vector<std::string>{"x"});
   samples.pop_back();
   auto b = std::make_shared<const Dataset>("b", samples,
                                            std::vector<std::string>{"x"});
-  return {{"a", a}, {"b", b}};
+  return {{"a", a}, {"b", b}, {"files", files}};
 }
 
 batchd::v1::Plan BasePlan() {
@@ -52,6 +59,8 @@ TEST(PlanFingerprintTest, EveryByteChangingFieldChangesIt) {
           {"batch_size", [](auto& p) { p.set_batch_size(5); }},
           {"seed", [](auto& p) { p.set_seed(2); }},
           {"shuffle", [](auto& p) { p.set_shuffle(false); }},
+          {"shuffle_window_shards",
+           [](auto& p) { p.set_shuffle_window_shards(2); }},
           {"drop_last", [](auto& p) { p.set_drop_last(true); }},
           {"rank", [](auto& p) {
              p.set_world_size(2);
@@ -150,6 +159,63 @@ TEST(ResolvePlanTest, DecodedMaxSideMustCoverTheOutput) {
   resolved = ResolvePlan(plan, Datasets(), PlanLimits{});
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_EQ((*resolved)->decoded_max_side, 32u);
+}
+
+// Each window below the shard count is another order; windows of at least
+// the shard count (3) are one.
+TEST(PlanFingerprintTest, ShuffleWindowShardsChangesItUpToTheShardCount) {
+  auto with_window = [](uint32_t window) {
+    batchd::v1::Plan plan = BasePlan();
+    plan.set_shuffle_window_shards(window);
+    return Fingerprint(plan);
+  };
+  EXPECT_NE(with_window(1), with_window(0));
+  EXPECT_NE(with_window(1), with_window(2));
+  EXPECT_NE(with_window(2), with_window(3));
+  EXPECT_EQ(with_window(3), with_window(4));
+  EXPECT_EQ(with_window(3), with_window(65536));
+}
+
+TEST(ResolvePlanTest, ShuffleWindowShardsIsCheckedAndResolved) {
+  const DatasetMap datasets = Datasets();
+  batchd::v1::Plan plan = BasePlan();
+  plan.set_shuffle_window_shards(2);
+  absl::StatusOr<std::shared_ptr<const ResolvedPlan>> resolved =
+      ResolvePlan(plan, datasets, PlanLimits{});
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ((*resolved)->shard.shuffle_window_shards, 2u);
+  ASSERT_NE((*resolved)->shard.shard_samples, nullptr);
+  EXPECT_EQ(*(*resolved)->shard.shard_samples,
+            (std::vector<uint64_t>{4, 3, 3}));
+  // The default is the per-sample shuffle.
+  resolved = ResolvePlan(BasePlan(), datasets, PlanLimits{});
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ((*resolved)->shard.shuffle_window_shards, 0u);
+
+  auto error = [&](const batchd::v1::Plan& bad) {
+    absl::StatusOr<std::shared_ptr<const ResolvedPlan>> r =
+        ResolvePlan(bad, datasets, PlanLimits{});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(r.status().message());
+  };
+  batchd::v1::Plan files = plan;
+  files.set_dataset("files");
+  EXPECT_NE(error(files).find("dataset 'files' has no shards"),
+            std::string::npos)
+      << error(files);
+  batchd::v1::Plan unshuffled = plan;
+  unshuffled.set_shuffle(false);
+  EXPECT_NE(error(unshuffled).find("shuffle is off"), std::string::npos)
+      << error(unshuffled);
+  batchd::v1::Plan huge = plan;
+  huge.set_shuffle_window_shards(65537);
+  EXPECT_NE(error(huge).find("it must be 1..65536"), std::string::npos)
+      << error(huge);
+  huge.set_shuffle_window_shards(0xFFFFFFFFu);
+  EXPECT_NE(error(huge).find("it must be 1..65536"), std::string::npos);
+  // The largest allowed window is fine (it opens all 3 shards).
+  huge.set_shuffle_window_shards(65536);
+  EXPECT_TRUE(ResolvePlan(huge, datasets, PlanLimits{}).ok());
 }
 
 }  // namespace

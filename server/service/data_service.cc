@@ -94,6 +94,9 @@ grpc::ServerUnaryReactor* DataServiceImpl::ListDatasets(
           for (const std::string& c : dataset->class_names()) {
             info->add_class_names(c);
           }
+          for (uint64_t samples : *dataset->shard_samples()) {
+            info->add_shard_samples(samples);
+          }
         }
         return grpc::Status::OK;
       });

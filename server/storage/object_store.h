@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "batchd/v1/config.pb.h"
 
 namespace batchd::server {
@@ -56,15 +57,36 @@ class ObjectStore {
 // True for the URL forms a dataset's path may take: s3://, http://, https://.
 bool IsRemoteUrl(absl::string_view path);
 
+// How a store retries and times out. The defaults suit the daemon; tests
+// shorten them.
+struct ObjectStoreOptions {
+  int connections = 32;  // the most requests in flight at once
+  int max_attempts = 5;  // per request, the first included
+  absl::Duration initial_backoff = absl::Milliseconds(100);  // doubles
+  absl::Duration max_backoff = absl::Seconds(5);
+  absl::Duration deadline = absl::Minutes(2);  // per request, retries included
+  absl::Duration connect_timeout = absl::Seconds(10);
+  // A response that sends no byte for this long is a failed attempt
+  // (checked about once a second).
+  absl::Duration stall_timeout = absl::Seconds(30);
+  int list_page_size = 1000;  // ListObjectsV2 max-keys
+};
+
 // The store for `config` (its endpoint, region, credentials, CA file; the
 // AWS_* environment variables otherwise). `connections`: the most
-// requests in flight at once.
+// requests in flight at once (--remote-connections).
 absl::StatusOr<std::unique_ptr<ObjectStore>> MakeObjectStore(
     const batchd::v1::DatasetConfig& config, int connections);
+absl::StatusOr<std::unique_ptr<ObjectStore>> MakeObjectStore(
+    const batchd::v1::DatasetConfig& config, const ObjectStoreOptions& options);
 
 // The shards of a remote TAR_SHARDS dataset, in sample order: every *.tar
-// under an s3:// prefix, a brace range (https://h/s-{000..009}.tar), a shard
-// list object (.txt, one URL or key per line), or `config.shards`.
+// under an s3:// prefix (a path ending in '/', or a bare bucket), a brace
+// range (https://h/s-{000..009}.tar), a shard list object (a path ending in
+// ".txt": one URL per line, or a path relative to the list's directory;
+// '#' comments), or `config.shards` (each may hold brace ranges). Sizes and
+// ETags come from the listing, else from a HEAD per shard (up to 16 at
+// once). NOT_FOUND when a prefix holds no *.tar.
 absl::StatusOr<std::vector<ObjectInfo>> ResolveShardObjects(
     const batchd::v1::DatasetConfig& config, ObjectStore& store);
 

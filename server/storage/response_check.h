@@ -1,0 +1,76 @@
+// CheckResponse: the verdict on one attempt of an HTTP request, from what
+// the attempt saw: success, a failure worth retrying, or a final error
+// with the message people read. Pure (no I/O, no libcurl): HttpClient runs
+// the attempts, this decides, and its rules are unit-tested on made-up
+// responses.
+//
+//   Verdict v = CheckResponse(request, response);
+//   if (!v.status.ok() && v.retry) { back off, try again }
+#ifndef BATCHD_SERVER_STORAGE_RESPONSE_CHECK_H_
+#define BATCHD_SERVER_STORAGE_RESPONSE_CHECK_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace batchd::server {
+
+// What was asked.
+struct RequestFacts {
+  std::string dataset;    // named in every error
+  std::string method;     // "GET" or "HEAD"
+  std::string shown_url;  // the URL as people know it (s3://...)
+  bool ranged = false;    // GET of [offset, offset + size)
+  uint64_t offset = 0;
+  uint64_t size = 0;        // > 0 when ranged
+  uint64_t total_size = 0;  // the object's size as indexed
+  std::string etag;         // as indexed; empty: any
+  uint64_t max_body = 0;    // unranged GET: the most bytes accepted
+
+  // "GET s3://b/k bytes=0-9"
+  std::string Describe() const;
+};
+
+// How the transfer itself ended.
+enum class Transport {
+  kOk,           // a complete response
+  kTransient,    // reset, timeout, refused, truncated, ...
+  kCertificate,  // the server's certificate was not trusted
+  kFatal,        // anything else libcurl reports
+  kStalled,      // no byte for the stall timeout
+  kBodyRefused,  // more body than asked for (not written)
+};
+
+// What came back.
+struct ResponseFacts {
+  Transport transport = Transport::kOk;
+  std::string transport_error;  // libcurl's words, when not kOk
+  absl::Duration stall_timeout;  // for kStalled's message
+  long http_status = 0;          // 0: no status line
+  std::string etag;
+  std::string content_range;
+  std::string error_body;  // the start of a non-2xx body (S3's XML)
+  uint64_t received = 0;   // body bytes accepted
+};
+
+struct Verdict {
+  absl::Status status;
+  bool retry = false;  // only with a non-OK status
+};
+
+// 2xx whose bytes are exactly what `request` asked for: OK. 5xx, 408, 429,
+// transient transport errors, stalls, a wrong Content-Range and short or
+// long bodies: UNAVAILABLE, retry. 401/403: PERMISSION_DENIED ("check the
+// credentials for dataset X"); 404: NOT_FOUND ("wrong prefix or URL");
+// 412, another ETag or another total size: FAILED_PRECONDITION ("changed
+// since it was indexed"); 416: OUT_OF_RANGE; an untrusted certificate:
+// FAILED_PRECONDITION (ca_file). Messages start with the dataset and
+// `request.Describe()`.
+Verdict CheckResponse(const RequestFacts& request,
+                      const ResponseFacts& response);
+
+}  // namespace batchd::server
+
+#endif  // BATCHD_SERVER_STORAGE_RESPONSE_CHECK_H_

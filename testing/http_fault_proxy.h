@@ -1,0 +1,108 @@
+// HttpFaultProxy: an HTTP/1.1 proxy for tests that forwards each request
+// to an upstream server on the loopback and can spoil the response, one
+// request at a time, as a test scripts it:
+//
+//   ASSERT_OK_AND_ASSIGN(auto proxy, HttpFaultProxy::Start(nginx->port()));
+//   proxy->FailNext(HttpFault::kResetMidBody, /*count=*/2);
+//   // requests to proxy->url() + "/x.tar": the first two are reset halfway
+//   // through the body, later ones pass through untouched.
+//
+// Faults are applied to requests in arrival order, scripted ones first,
+// then `Always`'s. Each request goes to the upstream on a fresh connection
+// (Connection: close); the client's connection is kept alive between
+// requests except where a fault closes it.
+//
+// Thread-safe. The destructor stops the proxy: it closes every connection,
+// ends stalls and joins its threads.
+#ifndef BATCHD_TESTING_HTTP_FAULT_PROXY_H_
+#define BATCHD_TESTING_HTTP_FAULT_PROXY_H_
+
+#include <deque>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace batchd::testing {
+
+enum class HttpFault {
+  kNone,               // forwarded untouched
+  kStatus500,          // answered 500 Internal Server Error, not forwarded
+  kStatus429,          // answered 429 Too Many Requests, not forwarded
+  kResetMidBody,       // headers and half the body, then a TCP reset
+  kStall,              // headers and half the body, then nothing for
+                       // stall_duration (SetStall), then closed
+  kTruncateBody,       // headers (the full Content-Length), half the body,
+                       // then a clean close
+  kWrongContentRange,  // Content-Range shifted by one byte, body untouched
+  kChangedEtag,        // ETag replaced by another
+  kLatency,            // forwarded after latency (SetLatency)
+};
+
+class HttpFaultProxy {
+ public:
+  // A proxy on 127.0.0.1 (a free port) to 127.0.0.1:`upstream_port`.
+  static absl::StatusOr<std::unique_ptr<HttpFaultProxy>> Start(
+      int upstream_port);
+  ~HttpFaultProxy();
+  HttpFaultProxy(const HttpFaultProxy&) = delete;
+  HttpFaultProxy& operator=(const HttpFaultProxy&) = delete;
+
+  int port() const { return port_; }
+  std::string url() const;  // "http://127.0.0.1:<port>"
+
+  // The next `count` requests not yet scripted get `fault`.
+  void FailNext(HttpFault fault, int count = 1);
+  // Every request after the scripted ones gets `fault` (kNone: none).
+  void Always(HttpFault fault);
+  // How long kStall stalls (default 60 s; Stop ends it) and the delay
+  // kLatency adds (default 200 ms).
+  void SetStall(absl::Duration stall);
+  void SetLatency(absl::Duration latency);
+  // Requests received so far, and how many of them got a fault.
+  int requests() const;
+  int faulted() const;
+  // Client connections accepted so far, and the most open at once.
+  int connections_accepted() const;
+  int max_open_connections() const;
+  // The head (request line and headers) of the latest request.
+  std::string last_request_head() const;
+
+ private:
+  HttpFaultProxy() = default;
+  void AcceptLoop();
+  void Serve(int client_fd);
+  HttpFault NextFault();
+  // Sleeps `d` or until Stop; false when stopped.
+  bool Sleep(absl::Duration d);
+
+  // Constant after Start.
+  int listen_fd_ = -1;
+  int port_ = 0;
+  int upstream_port_ = 0;
+  std::thread acceptor_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<HttpFault> script_ ABSL_GUARDED_BY(mu_);
+  HttpFault always_ ABSL_GUARDED_BY(mu_) = HttpFault::kNone;
+  absl::Duration stall_ ABSL_GUARDED_BY(mu_) = absl::Seconds(60);
+  absl::Duration latency_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(200);
+  int requests_ ABSL_GUARDED_BY(mu_) = 0;
+  int faulted_ ABSL_GUARDED_BY(mu_) = 0;
+  int accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  int max_open_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_request_head_ ABSL_GUARDED_BY(mu_);
+  std::set<int> open_fds_ ABSL_GUARDED_BY(mu_);  // client connections
+  std::vector<std::thread> connections_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace batchd::testing
+
+#endif  // BATCHD_TESTING_HTTP_FAULT_PROXY_H_
