@@ -8,7 +8,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
   python3-torchvision python3-pil python3-prometheus-client python3-matplotlib \
   python3-yaml prometheus python3-venv python3-pip python3-setuptools python3-wheel \
-  util-linux openssl libssl-dev libcurl4-openssl-dev nginx \
+  util-linux openssl libcurl4-openssl-dev nginx \
   clang libclang-rt-14-dev \
   nodejs chromium $(if $(shell command -v npm),,npm)
 # nodejs and npm fetch uPlot (the live page) and puppeteer-core (its browser
@@ -80,8 +80,8 @@ fuzz: setup $(ASAN_BUILD_DIR)/build.ninja
 TSAN_BUILD_DIR ?= build-tsan
 TSAN_TESTS := worker_pool_test batch_buffer_pool_test loader_test \
   loader_progress_test \
-  loader_errors_test shared_batches_test read_cache_test shard_cache_test \
-  remote_shards_test pipeline_prefetch_test \
+  loader_errors_test shared_batches_test read_cache_test decoded_cache_test \
+  shard_cache_test remote_shards_test pipeline_prefetch_test \
   request_scheduler_test shared_ring_test device_loader_test \
   stream_errors_e2e_test determinism_e2e_test lifecycle_e2e_test
 # ignore_noninstrumented_modules: the libc calls that Debian's gRPC,

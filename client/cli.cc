@@ -58,6 +58,10 @@ ABSL_FLAG(uint32_t, size, 224, "output height and width, pixels");
 ABSL_FLAG(std::string, mode, "train",
           "train (RandomResizedCrop + flip) or eval (resize + centre crop)");
 ABSL_FLAG(std::string, layout, "nhwc", "nhwc or nchw");
+ABSL_FLAG(uint32_t, decoded_max_side, 0,
+          "decode each image at capped resolution (longer side at most "
+          "this, pixels) and crop that: lets jobs with different seeds "
+          "share the daemon's --decoded-cache-bytes; 0: off");
 ABSL_FLAG(uint64_t, seed, 0, "seed for the order and augmentation");
 ABSL_FLAG(bool, shuffle, true, "shuffle the order each epoch");
 ABSL_FLAG(uint32_t, shuffle_window_shards, 0,
@@ -137,6 +141,8 @@ absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--mode must be train or eval, not '", mode, "'"));
   }
+  plan.mutable_pipeline()->set_decoded_max_side(
+      absl::GetFlag(FLAGS_decoded_max_side));
   const std::string layout = absl::GetFlag(FLAGS_layout);
   if (layout == "nhwc") {
     plan.mutable_pipeline()->set_layout(batchd::v1::LAYOUT_NHWC);

@@ -210,6 +210,12 @@ ABSL_FLAG(uint64_t, read_cache_bytes, 0,
           "least recently used out; concurrent reads of one sample are "
           "made once. 0: no cache. On top of the buffer budget in the "
           "memory bound.");
+ABSL_FLAG(uint64_t, decoded_cache_bytes, 0,
+          "Capped decoded images (plans with pipeline.decoded_max_side) kept "
+          "in memory for every plan and job, bytes, least recently used "
+          "out; concurrent decodes of one image are made once. A hit gives "
+          "the bytes a miss would. 0: no cache. On top of the buffer budget "
+          "in the memory bound.");
 ABSL_FLAG(std::string, cache_dir, "",
           "Remote TAR_SHARDS datasets (s3://, http://, https://): keep whole "
           "shards in this directory, downloaded on first read and reused "
@@ -546,6 +552,8 @@ int main(int argc, char** argv) {
     options.pipeline.shard_cache = remote.cache;
     options.pipeline.store_counters = remote.counters;
   }
+  options.pipeline.decoded_cache_bytes =
+      absl::GetFlag(FLAGS_decoded_cache_bytes);
   {
     const int64_t retention = absl::GetFlag(FLAGS_shared_batch_bytes);
     if (retention < -1) {

@@ -27,6 +27,12 @@ ImageDecoder& ThreadDecoder(const DecodeLimits& limits) {
   return decoder;
 }
 
+// One resizer per worker thread, for crops of capped images.
+Resizer& ThreadResizer() {
+  thread_local Resizer resizer;
+  return resizer;
+}
+
 }  // namespace
 
 batchd::v1::SubstitutionReason ToReason(SampleError error) {
@@ -72,6 +78,10 @@ Pipeline::Pipeline(const PipelineOptions& options)
       read_cache_(options.read_cache_bytes > 0
                       ? std::make_unique<ReadCache>(options.read_cache_bytes)
                       : nullptr),
+      decoded_cache_(options.decoded_cache_bytes > 0
+                         ? std::make_unique<DecodedCache>(
+                               options.decoded_cache_bytes)
+                         : nullptr),
       buffers_(BatchBufferPool::Create(options.idle_buffer_bytes)),
       workers_(options.workers, "batchd-work"),
       readers_(options.readers, "batchd-read") {}
@@ -81,6 +91,18 @@ Pipeline::~Pipeline() = default;
 std::optional<ReadCacheCounts> Pipeline::read_cache_counts() const {
   if (read_cache_ == nullptr) return std::nullopt;
   return read_cache_->counts();
+}
+
+std::optional<DecodedCacheCounts> Pipeline::decoded_cache_counts() const {
+  if (decoded_cache_ == nullptr) return std::nullopt;
+  return decoded_cache_->counts();
+}
+
+void Pipeline::RecordRead(uint64_t nanos) {
+  read_nanos_ += nanos;
+  if (options_.metrics != nullptr) {
+    options_.metrics->read_seconds().Observe(nanos * 1e-9);
+  }
 }
 
 absl::StatusOr<FileBytes> Pipeline::ReadBytes(const ResolvedPlan& plan,
@@ -182,13 +204,23 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
     return;
   }
   const uint64_t index = job->batch->sample_indices[position];
+  const std::string job_name = job->plan->job;
+  if (job->plan->decoded_max_side > 0 && decoded_cache_ != nullptr) {
+    // A cached capped image needs no file: straight to the workers.
+    std::shared_ptr<const CappedImage> image = decoded_cache_->Lookup(
+        {job->plan->dataset->name(), index, job->plan->decoded_max_side});
+    if (image != nullptr) {
+      workers_.Submit(job_name, [this, job = std::move(job), position,
+                                 image = std::move(image)]() mutable {
+        DecodeSample(std::move(job), position, FileBytes(), SampleError::kNone,
+                     std::string(), std::move(image));
+      });
+      return;
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<FileBytes> bytes = ReadBytes(*job->plan, index);
-  const uint64_t read_nanos = NanosSince(start);
-  read_nanos_ += read_nanos;
-  if (options_.metrics != nullptr) {
-    options_.metrics->read_seconds().Observe(read_nanos * 1e-9);
-  }
+  RecordRead(NanosSince(start));
   SampleError read_error = SampleError::kNone;
   std::string detail;
   FileBytes data;
@@ -198,27 +230,80 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
     read_error = SampleError::kReadError;
     detail = std::string(bytes.status().message());
   }
-  const std::string job_name = job->plan->job;
   workers_.Submit(job_name, [this, job = std::move(job), position,
                              data = std::move(data), read_error,
                              detail = std::move(detail)]() mutable {
     DecodeSample(std::move(job), position, std::move(data), read_error,
-                 std::move(detail));
+                 std::move(detail), /*image=*/nullptr);
   });
+}
+
+DecodedSample Pipeline::CappedImageOf(const ResolvedPlan& plan,
+                                     uint64_t sample_index,
+                                     const FileBytes* bytes) {
+  auto decode = [&]() -> DecodedSample {
+    DecodedSample sample;
+    FileBytes read_bytes;
+    if (bytes == nullptr) {
+      const auto start = std::chrono::steady_clock::now();
+      absl::StatusOr<FileBytes> file = ReadBytes(plan, sample_index);
+      RecordRead(NanosSince(start));
+      if (!file.ok()) {
+        sample.result = {SampleError::kReadError,
+                         std::string(file.status().message())};
+        return sample;
+      }
+      read_bytes = *std::move(file);
+      bytes = &read_bytes;
+    }
+    auto image = std::make_shared<CappedImage>();
+    DecodeTimings timings;
+    sample.result = DecodeCapped(ThreadDecoder(options_.decode_limits),
+                                 bytes->bytes(),
+                                 static_cast<int>(plan.decoded_max_side),
+                                 image.get(), &timings);
+    decode_nanos_ += static_cast<uint64_t>(timings.decode_seconds * 1e9);
+    if (options_.metrics != nullptr) {
+      options_.metrics->decode_seconds().Observe(timings.decode_seconds);
+    }
+    if (sample.result.ok()) sample.image = std::move(image);
+    return sample;
+  };
+  if (decoded_cache_ == nullptr) return decode();
+  return decoded_cache_->Get(
+      {plan.dataset->name(), sample_index, plan.decoded_max_side}, decode);
 }
 
 DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
                                  uint64_t sample_index,
-                                 const FileBytes* bytes, uint8_t* out) {
+                                 const FileBytes* bytes,
+                                 std::shared_ptr<const CappedImage> image,
+                                 uint8_t* out) {
+  if (plan.decoded_max_side > 0) {
+    if (image == nullptr) {
+      DecodedSample sample = CappedImageOf(plan, sample_index, bytes);
+      if (!sample.result.ok()) return sample.result;
+      image = std::move(sample.image);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    DecodeResult result = TransformCapped(
+        ThreadResizer(), *image,
+        [&](int width, int height) {
+          return plan.Crop(epoch, sample_index, width, height);
+        },
+        plan.pixel_layout(), out);
+    const uint64_t nanos = NanosSince(start);
+    transform_nanos_ += nanos;
+    if (options_.metrics != nullptr) {
+      options_.metrics->transform_seconds().Observe(nanos * 1e-9);
+    }
+    return result;
+  }
   FileBytes read_bytes;
   if (bytes == nullptr) {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<FileBytes> file = ReadBytes(plan, sample_index);
-    const uint64_t read_nanos = NanosSince(start);
-    read_nanos_ += read_nanos;
-    if (options_.metrics != nullptr) {
-      options_.metrics->read_seconds().Observe(read_nanos * 1e-9);
-    }
+    RecordRead(NanosSince(start));
     if (!file.ok()) {
       return {SampleError::kReadError, std::string(file.status().message())};
     }
@@ -245,7 +330,8 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
 
 void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
                             FileBytes bytes, SampleError read_error,
-                            std::string read_detail) {
+                            std::string read_detail,
+                            std::shared_ptr<const CappedImage> image) {
   if (job->cancelled.cancelled()) {
     FinishSample(job);
     return;
@@ -257,7 +343,9 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
 
   DecodeResult result{read_error, std::move(read_detail)};
   if (read_error == SampleError::kNone) {
-    result = DecodeOne(plan, batch.epoch, index, &bytes, out);
+    result = DecodeOne(plan, batch.epoch, index,
+                       image != nullptr ? nullptr : &bytes, std::move(image),
+                       out);
   }
   samples_decoded_.fetch_add(1, std::memory_order_relaxed);
   if (result.damage != SampleError::kNone && options_.metrics != nullptr) {
@@ -285,7 +373,8 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
          ++attempt) {
       const uint64_t candidate = rng.UniformInt(n);
       if (candidate == index) continue;
-      if (DecodeOne(plan, batch.epoch, candidate, nullptr, out).ok()) {
+      if (DecodeOne(plan, batch.epoch, candidate, nullptr, nullptr, out)
+              .ok()) {
         sub.set_substitute_index(candidate);
         found = true;
         break;

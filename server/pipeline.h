@@ -26,7 +26,9 @@
 #include "batchd/v1/data.pb.h"
 #include "common/sampler.h"
 #include "server/batch_buffer_pool.h"
+#include "server/decode/capped_image.h"
 #include "server/decode/decode_result.h"
+#include "server/decoded_cache.h"
 #include "server/plan/resolved_plan.h"
 #include "server/read_cache.h"
 #include "server/sched/worker_pool.h"
@@ -68,6 +70,9 @@ struct PipelineOptions {
   uint64_t idle_buffer_bytes = uint64_t{256} << 20;
   // Encoded samples kept for every plan (server/read_cache.h); 0: none.
   uint64_t read_cache_bytes = 0;
+  // Capped decoded images kept for every plan with decoded_max_side
+  // (server/decoded_cache.h); 0: none.
+  uint64_t decoded_cache_bytes = 0;
   // Where stage times and substitutions are recorded; nullptr records
   // nothing. Not owned; must outlive the Pipeline.
   ServerMetrics* metrics = nullptr;
@@ -135,18 +140,35 @@ class Pipeline {
   const ObjectStoreCounters* store_counters() const {
     return options_.store_counters.get();
   }
+  // The decoded-image cache's counts; nullopt without one.
+  std::optional<DecodedCacheCounts> decoded_cache_counts() const;
+  uint64_t decoded_cache_bytes() const {
+    return options_.decoded_cache_bytes;
+  }
 
  private:
   struct BatchJob;
   void ReadSample(std::shared_ptr<BatchJob> job, size_t position);
+  // `image`: the sample's capped image when the reader found it cached
+  // (then `bytes` is empty), else null.
   void DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
                     FileBytes bytes, SampleError read_error,
-                    std::string read_detail);
+                    std::string read_detail,
+                    std::shared_ptr<const CappedImage> image);
   // Decodes `sample_index` into `out`; reads the file itself when `bytes` is
-  // null (substitutes are rare, so they are read on the worker).
+  // null (substitutes are rare, so they are read on the worker). With the
+  // plan's decoded_max_side, crops `image` when given, else the capped
+  // image from the decoded cache or decoded now.
   DecodeResult DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
                          uint64_t sample_index, const FileBytes* bytes,
+                         std::shared_ptr<const CappedImage> image,
                          uint8_t* out);
+  // The capped image of `sample_index` (plan.decoded_max_side > 0), through
+  // the decoded cache if any; reads the file when `bytes` is null.
+  DecodedSample CappedImageOf(const ResolvedPlan& plan, uint64_t sample_index,
+                              const FileBytes* bytes);
+  // Records the time a read took.
+  void RecordRead(uint64_t nanos);
   void FinishSample(const std::shared_ptr<BatchJob>& job);
   // Asks the dataset to prefetch the samples of the prefetch_batches
   // batches after `batch_index` (a remote dataset's shards).
@@ -160,6 +182,7 @@ class Pipeline {
   const PipelineOptions options_;
   common::EpochOrderCache orders_;
   const std::unique_ptr<ReadCache> read_cache_;  // null without one
+  const std::unique_ptr<DecodedCache> decoded_cache_;  // null without one
 
   std::atomic<uint64_t> read_nanos_{0};
   std::atomic<uint64_t> decode_nanos_{0};

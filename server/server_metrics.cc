@@ -352,6 +352,36 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
                  "Bytes received from the object store.", Type::kCounter);
     writer.Sample({}, static_cast<double>(store.bytes()));
   }
+  if (status.has_decoded_cache()) {
+    const batchd::v1::DecodedCacheStatus& cache = status.decoded_cache();
+    writer.Begin("batchd_decoded_cache_bytes",
+                 "Capped decoded images held by the decoded cache, bytes.",
+                 Type::kGauge);
+    writer.Sample({}, static_cast<double>(cache.bytes()));
+    writer.Begin("batchd_decoded_cache_limit_bytes",
+                 "Bound on the decoded cache (--decoded-cache-bytes).",
+                 Type::kGauge);
+    writer.Sample({}, static_cast<double>(cache.capacity_bytes()));
+    writer.Begin("batchd_decoded_cache_hits_total",
+                 "Capped images served from the decoded cache.",
+                 Type::kCounter);
+    writer.Sample({}, static_cast<double>(cache.hits()));
+    writer.Begin("batchd_decoded_cache_misses_total",
+                 "Capped images decoded for the decoded cache (coalesced "
+                 "uses that waited for one decode count once).",
+                 Type::kCounter);
+    writer.Sample({}, static_cast<double>(cache.misses()));
+    writer.Begin("batchd_decoded_cache_coalesced_total",
+                 "Uses of the decoded cache that waited for another "
+                 "caller's decode of the same image.",
+                 Type::kCounter);
+    writer.Sample({}, static_cast<double>(cache.coalesced()));
+    writer.Begin("batchd_decoded_cache_evictions_total",
+                 "Capped images dropped from the decoded cache to keep its "
+                 "bound.",
+                 Type::kCounter);
+    writer.Sample({}, static_cast<double>(cache.evictions()));
+  }
 
   writer.Begin("batchd_capacity_demand_ratio",
                "Images/s the trainers would take over what this daemon can "

@@ -5,9 +5,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <openssl/hmac.h>
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -17,8 +14,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
@@ -118,139 +113,6 @@ std::string RewriteHead(absl::string_view head, absl::string_view extra,
   return out;
 }
 
-std::string Hex(const unsigned char* data, size_t size) {
-  std::string out;
-  for (size_t i = 0; i < size; ++i) absl::StrAppendFormat(&out, "%02x", data[i]);
-  return out;
-}
-
-std::string Sha256Hex(absl::string_view data) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(),
-         digest);
-  return Hex(digest, sizeof(digest));
-}
-
-std::string Hmac(absl::string_view key, absl::string_view data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out,
-       &size);
-  return std::string(reinterpret_cast<char*>(out), size);
-}
-
-// %XX decoded.
-std::string PercentDecode(absl::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    int value = 0;
-    if (s[i] == '%' && i + 2 < s.size() &&
-        absl::SimpleHexAtoi(s.substr(i + 1, 2), &value)) {
-      out.push_back(static_cast<char>(value));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
-// SigV4's URI encoding (every byte but unreserved ones as %XX).
-std::string AwsEncode(absl::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      absl::StrAppendFormat(&out, "%%%02X", c);
-    }
-  }
-  return out;
-}
-
-// Empty when `head` (a request head) carries a valid SigV4 signature by
-// `access_key`/`secret`; else the S3 error code to answer with.
-std::string CheckSigV4(absl::string_view head, const std::string& access_key,
-                       const std::string& secret) {
-  std::vector<absl::string_view> lines = absl::StrSplit(head, "\r\n");
-  std::vector<absl::string_view> request_line = absl::StrSplit(lines[0], ' ');
-  if (request_line.size() != 3) return "InvalidRequest";
-  std::vector<std::pair<std::string, std::string>> headers;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    const size_t colon = lines[i].find(':');
-    if (colon == absl::string_view::npos) continue;
-    headers.emplace_back(
-        absl::AsciiStrToLower(lines[i].substr(0, colon)),
-        std::string(absl::StripAsciiWhitespace(lines[i].substr(colon + 1))));
-  }
-  auto header = [&](absl::string_view name) {
-    for (const auto& [n, v] : headers) {
-      if (n == name) return v;
-    }
-    return std::string();
-  };
-  const std::string authorization = header("authorization");
-  absl::string_view auth = authorization;
-  if (!absl::ConsumePrefix(&auth, "AWS4-HMAC-SHA256 ")) return "AccessDenied";
-  std::string credential, signed_headers, signature;
-  for (absl::string_view part : absl::StrSplit(auth, ',')) {
-    part = absl::StripAsciiWhitespace(part);
-    if (absl::ConsumePrefix(&part, "Credential=")) credential = std::string(part);
-    if (absl::ConsumePrefix(&part, "SignedHeaders=")) signed_headers = std::string(part);
-    if (absl::ConsumePrefix(&part, "Signature=")) signature = std::string(part);
-  }
-  std::vector<std::string> scope = absl::StrSplit(credential, '/');
-  if (scope.size() != 5 || scope[3] != "s3" || scope[4] != "aws4_request") {
-    return "AuthorizationHeaderMalformed";
-  }
-  if (scope[0] != access_key) return "InvalidAccessKeyId";
-  std::vector<std::string> signed_names = absl::StrSplit(signed_headers, ';');
-  if (std::find(signed_names.begin(), signed_names.end(), "host") ==
-          signed_names.end() ||
-      std::find(signed_names.begin(), signed_names.end(), "x-amz-date") ==
-          signed_names.end()) {
-    return "AccessDenied";
-  }
-  absl::string_view target = request_line[1];
-  const size_t question = target.find('?');
-  absl::string_view path = target.substr(0, question);
-  std::vector<std::string> params;
-  if (question != absl::string_view::npos) {
-    for (absl::string_view param :
-         absl::StrSplit(target.substr(question + 1), '&', absl::SkipEmpty())) {
-      const size_t eq = param.find('=');
-      params.push_back(absl::StrCat(
-          AwsEncode(PercentDecode(param.substr(0, eq))), "=",
-          eq == absl::string_view::npos
-              ? std::string()
-              : AwsEncode(PercentDecode(param.substr(eq + 1)))));
-    }
-  }
-  std::sort(params.begin(), params.end());
-  std::string canonical_headers;
-  for (const std::string& name : signed_names) {
-    absl::StrAppend(&canonical_headers, name, ":", header(name), "\n");
-  }
-  std::string payload = header("x-amz-content-sha256");
-  if (payload.empty()) payload = Sha256Hex("");
-  const std::string canonical_request = absl::StrJoin(
-      {std::string(request_line[0]), std::string(path),
-       absl::StrJoin(params, "&"), canonical_headers, signed_headers, payload},
-      "\n");
-  const std::string string_to_sign = absl::StrCat(
-      "AWS4-HMAC-SHA256\n", header("x-amz-date"), "\n", scope[1], "/",
-      scope[2], "/s3/aws4_request\n", Sha256Hex(canonical_request));
-  std::string key = Hmac(absl::StrCat("AWS4", secret), scope[1]);
-  key = Hmac(key, scope[2]);
-  key = Hmac(key, "s3");
-  key = Hmac(key, "aws4_request");
-  const std::string expected = Hex(
-      reinterpret_cast<const unsigned char*>(Hmac(key, string_to_sign).data()),
-      SHA256_DIGEST_LENGTH);
-  return expected == signature ? "" : "SignatureDoesNotMatch";
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpFaultProxy>> HttpFaultProxy::Start(
@@ -304,13 +166,6 @@ void HttpFaultProxy::FailNext(HttpFault fault, int count) {
 void HttpFaultProxy::Always(HttpFault fault) {
   absl::MutexLock lock(&mu_);
   always_ = fault;
-}
-
-void HttpFaultProxy::RequireSigV4(const std::string& access_key,
-                                  const std::string& secret_key) {
-  absl::MutexLock lock(&mu_);
-  sigv4_access_key_ = access_key;
-  sigv4_secret_key_ = secret_key;
 }
 
 void HttpFaultProxy::SetStall(absl::Duration stall) {
@@ -392,31 +247,11 @@ void HttpFaultProxy::Serve(int client_fd) {
     const std::string request_head = ReadHead(client_fd, buffer);
     if (request_head.empty()) break;
     absl::Duration latency, stall;
-    std::string access_key, secret_key;
     {
       absl::MutexLock lock(&mu_);
       latency = latency_;
       stall = stall_;
-      access_key = sigv4_access_key_;
-      secret_key = sigv4_secret_key_;
       last_request_head_ = request_head;
-    }
-    if (!access_key.empty()) {
-      const std::string error = CheckSigV4(request_head, access_key, secret_key);
-      if (!error.empty()) {
-        const std::string body = absl::StrCat(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>", error,
-            "</Code><Message>checked by the test proxy</Message></Error>");
-        keep_open = SendAll(
-            client_fd, absl::StrCat("HTTP/1.1 403 Forbidden\r\n"
-                                    "Content-Type: application/xml\r\n"
-                                    "Content-Length: ",
-                                    body.size(), "\r\n\r\n",
-                                    absl::StartsWith(request_head, "HEAD ")
-                                        ? ""
-                                        : body));
-        continue;
-      }
     }
     const HttpFault fault = NextFault();
     if (fault == HttpFault::kLatency && !Sleep(latency)) break;

@@ -65,13 +65,6 @@ class HttpFaultProxy {
   // kLatency adds (default 200 ms).
   void SetStall(absl::Duration stall);
   void SetLatency(absl::Duration latency);
-  // From now on every request must carry a valid AWS SigV4 signature
-  // (Authorization header, signed host and x-amz-date) by `access_key` /
-  // `secret_key`; others are answered 403 SignatureDoesNotMatch (or
-  // InvalidAccessKeyId) in S3's XML, before any fault. For stores such as
-  // s3rver that do not check SigV4 signatures themselves.
-  void RequireSigV4(const std::string& access_key,
-                    const std::string& secret_key);
   // Requests received so far, and how many of them got a fault.
   int requests() const;
   int faulted() const;
@@ -101,8 +94,6 @@ class HttpFaultProxy {
   HttpFault always_ ABSL_GUARDED_BY(mu_) = HttpFault::kNone;
   absl::Duration stall_ ABSL_GUARDED_BY(mu_) = absl::Seconds(60);
   absl::Duration latency_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(200);
-  std::string sigv4_access_key_ ABSL_GUARDED_BY(mu_);  // empty: no check
-  std::string sigv4_secret_key_ ABSL_GUARDED_BY(mu_);
   int requests_ ABSL_GUARDED_BY(mu_) = 0;
   int faulted_ ABSL_GUARDED_BY(mu_) = 0;
   int accepted_ ABSL_GUARDED_BY(mu_) = 0;

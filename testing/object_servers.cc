@@ -235,24 +235,24 @@ absl::StatusOr<std::unique_ptr<ObjectServer>> StartS3rver(
     return absl::FailedPreconditionError(
         "node is not installed (Debian package nodejs)");
   }
-  const std::string script =
-      std::string(BATCHD_S3RVER_NODE_MODULES) + "/s3rver/bin/s3rver.js";
-  if (access(script.c_str(), R_OK) != 0) {
+  const std::string modules = BATCHD_S3RVER_NODE_MODULES;
+  if (access((modules + "/s3rver/package.json").c_str(), R_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        script, " is missing: build the batchd_s3rver_npm target (npm ci from "
-                "testing/s3rver/package-lock.json)"));
+        modules, "/s3rver is missing: build the batchd_s3rver_npm target (npm "
+                 "ci from testing/s3rver/package-lock.json)"));
   }
   std::unique_ptr<ObjectServer> server(new ObjectServer());
   server->log_path_ = dir + "/s3rver.log";
-  // --openssl-legacy-provider: s3rver makes ListObjectsV2 continuation
-  // tokens with DES, which OpenSSL 3 (Node 17 and later) leaves out.
-  std::vector<std::string> argv = {node, "--openssl-legacy-provider",
-                                   script, "-d", dir + "/data",
-                                   "-a",     "127.0.0.1", "-p", "0",
-                                   "--service-endpoint", "localhost",
-                                   "--silent"};
+  // s3_server.js: s3rver with SigV4 signatures checked against its keys
+  // (kS3rverAccessKey, kS3rverSecretKey), which s3rver alone does not do.
+  std::vector<std::string> argv = {
+      node, "--openssl-legacy-provider",
+      std::string(BATCHD_SOURCE_DIR) + "/testing/s3rver/s3_server.js",
+      "--modules", modules, "--directory", dir + "/data",
+      "--address", "127.0.0.1", "--port", "0",
+      "--service-endpoint", "localhost"};
   for (const std::string& bucket : buckets) {
-    argv.push_back("--configure-bucket");
+    argv.push_back("--bucket");
     argv.push_back(bucket);
   }
   ASSIGN_OR_RETURN(server->pid_, Spawn(argv, server->log_path_));

@@ -5,9 +5,9 @@
 //                     (a certificate made at start by
 //                     scripts/make_test_certs.sh), with byte ranges, ETags
 //                     and If-Match.
-//   StartS3rver(dir)  the npm package s3rver (testing/s3rver/package.json),
-//                     an S3 API that checks SigV4 signatures, with buckets
-//                     made at start; put objects with S3PutObject.
+//   StartS3rver(dir)  the npm package s3rver (testing/s3rver/package.json)
+//                     with SigV4 signatures checked (s3rver/s3_server.js),
+//                     buckets made at start; put objects with S3PutObject.
 //
 //   ASSERT_OK_AND_ASSIGN(auto nginx, StartNginx(MakeTempDir("www")));
 //   std::string url = nginx->url() + "/train-000.tar";
@@ -76,8 +76,9 @@ absl::StatusOr<std::unique_ptr<ObjectServer>> StartNginx(
 // made at start: path style at url() (http://127.0.0.1:<port>/<bucket>/<key>),
 // virtual-host style at http://s3.localhost:<port> (requests to
 // http://<bucket>.s3.localhost:<port>/<key>; libcurl resolves *.localhost
-// to the loopback itself). s3rver checks access keys, not signatures (see
-// HttpFaultProxy::RequireSigV4).
+// to the loopback itself). Every request must be signed (SigV4) by
+// kS3rverAccessKey / kS3rverSecretKey; others get 403 as from S3
+// (SignatureDoesNotMatch, InvalidAccessKeyId, AccessDenied).
 // Waits up to 20 s until it listens. FAILED_PRECONDITION when node or the
 // package (installed by the build from testing/s3rver/package-lock.json)
 // is missing.

@@ -2,7 +2,9 @@
 // given back once it is idle. A burst of stalled consumers fills the buffer
 // budget; the daemon's RSS, sampled throughout, must stay within
 //   start-up RSS + --max-buffer-bytes + --idle-buffer-bytes
-//     + the encoded files of the batches being built + slack,
+//     + --shared-batch-bytes + --decoded-cache-bytes
+//     + the encoded files (or capped images) of the batches being built
+//     + slack,
 // the formula docs/deploy.md states ("Memory"), and fall back to within
 // --idle-buffer-bytes of the start-up RSS once the burst has gone.
 #include <sys/stat.h>
@@ -33,6 +35,10 @@ constexpr uint64_t kMaxBufferBytes = 64 * kMiB;
 constexpr uint64_t kIdleBufferBytes = 8 * kMiB;
 // Finished batches kept for later jobs of the same plan: held idle too.
 constexpr uint64_t kSharedBatchBytes = 8 * kMiB;
+// Capped decoded images kept for plans with decoded_max_side; half the
+// consumers below use kCap, so the cache fills and evicts.
+constexpr uint64_t kDecodedCacheBytes = 8 * kMiB;
+constexpr uint32_t kCap = 512;
 constexpr uint32_t kBatch = 8;
 constexpr uint32_t kSize = 448;
 // Files above this are removed from the generated dataset, so that the
@@ -75,6 +81,7 @@ std::unique_ptr<Loader> OpenStalled(const std::string& endpoint, int i) {
   LoaderOptions options;
   options.endpoint = endpoint;
   options.plan = TrainPlan("d", kBatch, kSize, 100 + i);
+  if (i % 2 == 1) options.plan.mutable_pipeline()->set_decoded_max_side(kCap);
   options.plan.set_job("burst-" + std::to_string(i));
   options.prefetch = 2;  // 9.6 MB a stream: six or so fit the budget
   // The daemon's own buffers are what is measured: shared memory would put
@@ -100,6 +107,7 @@ TEST(MemoryBoundTest, RssStaysWithinTheFormulaAndIsGivenBackWhenIdle) {
            "--max-buffer-bytes", std::to_string(kMaxBufferBytes),
            "--idle-buffer-bytes", std::to_string(kIdleBufferBytes),
            "--shared-batch-bytes", std::to_string(kSharedBatchBytes),
+           "--decoded-cache-bytes", std::to_string(kDecodedCacheBytes),
            "--max-job-buffer-share", "1"}));
 
   // Start-up RSS, after one stream has run and gone, so that gRPC's threads
@@ -136,25 +144,32 @@ TEST(MemoryBoundTest, RssStaysWithinTheFormulaAndIsGivenBackWhenIdle) {
   // The burst did fill the budget, so the bound below is the one at work.
   EXPECT_GT(reserved, kMaxBufferBytes / 2) << "refused " << refused;
 
-  // Batches being built hold their samples' files until decoded: at most
-  // one file per sample of the batches the budget lets be in flight.
-  const uint64_t read_ahead = kMaxBufferBytes / kSampleBytes * largest_file;
+  // Batches being built hold their samples' files until decoded, or, for a
+  // capped plan, the sample's capped image taken from the decoded cache
+  // (which may evict it meanwhile): at most one of either per sample of the
+  // batches the budget lets be in flight.
+  const uint64_t read_ahead =
+      kMaxBufferBytes / kSampleBytes *
+      std::max<uint64_t>(largest_file, uint64_t{kCap} * kCap * 3);
   const uint64_t bound = baseline + kMaxBufferBytes + kIdleBufferBytes +
-                         kSharedBatchBytes + read_ahead + kSlackBytes;
+                         kSharedBatchBytes + kDecodedCacheBytes + read_ahead +
+                         kSlackBytes;
   std::printf("start-up RSS %.1f MiB, peak %.1f MiB, bound %.1f MiB "
-              "(budget %.0f + idle %.0f + shared %.0f + read-ahead %.1f + "
-              "slack %.0f); "
+              "(budget %.0f + idle %.0f + shared %.0f + decoded %.0f + "
+              "read-ahead %.1f + slack %.0f); "
               "reserved at most %.1f MiB, %d of %d consumers refused\n",
               baseline / 1048576.0, peak / 1048576.0, bound / 1048576.0,
               kMaxBufferBytes / 1048576.0, kIdleBufferBytes / 1048576.0,
-              kSharedBatchBytes / 1048576.0, read_ahead / 1048576.0, kSlackBytes / 1048576.0,
+              kSharedBatchBytes / 1048576.0, kDecodedCacheBytes / 1048576.0,
+              read_ahead / 1048576.0, kSlackBytes / 1048576.0,
               reserved / 1048576.0, refused, kConsumers);
   EXPECT_LE(peak, bound);
 
   // The burst ends; within a few trims the memory is back.
   consumers.clear();
   const uint64_t idle_bound =
-      baseline + kIdleBufferBytes + kSharedBatchBytes + kIdleSlackBytes;
+      baseline + kIdleBufferBytes + kSharedBatchBytes + kDecodedCacheBytes +
+      kIdleSlackBytes;
   uint64_t after = RssBytes(daemon->pid());
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (after > idle_bound && absl::Now() < deadline) {

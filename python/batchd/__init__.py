@@ -142,6 +142,12 @@ class Loader:
       flip: probability of a horizontal flip (train only; default 0.5).
       resize_shorter: eval only; default ``size * 256 // 224``.
       layout: ``"nchw"`` (default, what torch models take) or ``"nhwc"``.
+      decoded_max_side: 0 (default) decodes each crop from the file. N > 0
+        decodes each image whole with its longer side capped at N pixels
+        and crops that, a different (slightly softer) pipeline whose decoded
+        images a daemon with ``--decoded-cache-bytes`` keeps for every job:
+        jobs that differ in seed then decode each file once
+        (docs/deploy.md, "Jobs with different seeds").
       seed: seed of the order and of every augmentation.
       shuffle, drop_last: as DataLoader's.
       shuffle_window_shards: with ``shuffle``, 0 (default) shuffles every
@@ -228,8 +234,9 @@ class Loader:
     def __init__(self, endpoint, dataset, batch_size, *,
                  mode=_DEFAULTS.mode, size=_DEFAULTS.size, scale=None,
                  ratio=None, flip=None, resize_shorter=None,
-                 layout=_DEFAULTS.layout, seed=_DEFAULTS.seed,
-                 shuffle=_DEFAULTS.shuffle,
+                 layout=_DEFAULTS.layout,
+                 decoded_max_side=_DEFAULTS.decoded_max_side,
+                 seed=_DEFAULTS.seed, shuffle=_DEFAULTS.shuffle,
                  shuffle_window_shards=_DEFAULTS.shuffle_window_shards,
                  drop_last=_DEFAULTS.drop_last, rank=None, world_size=None,
                  prefetch=_DEFAULTS.prefetch,
@@ -297,6 +304,7 @@ class Loader:
             scale=None if scale is None else tuple(scale),
             ratio=None if ratio is None else tuple(ratio), flip=flip,
             resize_shorter=resize_shorter or 0, layout=layout,
+            decoded_max_side=decoded_max_side,
             prefetch=prefetch, auto_prefetch=auto_prefetch,
             auto_prefetch_max_bytes=prefetch_memory,
             last_epoch=None if epochs is None else epochs - 1,

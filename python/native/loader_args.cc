@@ -69,6 +69,7 @@ absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args) {
   absl::StatusOr<batchd::v1::Layout> layout = ParseLayout(args.layout);
   if (!layout.ok()) return layout.status();
   pipeline->set_layout(*layout);
+  pipeline->set_decoded_max_side(args.decoded_max_side);
   if (args.mode == "train") {
     if (args.resize_shorter != 0) {
       return absl::InvalidArgumentError(

@@ -64,6 +64,9 @@ struct LoaderArgs {
   uint32_t resize_shorter = 0;
   // "nchw" or "nhwc".
   std::string layout = "nchw";
+  // batchd.v1.Pipeline.decoded_max_side: decode at capped resolution, then
+  // crop; 0: off.
+  uint32_t decoded_max_side = 0;
   // An elastic resume (batchd.v1.Plan.resume): epoch resume_epoch starts
   // at position resume_position of its global order; 0: no resume.
   uint64_t resume_epoch = 0;

@@ -160,6 +160,9 @@ void BindLoaderArgs(py::module_& m) {
   field("resize_shorter", &LoaderArgs::resize_shorter,
         "eval: shorter side before the crop; 0: the daemon's default");
   field("layout", &LoaderArgs::layout, "'nchw' or 'nhwc'");
+  field("decoded_max_side", &LoaderArgs::decoded_max_side,
+        "decode at capped resolution (longer side, pixels), then crop; 0: "
+        "off");
   field("resume_epoch", &LoaderArgs::resume_epoch,
         "elastic resume: the epoch that starts at resume_position");
   field("resume_position", &LoaderArgs::resume_position,

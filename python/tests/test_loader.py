@@ -61,6 +61,28 @@ def test_bytes_identical_to_cpp_client(daemon, binaries, tmp_path, layout):
     assert len(got) == 12
 
 
+def test_decoded_max_side_matches_cpp_client_and_changes_pixels(
+        daemon, binaries, tmp_path):
+    dump = tmp_path / "dump.txt"
+    subprocess.run(
+        [binaries["client"], "--endpoint", daemon.endpoint, "--dataset",
+         "tiny", "--batch_size", str(BATCH), "--size", str(SIZE), "--seed",
+         "11", "--layout", "nchw", "--decoded_max_side", "48", "--epochs",
+         "1", "--dump", str(dump)],
+        check=True, stdout=subprocess.DEVNULL)
+    expected = [int(line.split()[2], 16)
+                for line in dump.read_text().splitlines()]
+    with make(daemon, decoded_max_side=48) as loader:
+        capped = [digest for digest, _ in collect(loader, 0)]
+    with make(daemon) as loader:
+        uncapped = [digest for digest, _ in collect(loader, 0)]
+    assert capped == expected and len(capped) == 6
+    assert capped != uncapped
+    with pytest.raises(batchd.errors.BatchdError, match="decoded_max_side"):
+        with make(daemon, decoded_max_side=SIZE - 1) as loader:
+            next(iter(loader))
+
+
 def test_epochs_behave_like_distributed_sampler(daemon):
     with make(daemon) as loader:
         first = collect(loader, 0)

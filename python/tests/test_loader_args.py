@@ -20,7 +20,8 @@ def test_loader_defaults_are_the_native_ones():
     for name in ("prefetch", "hedge_factor", "connect_timeout",
                  "unavailable_timeout", "batch_progress_timeout",
                  "shared_memory", "mode", "size",
-                 "layout", "seed", "shuffle", "shuffle_window_shards",
+                 "layout", "decoded_max_side", "seed", "shuffle",
+                 "shuffle_window_shards",
                  "drop_last", "job"):
         assert loader[name] == getattr(defaults, name), name
     assert loader["prefetch_memory"] == defaults.auto_prefetch_max_bytes
@@ -33,6 +34,8 @@ def test_keywords_set_fields_and_unknown_ones_fail():
     assert (args.endpoint, args.dataset, args.batch_size) == (
         "localhost:1", "d", 8)
     assert args.scale == (0.5, 1.0) and args.last_epoch == 3
+    assert _native.LoaderArgs().decoded_max_side == 0
+    assert _native.LoaderArgs(decoded_max_side=320).decoded_max_side == 320
     assert args.security["token_file"] == "/t"
     assert args.security["tls_ca"] is None
     assert args.prefetch == _native.LoaderArgs().prefetch

@@ -129,7 +129,11 @@ std::string PlanFingerprint(const ResolvedPlan& plan) {
       " drop_last=", s.drop_last,
       " rank=", s.rank, "/", s.world_size, " batch=", s.batch_size, " ",
       transform, " layout=", batchd::v1::Layout_Name(plan.layout),
-      " dtype=uint8");
+      " dtype=uint8",
+      // Written only when set, so that uncapped plans keep their labels.
+      plan.decoded_max_side > 0
+          ? absl::StrCat(" decoded_max_side=", plan.decoded_max_side)
+          : "");
 }
 
 std::string FingerprintLabel(const std::string& fingerprint) {
@@ -291,6 +295,17 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
       return Invalid(absl::StrCat("pipeline.layout ", pipeline.layout(),
                                   " is unknown; use LAYOUT_NHWC or "
                                   "LAYOUT_NCHW"));
+  }
+  if (pipeline.decoded_max_side() > 0) {
+    const uint32_t cap = pipeline.decoded_max_side();
+    const uint32_t size = static_cast<uint32_t>(resolved->output_size());
+    if (cap < size || cap > kMaxDecodedSide) {
+      return Invalid(absl::StrCat(
+          "pipeline.decoded_max_side is ", cap, "; it must be 0 (off) or ",
+          size, "..", kMaxDecodedSide,
+          " (at least the output size, e.g. 2x it)"));
+    }
+    resolved->decoded_max_side = cap;
   }
   resolved->job = plan.job().empty() ? "default" : plan.job();
   if (absl::Status name = CheckJobName(resolved->job); !name.ok()) {

@@ -22,6 +22,9 @@
 
 namespace batchd::server {
 
+// Largest Pipeline.decoded_max_side accepted, pixels.
+inline constexpr uint32_t kMaxDecodedSide = 16384;
+
 // Limits a plan is checked against.
 struct PlanLimits {
   uint32_t max_batch_size = 4096;
@@ -40,6 +43,9 @@ struct ResolvedPlan {
   TrainTransform train_transform;
   EvalTransform eval_transform;
   batchd::v1::Layout layout = batchd::v1::LAYOUT_NHWC;
+  // Pipeline.decoded_max_side: 0 decodes each crop from the file; N > 0
+  // crops the capped image (server/decode/capped_image.h).
+  uint32_t decoded_max_side = 0;
   std::string job;
   // Every field above that decides a batch's bytes, in a canonical text
   // (PlanFingerprint): two plans with the same fingerprint get

@@ -95,6 +95,8 @@ TEST(PlanFingerprintTest, EveryByteChangingFieldChangesIt) {
            [](auto& p) {
              p.mutable_pipeline()->set_layout(batchd::v1::LAYOUT_NCHW);
            }},
+          {"decoded_max_side",
+           [](auto& p) { p.mutable_pipeline()->set_decoded_max_side(64); }},
       };
   for (const auto& [field, change] : changes) {
     batchd::v1::Plan plan = BasePlan();
@@ -130,6 +132,33 @@ TEST(PlanFingerprintTest, JobAndResumeAndSpelledDefaultsDoNotChangeIt) {
   EXPECT_EQ(Fingerprint(spelled), base);
   EXPECT_EQ(FingerprintLabel(base).size(), 16u);
   EXPECT_EQ(FingerprintLabel(base), FingerprintLabel(Fingerprint(job)));
+}
+
+// Each cap is its own pipeline: two caps never share batches.
+TEST(PlanFingerprintTest, DecodedMaxSideValuesDiffer) {
+  batchd::v1::Plan a = BasePlan();
+  a.mutable_pipeline()->set_decoded_max_side(64);
+  batchd::v1::Plan b = BasePlan();
+  b.mutable_pipeline()->set_decoded_max_side(65);
+  EXPECT_NE(Fingerprint(a), Fingerprint(b));
+  EXPECT_EQ(Fingerprint(a), Fingerprint(a));
+}
+
+TEST(ResolvePlanTest, DecodedMaxSideMustCoverTheOutput) {
+  batchd::v1::Plan plan = BasePlan();  // train size 32
+  plan.mutable_pipeline()->set_decoded_max_side(31);
+  absl::StatusOr<std::shared_ptr<const ResolvedPlan>> resolved =
+      ResolvePlan(plan, Datasets(), PlanLimits{});
+  ASSERT_FALSE(resolved.ok());
+  EXPECT_EQ(resolved.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(resolved.status().message().find("decoded_max_side"),
+            std::string::npos);
+  plan.mutable_pipeline()->set_decoded_max_side(kMaxDecodedSide + 1);
+  EXPECT_FALSE(ResolvePlan(plan, Datasets(), PlanLimits{}).ok());
+  plan.mutable_pipeline()->set_decoded_max_side(32);
+  resolved = ResolvePlan(plan, Datasets(), PlanLimits{});
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ((*resolved)->decoded_max_side, 32u);
 }
 
 // Each window below the shard count is another order; windows of at least

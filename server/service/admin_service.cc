@@ -105,6 +105,16 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
     out->set_coalesced(cache->coalesced);
     out->set_evictions(cache->evictions);
   }
+  if (std::optional<DecodedCacheCounts> cache =
+          pipeline_->decoded_cache_counts()) {
+    batchd::v1::DecodedCacheStatus* out = status.mutable_decoded_cache();
+    out->set_capacity_bytes(pipeline_->decoded_cache_bytes());
+    out->set_bytes(cache->bytes);
+    out->set_hits(cache->hits);
+    out->set_misses(cache->misses);
+    out->set_coalesced(cache->coalesced);
+    out->set_evictions(cache->evictions);
+  }
   if (shared_batches_ != nullptr) {
     shared_batches_->Fill(status.mutable_shared_batches());
   }

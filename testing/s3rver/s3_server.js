@@ -10,20 +10,26 @@
 // as the payload hash). Unsigned requests are refused too (403
 // AccessDenied): every test bucket is private.
 //
-//   node s3_server.js --directory DIR --port 0 [--address 127.0.0.1]
-//        [--access-key S3RVER --secret-key S3RVER] [--bucket NAME ...]
-//        [--port-file FILE]
+//   node --openssl-legacy-provider s3_server.js --directory DIR --port 0
+//        [--address 127.0.0.1] [--access-key S3RVER --secret-key S3RVER]
+//        [--bucket NAME ...] [--service-endpoint localhost]
+//        [--modules NODE_MODULES_DIR] [--port-file FILE]
 // Prints "listening on ADDRESS:PORT" and writes the port to --port-file
-// once it serves.
+// once it serves. --openssl-legacy-provider: s3rver makes ListObjectsV2
+// continuation tokens with DES, which OpenSSL 3 leaves out by default.
+// --service-endpoint: the domain under which BUCKET.DOMAIN:PORT is
+// virtual-host addressing. --modules: where s3rver was installed (npm ci
+// from package-lock.json), when not beside this file.
 'use strict';
 const crypto = require('crypto');
 const fs = require('fs');
-const S3rver = require('s3rver');
+const path = require('path');
 
 function parseArgs(argv) {
   const options = {
     directory: null, port: 0, address: '127.0.0.1', accessKey: 'S3RVER',
     secretKey: 'S3RVER', buckets: [], portFile: null,
+    serviceEndpoint: 'amazonaws.com', modules: null,
   };
   for (let i = 0; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
@@ -36,6 +42,8 @@ function parseArgs(argv) {
       case '--secret-key': options.secretKey = value; break;
       case '--bucket': options.buckets.push(value); break;
       case '--port-file': options.portFile = value; break;
+      case '--service-endpoint': options.serviceEndpoint = value; break;
+      case '--modules': options.modules = value; break;
       default: throw new Error(`unknown flag ${flag}`);
     }
   }
@@ -134,9 +142,12 @@ function checkSignature(accessKey, secretKey) {
 
 async function main() {
   const options = parseArgs(process.argv.slice(2));
+  const S3rver = require(options.modules ?
+      path.join(options.modules, 's3rver') : 's3rver');
   const server = new S3rver({
     directory: options.directory, port: options.port,
     address: options.address, silent: true, vhostBuckets: true,
+    serviceEndpoint: options.serviceEndpoint,
     configureBuckets: options.buckets.map((name) => ({name, configs: []})),
   });
   // s3rver is a Koa application: this middleware runs before its own.

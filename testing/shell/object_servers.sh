@@ -73,7 +73,8 @@ s3_start() {
     { echo "no s3rver in $modules (set BATCHD_S3RVER_MODULES)" >&2; return 1; }
   mkdir -p "$run/s3"
   rm -f "$run/s3/port"
-  NODE_PATH=$modules node "$OBJECT_SERVERS_DIR/testing/s3rver/s3_server.js" \
+  node --openssl-legacy-provider "$OBJECT_SERVERS_DIR/testing/s3rver/s3_server.js" \
+    --modules "$modules" \
     --directory "$run/s3" --port 0 --bucket "$bucket" \
     --port-file "$run/s3.port" > "$run/s3.log" 2>&1 &
   S3_PID=$!
