@@ -8,7 +8,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
   python3-torchvision python3-pil python3-prometheus-client python3-matplotlib \
   python3-yaml prometheus python3-venv python3-pip python3-setuptools python3-wheel \
-  util-linux openssl libcurl4-openssl-dev nginx \
+  util-linux openssl libcurl4-openssl-dev curl nginx \
   clang libclang-rt-14-dev \
   nodejs chromium $(if $(shell command -v npm),,npm)
 # nodejs and npm fetch uPlot (the live page) and puppeteer-core (its browser

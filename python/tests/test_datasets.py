@@ -243,3 +243,54 @@ def test_shard_aware_shuffle_over_webdataset_shards(binaries, dataset_dir,
             order(0, 2, dataset="folder")
     finally:
         daemon.stop()
+
+
+def test_loader_over_an_s3_dataset_gets_the_local_shards_batches(
+        binaries, dataset_dir, tmp_path):
+    """The daemon does the fetching: a batchd.Loader over an s3:// dataset
+    (shards in an S3-compatible store, signed requests, a shard cache) gets
+    the same batches as over the same shards on local disk; the store's
+    keys are in a credentials file only the daemon reads."""
+    from batchd_testing.object_servers import S3Server, ACCESS_KEY, SECRET_KEY
+    files = sorted(f for c in sorted(pathlib.Path(dataset_dir).iterdir())
+                   if c.is_dir() for f in sorted(c.iterdir()))
+    shards = tmp_path / "wds"
+    shards.mkdir()
+    per_shard = 10
+    for s in range((len(files) + per_shard - 1) // per_shard):
+        write_webdataset_shard(
+            shards / f"train-{s:06d}.tar",
+            [{"__key__": f"{i:06d}", "jpg": files[i].read_bytes(),
+              "cls": str(i % 3).encode()}
+             for i in range(s * per_shard, min(len(files), (s + 1) * per_shard))])
+    build = pathlib.Path(binaries["daemon"]).parents[1]
+    with S3Server(build, tmp_path / "s3", ["datasets"]) as s3:
+        for shard in sorted(shards.iterdir()):
+            s3.put_file("datasets", f"train/{shard.name}", shard)
+        credentials = tmp_path / "credentials"
+        credentials.write_text(f"[default]\naws_access_key_id = {ACCESS_KEY}\n"
+                               f"aws_secret_access_key = {SECRET_KEY}\n")
+        config = tmp_path / "batchd.conf"
+        config.write_text(
+            'datasets { name: "s3" path: "s3://datasets/train/" '
+            f'format: TAR_SHARDS endpoint: "{s3.endpoint}" '
+            f'credentials_file: "{credentials}" }}\n')
+        daemon = Daemon(binaries["daemon"], {"local": shards},
+                        ["--workers", "2", "--config", config,
+                         "--cache-dir", tmp_path / "cache",
+                         "--cache-bytes", 1 << 30],
+                        directory=tmp_path / "daemon")
+        try:
+            results = {}
+            for name in ("local", "s3"):
+                with batchd.Loader(daemon.endpoint, name, 8, size=32, seed=4,
+                                   layout="nhwc", rank=0,
+                                   world_size=1) as loader:
+                    loader.set_epoch(0)
+                    results[name] = [(fnv1a64(images.numpy().tobytes()),
+                                      labels.tolist())
+                                     for images, labels in loader]
+        finally:
+            daemon.stop()
+    assert len(results["s3"]) == (len(files) + 7) // 8
+    assert results["s3"] == results["local"]
