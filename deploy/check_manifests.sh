@@ -2,7 +2,8 @@
 # Validates the deployment files, as the ctest test deploy_manifests runs it:
 #   deploy/check_manifests.sh SOURCE_DIR BATCHD_BINARY WORK_DIR
 # 1. `kubectl kustomize deploy/k8s` renders the Kubernetes base, and
-#    deploy/k8s-demand-hpa the overlay that scales on the demand metric;
+#    deploy/k8s-demand-hpa the overlay that scales on the demand metric,
+#    and deploy/k8s-s3 the one that reads tar shards from S3;
 # 2. every rendered object validates against the Kubernetes API schemas
 #    (deploy/k8s/validate/validate.js, npm package kubernetes-models, installed
 #    with `npm ci` from the committed package-lock.json into WORK_DIR);
@@ -33,6 +34,14 @@ kubectl kustomize "$SRC/deploy/k8s-demand-hpa" > "$WORK/rendered-demand-hpa.yaml
   fail "kubectl kustomize $SRC/deploy/k8s-demand-hpa failed"
 grep -q 'name: batchd_capacity_demand_ratio' "$WORK/rendered-demand-hpa.yaml" ||
   fail "deploy/k8s-demand-hpa does not target batchd_capacity_demand_ratio"
+kubectl kustomize "$SRC/deploy/k8s-s3" > "$WORK/rendered-s3.yaml" ||
+  fail "kubectl kustomize $SRC/deploy/k8s-s3 failed"
+grep -q 'path: "s3://' "$WORK/rendered-s3.yaml" ||
+  fail "deploy/k8s-s3 does not configure an s3:// dataset"
+grep -q 'name: batchd-s3-credentials' "$WORK/rendered-s3.yaml" ||
+  fail "deploy/k8s-s3 does not take the S3 keys from the batchd-s3-credentials Secret"
+! grep -q 'kind: PersistentVolumeClaim' "$WORK/rendered-s3.yaml" ||
+  fail "deploy/k8s-s3 still has the base's dataset volume claim"
 
 # npm ci only when the lockfile changed since the last install here; it
 # needs the registry, and its failure is the test's.
@@ -60,7 +69,8 @@ fi
 grep -qx port "$WORK/daemon-flags.txt" ||
   fail "$BATCHD --help/--helpfull listed no --port flag; cannot check flags"
 
-for rendered in "$WORK/rendered.yaml" "$WORK/rendered-demand-hpa.yaml"; do
+for rendered in "$WORK/rendered.yaml" "$WORK/rendered-demand-hpa.yaml" \
+                "$WORK/rendered-s3.yaml"; do
   node "$WORK/validate/validate.js" --manifests "$rendered" \
     --compose "$SRC/docker-compose.yml" --daemon-flags "$WORK/daemon-flags.txt"
 done

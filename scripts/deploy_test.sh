@@ -8,10 +8,13 @@
 #  4. runs the stack and checks that the trainer exits 0 with every epoch
 #     covering the dataset exactly once, and that Prometheus reports both
 #     daemons up;
-#  5. runs the trainer again, kills one daemon with `docker kill` after its
+#  5. runs the trainer against batchd-s3, which reads the same images as
+#     tar shards from the stack's S3-compatible store through a cache a
+#     third of the dataset's size, and checks its coverage too;
+#  6. runs the trainer again, kills one daemon with `docker kill` after its
 #     first epoch, and checks that the trainer still finishes with full
 #     coverage from the other daemon;
-#  6. tears everything down, also when a step fails.
+#  7. tears everything down, also when a step fails.
 # Everything runs on the host network and listens on 127.0.0.1.
 #   scripts/deploy_test.sh
 # Environment: BATCHD_BASE_TAG (default batchd-base:bookworm),
@@ -41,7 +44,7 @@ fi
 
 # Ports the stack listens on; something else on one of them would answer
 # the checks instead of the stack.
-PORTS="7070 7071 7072 7073 9090"
+PORTS="7070 7071 7072 7073 7074 7075 4568 9090"
 for port in $PORTS; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     fail "127.0.0.1:$port is already in use; the compose stack needs ports $PORTS"
@@ -138,7 +141,27 @@ print(f"deploy-test: Prometheus answered {last}", file=sys.stderr)
 sys.exit(1)
 EOF
 
-# 5. A daemon killed mid-run: the trainer's loader re-requests the dead
+# 5. The dataset from S3: the same trainer against batchd-s3.
+step "trainer against batchd-s3 (tar shards from the S3 store, 32 MB cache)"
+"${COMPOSE[@]}" run --rm trainer --endpoints 127.0.0.1:7074 --dataset demo-s3 \
+  --epochs 2 --batch-size 64 > "$LOG_DIR/trainer-s3.log" 2>&1 ||
+  { tail -30 "$LOG_DIR/trainer-s3.log" >&2
+    "${COMPOSE[@]}" logs --no-color --tail 30 batchd-s3 upload s3 >&2
+    fail "the trainer against batchd-s3 failed"; }
+sed 's/^/   /' "$LOG_DIR/trainer-s3.log"
+grep -q '^coverage: ok' "$LOG_DIR/trainer-s3.log" ||
+  fail "the trainer's log against batchd-s3 has no 'coverage: ok'"
+python3 - <<'EOF' || fail "batchd-s3's metrics show no reads from the store"
+import re, urllib.request
+text = urllib.request.urlopen("http://127.0.0.1:7075/metrics", timeout=5).read().decode()
+requests = sum(float(m.group(1)) for m in re.finditer(
+    r'^batchd_object_store_requests_total(?:\{[^}]*\})? (\S+)$', text, re.M))
+print(f"   batchd-s3: {requests:.0f} requests to the store")
+assert requests > 0
+EOF
+step "trainer: exit 0, every epoch of demo-s3 covered exactly once"
+
+# 6. A daemon killed mid-run: the trainer's loader re-requests the dead
 # daemon's batches from the other one and the epochs stay exact.
 step "trainer again; docker kill batchd-b after the trainer's first epoch"
 "${COMPOSE[@]}" rm --force --stop trainer > /dev/null 2>&1 || true
