@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Tar shards read from local disk, from nginx (HTTP) and from an S3 server
+# (s3rver, SigV4 checked), all on the loopback, side by side: one
+# batchd-client at full speed against a fresh daemon per run, images/s and
+# the ratio to local disk.
+#   bench/remote.sh BUILD [epochs] [rounds]
+#   bench/remote.sh build 2 2
+# Runs, each `rounds` times (alternating, median reported):
+#   local        the shards on local disk
+#   nginx/s3 cold  an empty cache that holds the dataset (1 epoch)
+#   nginx/s3 warm  a restarted daemon on the filled cache (`epochs`)
+#   s3 25% cache   a cache of a quarter of the dataset, cold, with the
+#                  global shuffle and with the shard-aware shuffle
+#                  (--shuffle_window_shards 2), `epochs` epochs
+# Then the same 25 % cache with the shard-aware shuffle over nginx, with
+# and without BATCHD_BENCH_LATENCY_MS (default 20) added to every request
+# (batchd-latency-proxy in front of nginx): what prefetching hides.
+set -euo pipefail
+BUILD=${1:?BUILD}
+EPOCHS=${2:-2}
+ROUNDS=${3:-2}
+DATA=${BATCHD_BENCH_DATA:-data/bench}
+IMAGES=${BATCHD_BENCH_IMAGES:-1000}  # when DATA has to be generated
+SHARD_SIZE=${BATCHD_BENCH_SHARD_SIZE:-50}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+for program in server/batchd client/batchd-client tools/make_dataset tools/batchd-prep \
+               bench/batchd-latency-proxy; do
+  [ -x "$BUILD/$program" ] || { echo "error: $BUILD/$program not found" >&2; exit 1; }
+done
+if [ ! -f "$DATA/.complete" ]; then
+  "$BUILD/tools/make_dataset" --out "$DATA" --images "$IMAGES" --classes 10 --seed 1
+  touch "$DATA/.complete"
+fi
+RUN=$(mktemp -d)
+source "$REPO/testing/shell/batchd_daemon.sh"
+source "$REPO/testing/shell/object_servers.sh"
+export BATCHD_S3RVER_MODULES=${BATCHD_S3RVER_MODULES:-$(cd "$BUILD" && pwd)/testing/s3rver/node_modules}
+SERVERS=()
+cleanup() {
+  object_server_stop ${SERVERS[@]+"${SERVERS[@]}"}
+  rm -rf "$RUN"
+}
+trap cleanup EXIT
+
+SHARDS=$RUN/shards
+"$BUILD/tools/batchd-prep" --input "$DATA" --out "$SHARDS" \
+  --shard-size "$SHARD_SIZE" --quiet
+NSHARDS=$(ls "$SHARDS"/*.tar | wc -l)
+DATA_BYTES=$(cat "$SHARDS"/*.tar | wc -c)
+nginx_start "$RUN" "$SHARDS"
+SERVERS+=("$NGINX_PID")
+s3_start "$RUN" bench
+SERVERS+=("$S3_PID")
+s3_put_dir "$RUN" bench shards/ "$SHARDS"
+export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
+LAST=$(printf "%06d" $((NSHARDS - 1)))
+
+# config NAME PATH [endpoint] -> a config file naming dataset "bench"
+config() {
+  local file=$RUN/$1.conf
+  {
+    echo "datasets { name: \"bench\" path: \"$2\" format: TAR_SHARDS"
+    [ -z "${3:-}" ] || echo "  endpoint: \"$3\""
+    echo "}"
+  } > "$file"
+  echo "$file"
+}
+LATENCY_MS=${BATCHD_BENCH_LATENCY_MS:-20}
+rm -f "$RUN/proxy.port"
+"$BUILD/bench/batchd-latency-proxy" --upstream_port "$NGINX_PORT" \
+  --latency_ms "$LATENCY_MS" --port_file "$RUN/proxy.port" > "$RUN/proxy.log" 2>&1 &
+SERVERS+=($!)
+for _ in $(seq 100); do [ -s "$RUN/proxy.port" ] && break; sleep 0.05; done
+PROXY_PORT=$(cat "$RUN/proxy.port")
+LOCAL_CONF=$(config local "$SHARDS")
+HTTP_CONF=$(config http "http://127.0.0.1:$NGINX_PORT/shard-{000000..$LAST}.tar")
+S3_CONF=$(config s3 "s3://bench/shards/" "http://127.0.0.1:$S3_PORT")
+LATENCY_CONF=$(config latency "http://127.0.0.1:$PROXY_PORT/shard-{000000..$LAST}.tar")
+
+# run CONF CACHE_DIR CACHE_BYTES EPOCHS WINDOW -> images/s of the run
+run() {
+  local conf=$1 cache_dir=$2 cache_bytes=$3 epochs=$4 window=$5
+  local flags=(--config "$conf" --workers "$(nproc)")
+  [ -z "$cache_dir" ] || flags+=(--cache-dir "$cache_dir" --cache-bytes "$cache_bytes")
+  batchd_start "$RUN" daemon "$BUILD/server/batchd" "${flags[@]}"
+  local daemon=$BATCHD_PID
+  local client=("$BUILD/client/batchd-client" --endpoint "127.0.0.1:$BATCHD_PORT"
+    --dataset bench --batch_size 64 --size 224 --prefetch 8 --epochs "$epochs")
+  [ "$window" = 0 ] || client+=(--shuffle_window_shards "$window")
+  "${client[@]}" > "$RUN/client.txt"
+  batchd_stop "$daemon"
+  sed -n 's/^total: .* \([0-9.]*\) images\/s.*/\1/p' "$RUN/client.txt"
+}
+
+median() { printf "%s\n" "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+declare -A rates
+QUARTER=$((DATA_BYTES / 4))
+FULL=$((DATA_BYTES * 2))
+for round in $(seq "$ROUNDS"); do
+  rates[local]+=" $(run "$LOCAL_CONF" "" 0 "$EPOCHS" 0)"
+  rates[local-window]+=" $(run "$LOCAL_CONF" "" 0 "$EPOCHS" 2)"
+  for store in http s3; do
+    conf=$HTTP_CONF
+    [ "$store" = s3 ] && conf=$S3_CONF
+    rm -rf "$RUN/cache-$store"
+    rates[$store-cold]+=" $(run "$conf" "$RUN/cache-$store" "$FULL" 1 0)"
+    rates[$store-warm]+=" $(run "$conf" "$RUN/cache-$store" "$FULL" "$EPOCHS" 0)"
+  done
+  for window in 0 2; do
+    rm -rf "$RUN/cache-quarter"
+    rates[s3-quarter-$window]+=" $(run "$S3_CONF" "$RUN/cache-quarter" "$QUARTER" "$EPOCHS" "$window")"
+  done
+  for conf in "$HTTP_CONF" "$LATENCY_CONF"; do
+    rm -rf "$RUN/cache-quarter"
+    key=latency-$([ "$conf" = "$HTTP_CONF" ] && echo 0 || echo "$LATENCY_MS")
+    rates[$key]+=" $(run "$conf" "$RUN/cache-quarter" "$QUARTER" "$EPOCHS" 2)"
+  done
+done
+
+echo "dataset $DATA as $NSHARDS shards of $SHARD_SIZE images ($((DATA_BYTES / 1000000)) MB);" \
+  "daemon --workers $(nproc) on $(nproc) cores; 224 px, batch 64; median of $ROUNDS"
+printf "| source | cache | shuffle | epochs | images/s | per core | x local |\n"
+printf "|---|---|---|---|---|---|---|\n"
+base=$(median ${rates[local]})
+base_window=$(median ${rates[local-window]})
+row() {  # row SOURCE CACHE SHUFFLE EPOCHS KEY BASE
+  local rate
+  rate=$(median ${rates[$5]})
+  python3 -c 'import sys
+source, cache, shuffle, epochs, rate, base, cores = sys.argv[1:]
+rate, base = float(rate), float(base)
+print(f"| {source} | {cache} | {shuffle} | {epochs} | {rate:.0f} | "
+      f"{rate / int(cores):.0f} | {rate / base:.2f}x |")' "$1" "$2" "$3" "$4" "$rate" "$6" "$(nproc)"
+}
+row "local disk" - global "$EPOCHS" local "$base"
+row "local disk" - "shards, window 2" "$EPOCHS" local-window "$base"
+row nginx "cold, 2x data" global 1 http-cold "$base"
+row nginx "warm, 2x data" global "$EPOCHS" http-warm "$base"
+row s3rver "cold, 2x data" global 1 s3-cold "$base"
+row s3rver "warm, 2x data" global "$EPOCHS" s3-warm "$base"
+row s3rver "cold, 25 %" global "$EPOCHS" s3-quarter-0 "$base"
+row s3rver "cold, 25 %" "shards, window 2" "$EPOCHS" s3-quarter-2 "$base_window"
+echo "(the last row is against local disk with the same shard-aware shuffle)"
+echo
+echo "nginx, 25 % cache, shard-aware shuffle (window 2), $EPOCHS epochs:"
+printf "| latency per request | images/s | x no latency |\n|---|---|---|\n"
+no_latency=$(median ${rates[latency-0]})
+with_latency=$(median ${rates[latency-$LATENCY_MS]})
+python3 -c 'import sys
+ms, a, b = sys.argv[1:]
+print(f"| 0 | {float(a):.0f} | 1.00x |")
+print(f"| {ms} ms | {float(b):.0f} | {float(b) / float(a):.2f}x |")' "$LATENCY_MS" "$no_latency" "$with_latency"
