@@ -249,6 +249,7 @@ absl::StatusOr<std::unique_ptr<ObjectServer>> StartS3rver(
       node, "--openssl-legacy-provider",
       std::string(BATCHD_SOURCE_DIR) + "/testing/s3rver/s3_server.js",
       "--modules", modules, "--directory", dir + "/data",
+      "--access-key", kS3rverAccessKey, "--secret-key", kS3rverSecretKey,
       "--address", "127.0.0.1", "--port", "0",
       "--service-endpoint", "localhost"};
   for (const std::string& bucket : buckets) {
