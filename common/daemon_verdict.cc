@@ -32,6 +32,13 @@ std::string AutoscaleAdvice(const batchd::v1::ServerStatus& status) {
                          autoscale.max_workers());
 }
 
+// The share of the workers' sample time spent reading; 0 before any.
+double ReadShare(const batchd::v1::ServerStatus& status) {
+  const batchd::v1::StageSeconds& stages = status.stage_seconds();
+  const double total = stages.read() + stages.decode() + stages.transform();
+  return total > 0 ? stages.read() / total : 0.0;
+}
+
 }  // namespace
 
 std::string FormatPercent(double fraction) {
@@ -53,6 +60,17 @@ std::string InputBoundAdvice(const batchd::v1::ServerStatus& status) {
   return AutoscaleAdvice(status) + plans;
 }
 
+std::string StorageAdvice(const batchd::v1::ServerStatus& status) {
+  if (status.object_store().requests() > 0) {
+    return "fetch ahead and keep more of the remote shards: --cache-dir "
+           "with a larger --cache-bytes, more --cache-prefetch-batches or "
+           "--remote-connections, or the shard-aware shuffle "
+           "(shuffle_window_shards) so that a small cache holds what the "
+           "next batches read";
+  }
+  return "the disk reads slower than the workers decode: a read cache "
+         "(--read-cache-bytes) or faster storage";
+}
 
 std::string SharingSummary(const batchd::v1::ServerStatus& status) {
   const batchd::v1::SharedBatchStatus& shared = status.shared_batches();
@@ -105,6 +123,11 @@ DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status) {
   if (wait < kInputBoundWaitFraction) {
     v.kind = "compute-bound";
     v.line = absl::StrCat("compute-bound: ", job_waits, Workers(status));
+  } else if (ReadShare(status) >= kStorageBoundReadShare) {
+    v.kind = "storage-bound";
+    v.line = absl::StrCat("storage-bound: ", job_waits, Workers(status),
+                          ", reading samples ", FormatPercent(ReadShare(status)),
+                          " of their time → ", StorageAdvice(status));
   } else if (status.busy_fraction() >= kSaturatedBusyFraction) {
     v.kind = "input-bound";
     v.line = absl::StrCat("input-bound: ", job_waits, Workers(status),

@@ -26,10 +26,14 @@ inline constexpr double kInputBoundWaitFraction = 0.10;
 // The daemon's workers were busy at least this share of their time: they
 // are the limit.
 inline constexpr double kSaturatedBusyFraction = 0.75;
+// The workers spent at least this share of their sample time (read +
+// decode + transform, since the daemon started) reading samples: they wait
+// on the disk or the object store more than they decode.
+inline constexpr double kStorageBoundReadShare = 0.5;
 
 struct DaemonVerdict {
-  // "idle", "unknown", "compute-bound", "input-bound", "network-bound",
-  // "draining".
+  // "idle", "unknown", "compute-bound", "storage-bound", "input-bound",
+  // "network-bound", "draining".
   std::string kind;
   // The line, starting with `kind` and a colon.
   std::string line;
@@ -40,6 +44,8 @@ struct DaemonVerdict {
 //   no stream open                             → idle
 //   no job's trainers report (old clients)     → unknown
 //   the most-waiting job waits < kInputBoundWaitFraction → compute-bound
+//   reads >= kStorageBoundReadShare of the sample time → storage-bound,
+//                                                with StorageAdvice
 //   workers busy >= kSaturatedBusyFraction     → input-bound, with
 //                                                InputBoundAdvice
 //   otherwise (spare workers, trainers wait)   → network-bound: the bytes
@@ -51,6 +57,11 @@ DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status);
 // them itself until its --max-workers; past that, or when the trainers ask
 // more than that many could decode, only another daemon helps.
 std::string InputBoundAdvice(const batchd::v1::ServerStatus& status);
+
+// What to do about workers waiting on reads: for remote shards, fetch
+// ahead and keep more (the shard cache's flags, the shard-aware shuffle);
+// for local files, the read cache or faster storage.
+std::string StorageAdvice(const batchd::v1::ServerStatus& status);
 
 // How the daemon's batch requests were served by shared builds, e.g.
 // "sharing: 78 requests of 1 plan from 24 builds (3.25 each), 15 attached,
