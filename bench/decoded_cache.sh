@@ -28,14 +28,9 @@ IMAGES=${BATCHD_BENCH_IMAGES:-2000}
 SIZE=${BATCHD_BENCH_SIZE:-224}
 CAP=${BATCHD_BENCH_CAP:-320}
 JOBS=${BATCHD_BENCH_JOBS:-4}
-for program in server/batchd client/batchd-client tools/make_dataset \
-    bench/batchd-capped-diff; do
-  [ -x "$BUILD/$program" ] || { echo "error: $BUILD/$program not found" >&2; exit 1; }
-done
-if [ ! -f "$DATA/.complete" ]; then
-  "$BUILD/tools/make_dataset" --out "$DATA" --images "$IMAGES" --classes 10 --seed 1
-  touch "$DATA/.complete"
-fi
+source "$(dirname "$0")/../testing/shell/bench_data.sh"
+bench_require "$BUILD" server/batchd client/batchd-client tools/make_dataset bench/batchd-capped-diff
+bench_dataset "$BUILD" "$DATA" "$IMAGES"
 RUN=$(mktemp -d)
 trap 'rm -rf "$RUN"' EXIT
 source "$(dirname "$0")/../testing/shell/batchd_daemon.sh"

@@ -23,14 +23,9 @@ DATA=${BATCHD_BENCH_DATA:-data/bench}
 IMAGES=${BATCHD_BENCH_IMAGES:-1000}  # when DATA has to be generated
 SHARD_SIZE=${BATCHD_BENCH_SHARD_SIZE:-50}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-for program in server/batchd client/batchd-client tools/make_dataset tools/batchd-prep \
-               bench/batchd-latency-proxy; do
-  [ -x "$BUILD/$program" ] || { echo "error: $BUILD/$program not found" >&2; exit 1; }
-done
-if [ ! -f "$DATA/.complete" ]; then
-  "$BUILD/tools/make_dataset" --out "$DATA" --images "$IMAGES" --classes 10 --seed 1
-  touch "$DATA/.complete"
-fi
+source "$(dirname "$0")/../testing/shell/bench_data.sh"
+bench_require "$BUILD" server/batchd client/batchd-client tools/make_dataset tools/batchd-prep bench/batchd-latency-proxy
+bench_dataset "$BUILD" "$DATA" "$IMAGES"
 RUN=$(mktemp -d)
 source "$REPO/testing/shell/batchd_daemon.sh"
 source "$REPO/testing/shell/object_servers.sh"

@@ -20,13 +20,9 @@ JOBS=("$@")
 DATA=${BATCHD_BENCH_DATA:-data/bench}
 IMAGES=${BATCHD_BENCH_IMAGES:-1000}  # when DATA has to be generated
 SIZE=${BATCHD_BENCH_SIZE:-224}
-for program in server/batchd client/batchd-client tools/make_dataset; do
-  [ -x "$BUILD/$program" ] || { echo "error: $BUILD/$program not found" >&2; exit 1; }
-done
-if [ ! -f "$DATA/.complete" ]; then
-  "$BUILD/tools/make_dataset" --out "$DATA" --images "$IMAGES" --classes 10 --seed 1
-  touch "$DATA/.complete"
-fi
+source "$(dirname "$0")/../testing/shell/bench_data.sh"
+bench_require "$BUILD" server/batchd client/batchd-client tools/make_dataset
+bench_dataset "$BUILD" "$DATA" "$IMAGES"
 RUN=$(mktemp -d)
 trap 'rm -rf "$RUN"' EXIT
 source "$(dirname "$0")/../testing/shell/batchd_daemon.sh"

@@ -229,6 +229,25 @@ void Log(const std::string& dataset, const std::string& message) {
                message.c_str());
 }
 
+// The sidecar index at `path` by shard path (URL for remote shards); empty
+// when there is none, or when it is unreadable or malformed (logged: the
+// shards are re-indexed).
+absl::flat_hash_map<std::string, CachedShard> ReadSidecar(
+    const std::string& name, const std::string& path) {
+  absl::flat_hash_map<std::string, CachedShard> cached;
+  if (path.empty()) return cached;
+  absl::StatusOr<std::vector<CachedShard>> read = ReadIndexCache(path);
+  if (read.ok()) {
+    for (CachedShard& shard : *read) {
+      std::string key = shard.path;
+      cached.emplace(std::move(key), std::move(shard));
+    }
+  } else if (!absl::IsNotFound(read.status())) {
+    Log(name, absl::StrCat(read.status().message(), "; re-indexing"));
+  }
+  return cached;
+}
+
 // The dataset's samples in shard order, then member order, from every
 // shard's index; logs damage, skipped keys and the totals.
 absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
@@ -427,18 +446,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
   // without an ETag cannot be checked and is always re-indexed.
   const std::string cache_path =
       RemoteCachePath(config, objects, remote.cache_dir);
-  absl::flat_hash_map<std::string, CachedShard> cached;
-  if (!cache_path.empty()) {
-    absl::StatusOr<std::vector<CachedShard>> read = ReadIndexCache(cache_path);
-    if (read.ok()) {
-      for (CachedShard& shard : *read) {
-        std::string key = shard.path;
-        cached.emplace(std::move(key), std::move(shard));
-      }
-    } else if (!absl::IsNotFound(read.status())) {
-      Log(name, absl::StrCat(read.status().message(), "; re-indexing"));
-    }
-  }
+  absl::flat_hash_map<std::string, CachedShard> cached =
+      ReadSidecar(name, cache_path);
   IndexStats stats;
   stats.shards = objects.size();
   std::vector<CachedShard> shards(objects.size());
@@ -498,18 +507,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
                                  : config.index_cache().empty()
                                      ? DefaultCachePath(paths)
                                      : config.index_cache();
-  absl::flat_hash_map<std::string, CachedShard> cached;
-  if (!cache_path.empty()) {
-    absl::StatusOr<std::vector<CachedShard>> read = ReadIndexCache(cache_path);
-    if (read.ok()) {
-      for (CachedShard& shard : *read) {
-        std::string key = shard.path;
-        cached.emplace(std::move(key), std::move(shard));
-      }
-    } else if (!absl::IsNotFound(read.status())) {
-      Log(name, absl::StrCat(read.status().message(), "; re-indexing"));
-    }
-  }
+  absl::flat_hash_map<std::string, CachedShard> cached =
+      ReadSidecar(name, cache_path);
 
   IndexStats stats;
   stats.shards = paths.size();
