@@ -81,6 +81,13 @@ trap teardown EXIT
 step "base image $BASE_TAG"
 ./deploy/make-base-image.sh "$BASE_TAG"
 
+# npm in the s3 store's image build trusts what this host trusts (a
+# registry reached through a TLS-inspecting proxy): deploy/build-ca.
+host_ca=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
+if [ -s "$host_ca" ] && ! cmp -s "$host_ca" deploy/build-ca/host.pem; then
+  cp "$host_ca" deploy/build-ca/host.pem
+fi
+
 # 3. The images, on that base. Only changed layers are rebuilt.
 step "building the images (BASE=$BASE_TAG; log: $LOG_DIR/build.log)"
 BATCHD_BASE=$BASE_TAG "${COMPOSE[@]}" build > "$LOG_DIR/build.log" 2>&1 ||
