@@ -41,6 +41,8 @@ const char* VerdictName(Verdict verdict) {
       return "network-bound";
     case Verdict::kClientBound:
       return "client-bound";
+    case Verdict::kStorageBound:
+      return "storage-bound";
     case Verdict::kUnknown:
       break;
   }
@@ -56,7 +58,22 @@ std::string FormatBytesPerSecond(double rate) {
 
 namespace {
 
-// Rules 1-6 of the header, over the input as a whole.
+// The daemon's read share over the interval: the stage times' growth
+// between the two statuses, or their totals with only `after`.
+double IntervalReadShare(const batchd::v1::ServerStatus* before,
+                         const batchd::v1::ServerStatus* after) {
+  if (after == nullptr) return 0;
+  batchd::v1::StageSeconds stages = after->stage_seconds();
+  if (before != nullptr) {
+    stages.set_read(stages.read() - before->stage_seconds().read());
+    stages.set_decode(stages.decode() - before->stage_seconds().decode());
+    stages.set_transform(stages.transform() -
+                         before->stage_seconds().transform());
+  }
+  return common::ReadShare(stages);
+}
+
+// Rules 1-7 of the header, over the input as a whole.
 Diagnosis DiagnoseInput(const LoaderStats& interval,
                         const batchd::v1::ServerStatus* daemon_before,
                         const batchd::v1::ServerStatus* daemon_after) {
@@ -101,6 +118,16 @@ Diagnosis DiagnoseInput(const LoaderStats& interval,
     d.line = absl::StrFormat(
         "input-bound: %s; stream at %s; daemon status unavailable", waited,
         FormatBytesPerSecond(d.stream_bytes_per_second));
+    return d;
+  }
+  const double read_share = IntervalReadShare(daemon_before, daemon_after);
+  if (read_share >= common::kStorageBoundReadShare) {
+    d.verdict = Verdict::kStorageBound;
+    d.line = absl::StrFormat(
+        "storage-bound: %s; %s, its samples spent %s of their time being "
+        "read → %s",
+        waited, workers, Percent(read_share),
+        common::StorageAdvice(*daemon_after));
     return d;
   }
   if (d.daemon_busy_fraction >= kSaturatedBusyFraction) {

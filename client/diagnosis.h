@@ -17,12 +17,15 @@
 //      (waited: the steady share, without each epoch's first batch)
 //   3. copy takes >= kCopyBoundFraction of wall → client-bound
 //   4. no daemon status                         → input-bound (cause unknown)
-//   5. daemon workers >= kSaturatedBusyFraction → input-bound (workers):
+//   5. the daemon's samples spent >= kStorageBoundReadShare of their time
+//      being read (over the interval)          → storage-bound, with
+//      common::StorageAdvice
+//   6. daemon workers >= kSaturatedBusyFraction → input-bound (workers):
 //      "add workers or a daemon"; under --workers auto, "--workers auto is
 //      adding workers" below its --max-workers, and "add a daemon" at them
 //      or when the trainers ask more than they can decode
 //      (ServerStatus.capacity_demand_ratio > 1)
-//   6. otherwise: the daemon has spare workers and the bytes still arrive
+//   7. otherwise: the daemon has spare workers and the bytes still arrive
 //      too slowly                               → network-bound
 // Over several daemons the line ends with the per-daemon view: how many are
 // up, the slowest one when its smoothed latency is kSlowDaemonFactor x the
@@ -64,6 +67,8 @@ enum class Verdict {
   kInputBoundUnknownCause,
   kNetworkBound,
   kClientBound,
+  // Input-bound, the daemon's samples wait on the disk or the object store.
+  kStorageBound,
 };
 
 struct Diagnosis {
@@ -86,7 +91,8 @@ struct Diagnosis {
   double slow_daemon_latency_ratio = 0;
 };
 
-// "compute-bound", "input-bound", "network-bound", "client-bound", "unknown".
+// "compute-bound", "input-bound", "network-bound", "client-bound",
+// "storage-bound", "unknown".
 const char* VerdictName(Verdict verdict);
 
 // Diagnoses `interval` (LoaderStats::Since). `daemon_before` and

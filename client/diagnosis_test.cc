@@ -91,6 +91,29 @@ TEST(DiagnosisTest, WaitingWithIdleWorkersIsNetworkBound) {
                                  "stream at 1.1 GB/s"));
 }
 
+TEST(DiagnosisTest, SamplesWaitingOnReadsAreStorageBound) {
+  auto before = Daemon(2, 0, 0);
+  auto after = Daemon(2, 2, 20);  // workers 10 % busy
+  before.mutable_stage_seconds()->set_read(100);  // a cold start, excluded
+  after.mutable_stage_seconds()->set_read(130);
+  after.mutable_stage_seconds()->set_decode(8);
+  after.mutable_stage_seconds()->set_transform(2);
+  after.mutable_object_store()->set_requests(4000);
+  const Diagnosis d = Diagnose(Interval(10, 9), &before, &after);
+  EXPECT_EQ(d.verdict, Verdict::kStorageBound);
+  EXPECT_STREQ(VerdictName(d.verdict), "storage-bound");
+  EXPECT_THAT(d.line, StartsWith("storage-bound: waited 90 % of wall time; "
+                                 "daemon workers 10 % busy (2 workers), its "
+                                 "samples spent 75 % of their time being "
+                                 "read → "));
+  EXPECT_THAT(d.line, HasSubstr("--cache-bytes"));
+  // Reads that are a small share over the interval are not the limit,
+  // whatever they were before it.
+  before.mutable_stage_seconds()->set_read(129);
+  EXPECT_EQ(Diagnose(Interval(10, 9), &before, &after).verdict,
+            Verdict::kNetworkBound);
+}
+
 TEST(DiagnosisTest, CopyDominatingIsClientBound) {
   const auto after = Daemon(8, 10, 80);
   const Diagnosis d = Diagnose(Interval(10, 5, 7), nullptr, &after);

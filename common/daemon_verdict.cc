@@ -32,14 +32,12 @@ std::string AutoscaleAdvice(const batchd::v1::ServerStatus& status) {
                          autoscale.max_workers());
 }
 
-// The share of the workers' sample time spent reading; 0 before any.
-double ReadShare(const batchd::v1::ServerStatus& status) {
-  const batchd::v1::StageSeconds& stages = status.stage_seconds();
+}  // namespace
+
+double ReadShare(const batchd::v1::StageSeconds& stages) {
   const double total = stages.read() + stages.decode() + stages.transform();
   return total > 0 ? stages.read() / total : 0.0;
 }
-
-}  // namespace
 
 std::string FormatPercent(double fraction) {
   const double percent = 100.0 * fraction;
@@ -123,11 +121,12 @@ DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status) {
   if (wait < kInputBoundWaitFraction) {
     v.kind = "compute-bound";
     v.line = absl::StrCat("compute-bound: ", job_waits, Workers(status));
-  } else if (ReadShare(status) >= kStorageBoundReadShare) {
+  } else if (ReadShare(status.stage_seconds()) >= kStorageBoundReadShare) {
     v.kind = "storage-bound";
-    v.line = absl::StrCat("storage-bound: ", job_waits, Workers(status),
-                          ", reading samples ", FormatPercent(ReadShare(status)),
-                          " of their time → ", StorageAdvice(status));
+    v.line = absl::StrCat(
+        "storage-bound: ", job_waits, Workers(status), ", reading samples ",
+        FormatPercent(ReadShare(status.stage_seconds())), " of their time → ",
+        StorageAdvice(status));
   } else if (status.busy_fraction() >= kSaturatedBusyFraction) {
     v.kind = "input-bound";
     v.line = absl::StrCat("input-bound: ", job_waits, Workers(status),

@@ -58,6 +58,10 @@ DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status);
 // more than that many could decode, only another daemon helps.
 std::string InputBoundAdvice(const batchd::v1::ServerStatus& status);
 
+// The share of the workers' sample time (read + decode + transform) spent
+// reading; 0 before any sample.
+double ReadShare(const batchd::v1::StageSeconds& stages);
+
 // What to do about workers waiting on reads: for remote shards, fetch
 // ahead and keep more (the shard cache's flags, the shard-aware shuffle);
 // for local files, the read cache or faster storage.

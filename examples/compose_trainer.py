@@ -43,6 +43,9 @@ def parse_args(argv):
     p.add_argument("--step-ms", type=float, default=0.0,
                    help="simulated training step per batch, ms (0: none, "
                         "the trainer only consumes)")
+    p.add_argument("--shuffle-window-shards", type=int, default=0,
+                   help="tar-shard datasets: draw samples from a window of "
+                        "this many shards (0: shuffle every sample)")
     p.add_argument("--job", default="compose-trainer",
                    help="job name in the daemons' metrics")
     p.add_argument("--connect-timeout", type=float, default=30.0,
@@ -122,6 +125,7 @@ def main(argv):
     loader = batchd.Loader(
         ",".join(endpoints), args.dataset, args.batch_size, size=args.size,
         prefetch=args.prefetch, seed=1, shuffle=True, drop_last=False,
+        shuffle_window_shards=args.shuffle_window_shards,
         rank=0, world_size=1, job=args.job,
         connect_timeout=args.connect_timeout, report=False, **security)
     print(f"loader: one batchd.Loader over {len(endpoints)} daemons "

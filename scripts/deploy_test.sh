@@ -149,9 +149,12 @@ sys.exit(1)
 EOF
 
 # 5. The dataset from S3: the same trainer against batchd-s3.
-step "trainer against batchd-s3 (tar shards from the S3 store, 32 MB cache)"
+step "trainer against batchd-s3 (tar shards from the S3 store, 32 MB cache, shard-aware shuffle)"
+# The shard-aware shuffle keeps two shards in use at a time, which the
+# cache holds; the global shuffle would read every shard for every batch.
 "${COMPOSE[@]}" run --rm trainer --endpoints 127.0.0.1:7074 --dataset demo-s3 \
-  --epochs 2 --batch-size 64 > "$LOG_DIR/trainer-s3.log" 2>&1 ||
+  --epochs 2 --batch-size 64 --shuffle-window-shards 2 \
+  > "$LOG_DIR/trainer-s3.log" 2>&1 ||
   { tail -30 "$LOG_DIR/trainer-s3.log" >&2
     "${COMPOSE[@]}" logs --no-color --tail 30 batchd-s3 upload s3 >&2
     fail "the trainer against batchd-s3 failed"; }

@@ -52,7 +52,7 @@ IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 #: What :meth:`Loader.diagnose` can conclude (client/diagnosis.h).
 VERDICTS = ("compute-bound", "input-bound", "network-bound", "client-bound",
-            "unknown")
+            "storage-bound", "unknown")
 
 _logger = logging.getLogger("batchd")
 
