@@ -120,6 +120,14 @@ Diagnosis DiagnoseInput(const LoaderStats& interval,
         FormatBytesPerSecond(d.stream_bytes_per_second));
     return d;
   }
+  if (d.daemon_busy_fraction >= kSaturatedBusyFraction) {
+    d.verdict = Verdict::kInputBound;
+    d.line = absl::StrFormat("input-bound: %s; %s → %s", waited, workers,
+                             InputBoundAdvice(*daemon_after));
+    return d;
+  }
+  // Reads overlap (a thread per sample in flight): their share says
+  // something only when the workers wait for them.
   const double read_share = IntervalReadShare(daemon_before, daemon_after);
   if (read_share >= common::kStorageBoundReadShare) {
     d.verdict = Verdict::kStorageBound;
@@ -128,12 +136,6 @@ Diagnosis DiagnoseInput(const LoaderStats& interval,
         "read → %s",
         waited, workers, Percent(read_share),
         common::StorageAdvice(*daemon_after));
-    return d;
-  }
-  if (d.daemon_busy_fraction >= kSaturatedBusyFraction) {
-    d.verdict = Verdict::kInputBound;
-    d.line = absl::StrFormat("input-bound: %s; %s → %s", waited, workers,
-                             InputBoundAdvice(*daemon_after));
     return d;
   }
   d.verdict = Verdict::kNetworkBound;

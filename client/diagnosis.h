@@ -17,14 +17,14 @@
 //      (waited: the steady share, without each epoch's first batch)
 //   3. copy takes >= kCopyBoundFraction of wall → client-bound
 //   4. no daemon status                         → input-bound (cause unknown)
-//   5. the daemon's samples spent >= kStorageBoundReadShare of their time
-//      being read (over the interval)          → storage-bound, with
-//      common::StorageAdvice
-//   6. daemon workers >= kSaturatedBusyFraction → input-bound (workers):
+//   5. daemon workers >= kSaturatedBusyFraction → input-bound (workers):
 //      "add workers or a daemon"; under --workers auto, "--workers auto is
 //      adding workers" below its --max-workers, and "add a daemon" at them
 //      or when the trainers ask more than they can decode
 //      (ServerStatus.capacity_demand_ratio > 1)
+//   6. the daemon's samples spent >= kStorageBoundReadShare of their time
+//      being read (over the interval)          → storage-bound, with
+//      common::StorageAdvice
 //   7. otherwise: the daemon has spare workers and the bytes still arrive
 //      too slowly                               → network-bound
 // Over several daemons the line ends with the per-daemon view: how many are

@@ -107,6 +107,11 @@ TEST(DiagnosisTest, SamplesWaitingOnReadsAreStorageBound) {
                                  "samples spent 75 % of their time being "
                                  "read → "));
   EXPECT_THAT(d.line, HasSubstr("--cache-bytes"));
+  // Saturated workers are the limit, however long the overlapping reads.
+  auto saturated = after;
+  saturated.set_worker_busy_seconds(19);
+  EXPECT_EQ(Diagnose(Interval(10, 9), &before, &saturated).verdict,
+            Verdict::kInputBound);
   // Reads that are a small share over the interval are not the limit,
   // whatever they were before it.
   before.mutable_stage_seconds()->set_read(129);

@@ -121,16 +121,18 @@ DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status) {
   if (wait < kInputBoundWaitFraction) {
     v.kind = "compute-bound";
     v.line = absl::StrCat("compute-bound: ", job_waits, Workers(status));
+  } else if (status.busy_fraction() >= kSaturatedBusyFraction) {
+    v.kind = "input-bound";
+    v.line = absl::StrCat("input-bound: ", job_waits, Workers(status),
+                          " → ", InputBoundAdvice(status));
   } else if (ReadShare(status.stage_seconds()) >= kStorageBoundReadShare) {
+    // Reads overlap (one thread per sample in flight), so their share
+    // only says something when the workers wait for them.
     v.kind = "storage-bound";
     v.line = absl::StrCat(
         "storage-bound: ", job_waits, Workers(status), ", reading samples ",
         FormatPercent(ReadShare(status.stage_seconds())), " of their time → ",
         StorageAdvice(status));
-  } else if (status.busy_fraction() >= kSaturatedBusyFraction) {
-    v.kind = "input-bound";
-    v.line = absl::StrCat("input-bound: ", job_waits, Workers(status),
-                          " → ", InputBoundAdvice(status));
   } else {
     v.kind = "network-bound";
     v.line = absl::StrCat("network-bound: ", job_waits, Workers(status),

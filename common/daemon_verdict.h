@@ -44,10 +44,10 @@ struct DaemonVerdict {
 //   no stream open                             → idle
 //   no job's trainers report (old clients)     → unknown
 //   the most-waiting job waits < kInputBoundWaitFraction → compute-bound
-//   reads >= kStorageBoundReadShare of the sample time → storage-bound,
-//                                                with StorageAdvice
 //   workers busy >= kSaturatedBusyFraction     → input-bound, with
 //                                                InputBoundAdvice
+//   reads >= kStorageBoundReadShare of the sample time → storage-bound,
+//     with StorageAdvice: the workers wait for the bytes
 //   otherwise (spare workers, trainers wait)   → network-bound: the bytes
 //     arrive too slowly (network, or the trainer's client; its own
 //     diagnosis says which)

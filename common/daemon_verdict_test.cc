@@ -60,16 +60,16 @@ TEST(DaemonVerdictTest, SpareWorkersAndWaitingTrainersAreNetworkBound) {
 }
 
 TEST(DaemonVerdictTest, WorkersWaitingOnReadsAreStorageBound) {
-  batchd::v1::ServerStatus status = Status(0.95, 2);
+  batchd::v1::ServerStatus status = Status(0.30, 2);
   AddJob(&status, "a", 1, 1, 0.4);
   status.mutable_stage_seconds()->set_read(3.0);
   status.mutable_stage_seconds()->set_decode(4.0);
   status.mutable_stage_seconds()->set_transform(1.0);
-  EXPECT_EQ(JudgeDaemon(status).kind, "input-bound");  // reads 37.5 %
-  status.mutable_stage_seconds()->set_read(6.0);       // reads 55 %
+  EXPECT_EQ(JudgeDaemon(status).kind, "network-bound");  // reads 37.5 %
+  status.mutable_stage_seconds()->set_read(6.0);         // reads 55 %
   DaemonVerdict v = JudgeDaemon(status);
   EXPECT_EQ(v.kind, "storage-bound");
-  EXPECT_THAT(v.line, HasSubstr("job \"a\" waits 40 %; workers 95 % busy "
+  EXPECT_THAT(v.line, HasSubstr("job \"a\" waits 40 %; workers 30 % busy "
                                 "(2 workers), reading samples 55 % of their "
                                 "time"));
   EXPECT_THAT(v.line, HasSubstr("--read-cache-bytes"));
@@ -79,6 +79,10 @@ TEST(DaemonVerdictTest, WorkersWaitingOnReadsAreStorageBound) {
   EXPECT_EQ(v.kind, "storage-bound");
   EXPECT_THAT(v.line, HasSubstr("--cache-bytes"));
   EXPECT_THAT(v.line, HasSubstr("shuffle_window_shards"));
+  // Saturated workers are the limit, however long the (overlapping)
+  // reads took.
+  status.set_busy_fraction(0.95);
+  EXPECT_EQ(JudgeDaemon(status).kind, "input-bound");
   // Trainers that do not wait are not storage-bound, whatever the reads.
   status.mutable_jobs(0)->mutable_trainer()->set_wait_ratio(0.05);
   EXPECT_EQ(JudgeDaemon(status).kind, "compute-bound");
