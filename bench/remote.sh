@@ -12,9 +12,12 @@
 #   s3 25% cache   a cache of a quarter of the dataset, cold, with the
 #                  global shuffle and with the shard-aware shuffle
 #                  (--shuffle_window_shards 2), `epochs` epochs
-# Then the same 25 % cache with the shard-aware shuffle over nginx, with
-# and without BATCHD_BENCH_LATENCY_MS (default 20) added to every request
-# (batchd-latency-proxy in front of nginx): what prefetching hides.
+# Then a cache of 75 % with the shard-aware shuffle over nginx, with and
+# without BATCHD_BENCH_LATENCY_MS (default 20) added to every request
+# (batchd-latency-proxy in front of nginx): what prefetching hides once the
+# cache holds what is in flight (the window's shards and those of the
+# client's 8 batches ahead, about 12 shards of 50 images here).
+# BATCHD_BENCH_DAEMON_FLAGS adds daemon flags to every run.
 set -euo pipefail
 BUILD=${1:?BUILD}
 EPOCHS=${2:-2}
@@ -75,7 +78,7 @@ LATENCY_CONF=$(config latency "http://127.0.0.1:$PROXY_PORT/shard-{000000..$LAST
 # run CONF CACHE_DIR CACHE_BYTES EPOCHS WINDOW -> images/s of the run
 run() {
   local conf=$1 cache_dir=$2 cache_bytes=$3 epochs=$4 window=$5
-  local flags=(--config "$conf" --workers "$(nproc)")
+  local flags=(--config "$conf" --workers "$(nproc)" ${BATCHD_BENCH_DAEMON_FLAGS:-})
   [ -z "$cache_dir" ] || flags+=(--cache-dir "$cache_dir" --cache-bytes "$cache_bytes")
   batchd_start "$RUN" daemon "$BUILD/server/batchd" "${flags[@]}"
   local daemon=$BATCHD_PID
@@ -91,6 +94,7 @@ median() { printf "%s\n" "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1
 
 declare -A rates
 QUARTER=$((DATA_BYTES / 4))
+THREE_QUARTERS=$((DATA_BYTES * 3 / 4))
 FULL=$((DATA_BYTES * 2))
 for round in $(seq "$ROUNDS"); do
   rates[local]+=" $(run "$LOCAL_CONF" "" 0 "$EPOCHS" 0)"
@@ -107,9 +111,9 @@ for round in $(seq "$ROUNDS"); do
     rates[s3-quarter-$window]+=" $(run "$S3_CONF" "$RUN/cache-quarter" "$QUARTER" "$EPOCHS" "$window")"
   done
   for conf in "$HTTP_CONF" "$LATENCY_CONF"; do
-    rm -rf "$RUN/cache-quarter"
+    rm -rf "$RUN/cache-latency"
     key=latency-$([ "$conf" = "$HTTP_CONF" ] && echo 0 || echo "$LATENCY_MS")
-    rates[$key]+=" $(run "$conf" "$RUN/cache-quarter" "$QUARTER" "$EPOCHS" 2)"
+    rates[$key]+=" $(run "$conf" "$RUN/cache-latency" "$THREE_QUARTERS" "$EPOCHS" 2)"
   done
 done
 
@@ -138,7 +142,7 @@ row s3rver "cold, 25 %" global "$EPOCHS" s3-quarter-0 "$base"
 row s3rver "cold, 25 %" "shards, window 2" "$EPOCHS" s3-quarter-2 "$base_window"
 echo "(the last row is against local disk with the same shard-aware shuffle)"
 echo
-echo "nginx, 25 % cache, shard-aware shuffle (window 2), $EPOCHS epochs:"
+echo "nginx, 75 % cache, shard-aware shuffle (window 2), $EPOCHS epochs:"
 printf "| latency per request | images/s | x no latency |\n|---|---|---|\n"
 no_latency=$(median ${rates[latency-0]})
 with_latency=$(median ${rates[latency-$LATENCY_MS]})

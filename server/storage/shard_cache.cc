@@ -545,7 +545,14 @@ void ShardCache::Prefetch(const std::shared_ptr<ObjectStore>& store,
   if (options_.prefetch_threads <= 0) return;
   const std::string name = FileName(shard);
   absl::MutexLock lock(&mu_);
-  if (stopping_ || entries_.contains(name) || prefetch_queued_.contains(name)) {
+  if (stopping_ || prefetch_queued_.contains(name)) return;
+  if (auto it = entries_.find(name); it != entries_.end()) {
+    // The batches ahead read it: it goes last. Otherwise a shard of the
+    // shuffle's window, read now and then, ages behind the prefetches and
+    // is evicted between two of its reads, then fetched again.
+    if (it->second->ready) {
+      lru_.splice(lru_.begin(), lru_, it->second->lru_position);
+    }
     return;
   }
   if (shard.size > options_.disk_bytes / 2 ||
