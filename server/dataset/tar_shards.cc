@@ -248,6 +248,18 @@ absl::flat_hash_map<std::string, CachedShard> ReadSidecar(
   return cached;
 }
 
+// Writes the sidecar index; false (logged: the shards are re-indexed at
+// every start) when it cannot be written.
+bool WriteSidecar(const std::string& name, const std::string& path,
+                  const std::vector<CachedShard>& shards) {
+  const absl::Status written = WriteIndexCache(path, shards);
+  if (!written.ok()) {
+    Log(name, absl::StrCat("cannot write the index cache: ", written.message(),
+                           "; the shards are re-indexed at every start"));
+  }
+  return written.ok();
+}
+
 // The dataset's samples in shard order, then member order, from every
 // shard's index; logs damage, skipped keys and the totals.
 absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
@@ -467,14 +479,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
   RETURN_IF_ERROR(
       IndexRemoteShards(*store, objects, shards, remote.index_threads));
   if (!cache_path.empty() && changed) {
-    const absl::Status written = WriteIndexCache(cache_path, shards);
-    if (written.ok()) {
-      stats.cache_written = true;
-    } else {
-      Log(name, absl::StrCat("cannot write the index cache: ",
-                             written.message(),
-                             "; the shards are re-indexed at every start"));
-    }
+    stats.cache_written = WriteSidecar(name, cache_path, shards);
   }
   auto source = std::make_shared<const RemoteShards>(
       std::move(store), std::move(objects), remote.cache);
@@ -538,14 +543,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
     changed = true;
   }
   if (!cache_path.empty() && changed) {
-    const absl::Status written = WriteIndexCache(cache_path, shards);
-    if (written.ok()) {
-      stats.cache_written = true;
-    } else {
-      Log(name, absl::StrCat("cannot write the index cache: ",
-                             written.message(),
-                             "; the shards are re-indexed at every start"));
-    }
+    stats.cache_written = WriteSidecar(name, cache_path, shards);
   }
 
   const size_t max_open = config.max_open_shards() == 0
