@@ -24,7 +24,6 @@ CPU, the float tensor is new memory and the slot is returned as soon as it
 has been converted.
 """
 
-import collections
 import gc
 import logging
 import os
@@ -37,6 +36,8 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import _native, errors  # noqa: E402
 from . import timeline as _timeline  # noqa: E402
+from .diagnosis import VERDICTS, Diagnosis  # noqa: E402,F401
+from .diagnosis import log_line as _log_diagnosis  # noqa: E402
 from ._native import LoaderArgs, NativeLoader  # noqa: E402,F401
 from .errors import BatchdError  # noqa: E402,F401
 from .state import STATE_VERSION as _STATE_VERSION, merge_states  # noqa: E402,F401
@@ -50,36 +51,11 @@ __all__ = ["Loader", "Diagnosis", "BatchdError", "errors", "list_datasets",
 IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 
-#: What :meth:`Loader.diagnose` can conclude (client/diagnosis.h).
-VERDICTS = ("compute-bound", "input-bound", "network-bound", "client-bound",
-            "storage-bound", "unknown")
-
 _logger = logging.getLogger("batchd")
 
 # The defaults of Loader's plan and stream options: the C++ client's
 # (client::LoaderOptions, client/loader.h), as the native module reads them.
 _DEFAULTS = LoaderArgs()
-
-
-class Diagnosis(collections.namedtuple(
-        "Diagnosis", ["verdict", "line", "waited_fraction", "copy_fraction",
-                      "daemon_busy_fraction", "daemon_workers",
-                      "stream_bytes_per_second"])):
-    """What limits the input, as :meth:`Loader.diagnose` finds it.
-
-    ``verdict`` is one of :data:`VERDICTS`; ``line`` says it in one plain
-    line (``str(diagnosis)`` is the line), e.g. ``"input-bound: waited 43 %
-    of wall time; daemon workers 100 % busy (1 worker) -> add workers or a
-    daemon"``. The figures it rests on: ``waited_fraction`` (the steady
-    share, without each epoch's first batch), ``copy_fraction``,
-    ``daemon_busy_fraction`` (None when the daemon's status was not
-    available), ``daemon_workers`` and ``stream_bytes_per_second``.
-    """
-
-    __slots__ = ()
-
-    def __str__(self):
-        return self.line
 
 
 def _security(tls_ca, tls_cert, tls_key, tls_server_name, token_file):
@@ -103,10 +79,6 @@ def list_datasets(endpoint, timeout=10.0, *, tls_ca=None, tls_cert=None,
         endpoint, timeout,
         security=_security(tls_ca, tls_cert, tls_key, tls_server_name,
                            token_file))
-
-
-def _log_diagnosis(line):
-    _logger.info("%s", line)
 
 
 def _default_rank_world_size():
