@@ -30,17 +30,17 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/control/autoscaler.h"
-#include "server/control/job_stats.h"
-#include "server/control/trainer_reports.h"
+#include "server/observe/job_stats.h"
+#include "server/observe/trainer_reports.h"
 #include "server/metrics/metrics_http_server.h"
-#include "server/pipeline.h"
-#include "server/server_metrics.h"
-#include "server/shared_batches.h"
+#include "server/pipeline/pipeline.h"
+#include "server/metrics/server_metrics.h"
+#include "server/pipeline/shared_batches.h"
 #include "server/service/admin_service.h"
 #include "server/service/auth.h"
 #include "server/service/data_service.h"
 #include "server/service/grpc_log_filter.h"
-#include "server/service/shared_memory_broker.h"
+#include "server/stream/shared_memory_broker.h"
 #include "server/service/transport_security.h"
 
 namespace batchd::server {
@@ -128,7 +128,7 @@ struct ServerOptions {
   // Jobs with no stream open kept in GetStatus and /metrics, most recently
   // active first; older ones are summed under "_other" (JobStats).
   size_t max_idle_jobs = JobStats::kDefaultMaxIdleJobs;
-  // Streams of identical plans share their batches (server/shared_batches.h),
+  // Streams of identical plans share their batches (server/pipeline/shared_batches.h),
   // keeping finished ones in `shared_batches.retention_bytes`.
   bool share_batches = true;
   SharedBatchesOptions shared_batches;

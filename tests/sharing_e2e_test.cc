@@ -1,4 +1,4 @@
-// Batches shared between jobs with the same plan (server/shared_batches.h):
+// Batches shared between jobs with the same plan (server/pipeline/shared_batches.h):
 // every job still gets exactly the batches a lone job gets, whatever its
 // speed, start time or restarts, and while jobs overlap the daemon builds
 // a batch once for all of them.

@@ -19,8 +19,8 @@
 #include "absl/time/time.h"
 #include "batchd/v1/admin.pb.h"
 #include "server/control/autoscale_policy.h"
-#include "server/control/trainer_reports.h"
-#include "server/pipeline.h"
+#include "server/observe/trainer_reports.h"
+#include "server/pipeline/pipeline.h"
 
 namespace batchd::server {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <tuple>
 
-#include "server/decode/decode_internal.h"
+#include "server/decode/crop.h"
 #include "server/decode/image_probe.h"
 
 namespace batchd::server {

@@ -7,7 +7,7 @@
 // decoded at the coarsest DCT scale that is at least that size and resized
 // (antialiased, resize.h) to it; a smaller image is decoded as it is. It is
 // a pure function of the file and `max_side`, so it can be kept and shared
-// by every plan with that cap (server/decoded_cache.h). TransformCapped
+// by every plan with that cap (server/pipeline/decoded_cache.h). TransformCapped
 // then takes the crop chosen for the original image's size (so the
 // augmentation is the one the uncapped pipeline draws), maps its window
 // onto the capped image, and resizes, flips and writes the output as the

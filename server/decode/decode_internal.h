@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "server/decode/crop.h"
 #include "server/decode/jpeg_decoder.h"
 #include "server/decode/resize.h"
 
@@ -19,20 +20,6 @@ namespace batchd::server {
 // scaled crop is never smaller than the output. The 3/8..7/8 scales are not
 // used: on the target machines they decode slower than no scaling at all.
 int ChooseScaleDenom(double crop_w, double crop_h, int out_w, int out_h);
-
-// `crop` clamped into a width x height image. kCorrupt for a window that
-// is not finite or is empty after clamping, or an empty output.
-DecodeResult ClampCrop(const CropSpec& crop, int width, int height,
-                       CropSpec* clamped);
-
-// What to decode for a clamped crop at 1 / `denom`: the window rounded out
-// to whole pixels of the scaled image, half-open, and the resize of it.
-struct CropWindow {
-  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
-  ResizeRequest resize;  // coordinates relative to (x0, y0)
-};
-CropWindow WindowAt(const CropSpec& crop, int width, int height, int denom,
-                    PixelLayout layout);
 
 // Decoded RGB pixels of a rectangle of the image scaled by 1 / scale_denom.
 struct RegionPixels {

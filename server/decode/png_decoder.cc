@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/decode/decode_internal.h"
+#include "server/decode/crop.h"
 #include "server/decode/resize.h"
 
 namespace batchd::server {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/decode/decode_internal.h"
+#include "server/decode/crop.h"
 #include "server/decode/image_decoder.h"
 #include "testing/png_synth.h"
 #include "server/decode/resize.h"

@@ -50,7 +50,7 @@ struct ResolvedPlan {
   // Every field above that decides a batch's bytes, in a canonical text
   // (PlanFingerprint): two plans with the same fingerprint get
   // byte-identical batches, so their streams can share them
-  // (server/shared_batches.h). Not in it: the job, and the resume point
+  // (server/pipeline/shared_batches.h). Not in it: the job, and the resume point
   // (which only moves the resumed epoch's start, ShardFor).
   std::string fingerprint;
 

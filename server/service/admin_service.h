@@ -17,10 +17,10 @@
 #include "absl/time/time.h"
 #include "batchd/v1/admin.grpc.pb.h"
 #include "server/control/autoscaler.h"
-#include "server/control/job_stats.h"
-#include "server/control/timeline.h"
-#include "server/control/trainer_reports.h"
-#include "server/pipeline.h"
+#include "server/observe/job_stats.h"
+#include "server/observe/timeline.h"
+#include "server/observe/trainer_reports.h"
+#include "server/pipeline/pipeline.h"
 #include "server/service/data_service.h"
 
 namespace batchd::server {

@@ -31,15 +31,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "batchd/v1/data.grpc.pb.h"
-#include "server/control/job_stats.h"
-#include "server/control/trainer_reports.h"
-#include "server/pipeline.h"
+#include "server/observe/job_stats.h"
+#include "server/observe/trainer_reports.h"
+#include "server/pipeline/pipeline.h"
 #include "server/plan/resolved_plan.h"
-#include "server/server_metrics.h"
+#include "server/metrics/server_metrics.h"
 #include "server/service/auth.h"
 #include "server/service/batch_stream.h"
-#include "server/service/buffer_budget.h"
-#include "server/service/shared_memory_broker.h"
+#include "server/stream/buffer_budget.h"
+#include "server/stream/shared_memory_broker.h"
 
 namespace batchd::server {
 

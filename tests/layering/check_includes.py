@@ -103,17 +103,17 @@ def self_test():
             f.write("Allowed dependencies\n```\nproto ->\ncommon -> proto\n"
                     "server -> common proto\nclient -> common proto\n```\n")
         for rel, body in {
-            "server/pipeline.h": '#include "common/random.h"\n',
+            "server/pipeline/pipeline.h": '#include "common/random.h"\n',
             "client/ok.cc": '#include "client/ok.h"\n'
                             '#include "batchd/v1/data.pb.h"\n',
-            "client/bad.cc": '#include "server/pipeline.h"\n',
+            "client/bad.cc": '#include "server/pipeline/pipeline.h"\n',
         }.items():
             os.makedirs(os.path.join(root, os.path.dirname(rel)),
                         exist_ok=True)
             with open(os.path.join(root, rel), "w") as f:
                 f.write(body)
         found = violations(root)
-    expected = ["client/bad.cc:1: client/ may not include server/pipeline.h"]
+    expected = ["client/bad.cc:1: client/ may not include server/pipeline/pipeline.h"]
     if len(found) != 1 or not found[0].startswith(expected[0]):
         print("self-test: expected exactly", expected, "got", found)
         return 1

@@ -1,0 +1,407 @@
+#include "server/pipeline/pipeline.h"
+
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/random.h"
+#include "server/dataset/dataset.h"
+#include "server/decode/image_decoder.h"
+
+namespace batchd::server {
+namespace {
+
+uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now() - start)
+          .count());
+}
+
+// One decoder per worker thread: decoders keep libjpeg state between images.
+ImageDecoder& ThreadDecoder(const DecodeLimits& limits) {
+  thread_local ImageDecoder decoder(limits);
+  return decoder;
+}
+
+// One resizer per worker thread, for crops of capped images.
+Resizer& ThreadResizer() {
+  thread_local Resizer resizer;
+  return resizer;
+}
+
+}  // namespace
+
+batchd::v1::SubstitutionReason ToReason(SampleError error) {
+  switch (error) {
+    case SampleError::kReadError:
+      return batchd::v1::READ_ERROR;
+    case SampleError::kEmptyFile:
+      return batchd::v1::EMPTY_FILE;
+    case SampleError::kNotJpeg:
+      return batchd::v1::NOT_JPEG;
+    case SampleError::kUnsupportedFormat:
+      return batchd::v1::UNSUPPORTED_FORMAT;
+    case SampleError::kTruncated:
+      return batchd::v1::TRUNCATED;
+    case SampleError::kCorrupt:
+      return batchd::v1::CORRUPT;
+    case SampleError::kTooManyPixels:
+      return batchd::v1::TOO_MANY_PIXELS;
+    case SampleError::kTooManyScans:
+      return batchd::v1::TOO_MANY_SCANS;
+    case SampleError::kNone:
+      break;
+  }
+  return batchd::v1::SUBSTITUTION_REASON_UNSPECIFIED;
+}
+
+// The shared state of one batch under construction. Each position is
+// written by exactly one task; `remaining` counts tasks not yet finished.
+struct Pipeline::BatchJob {
+  std::shared_ptr<const ResolvedPlan> plan;
+  BatchCancellation cancelled;
+  std::function<void(std::unique_ptr<BuiltBatch>)> done;
+  std::unique_ptr<BuiltBatch> batch;
+  // One slot per position; set by that position's task only.
+  std::vector<std::optional<batchd::v1::Substitution>> substitutions;
+  std::atomic<size_t> remaining{0};
+  // When BuildBatch accepted the batch: the start of its assemble stage.
+  std::chrono::steady_clock::time_point started;
+};
+
+Pipeline::Pipeline(const PipelineOptions& options)
+    : options_(options),
+      read_cache_(options.read_cache_bytes > 0
+                      ? std::make_unique<ReadCache>(options.read_cache_bytes)
+                      : nullptr),
+      decoded_cache_(options.decoded_cache_bytes > 0
+                         ? std::make_unique<DecodedCache>(
+                               options.decoded_cache_bytes)
+                         : nullptr),
+      buffers_(BatchBufferPool::Create(options.idle_buffer_bytes)),
+      workers_(options.workers, "batchd-work"),
+      readers_(options.readers, "batchd-read") {}
+
+Pipeline::~Pipeline() = default;
+
+std::optional<ReadCacheCounts> Pipeline::read_cache_counts() const {
+  if (read_cache_ == nullptr) return std::nullopt;
+  return read_cache_->counts();
+}
+
+std::optional<DecodedCacheCounts> Pipeline::decoded_cache_counts() const {
+  if (decoded_cache_ == nullptr) return std::nullopt;
+  return decoded_cache_->counts();
+}
+
+void Pipeline::RecordRead(uint64_t nanos) {
+  read_nanos_ += nanos;
+  if (options_.metrics != nullptr) {
+    options_.metrics->read_seconds().Observe(nanos * 1e-9);
+  }
+}
+
+absl::StatusOr<FileBytes> Pipeline::ReadBytes(const ResolvedPlan& plan,
+                                              uint64_t index) {
+  const Dataset& dataset = *plan.dataset;
+  if (read_cache_ == nullptr) return dataset.ReadSample(index);
+  return read_cache_->Read({dataset.name(), index},
+                           [&] { return dataset.ReadSample(index); });
+}
+
+void Pipeline::PrefetchAfter(const ResolvedPlan& plan,
+                             const common::ShardSpec& shard,
+                             const std::vector<uint64_t>& order,
+                             uint64_t batch_index) {
+  if (options_.prefetch_batches <= 0 || !plan.dataset->prefetches()) return;
+  // Batches are a pure function of (plan, epoch, index): the next ones'
+  // samples are known now. Bounded: a few batches, and the cache bounds
+  // what it queues.
+  const uint64_t batches = common::BatchesPerEpoch(shard);
+  std::vector<uint64_t> upcoming;
+  for (uint64_t next = batch_index + 1;
+       next < batches &&
+       next <= batch_index + static_cast<uint64_t>(options_.prefetch_batches);
+       ++next) {
+    const std::vector<uint64_t> indices =
+        BatchIndicesFromOrder(shard, order, next);
+    upcoming.insert(upcoming.end(), indices.begin(), indices.end());
+  }
+  plan.dataset->Prefetch(upcoming);
+}
+
+PipelineCounters Pipeline::counters() const {
+  PipelineCounters c;
+  c.read_seconds = read_nanos_.load() * 1e-9;
+  c.decode_seconds = decode_nanos_.load() * 1e-9;
+  c.transform_seconds = transform_nanos_.load() * 1e-9;
+  c.samples_decoded = samples_decoded_.load();
+  c.samples_substituted = samples_substituted_.load();
+  return c;
+}
+
+absl::Status Pipeline::BuildBatch(
+    std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
+    uint64_t batch_index, BatchCancellation cancelled,
+    std::function<void(std::unique_ptr<BuiltBatch>)> done,
+    BatchDestination destination) {
+  const common::ShardSpec shard = plan->ShardFor(epoch);
+  std::shared_ptr<const std::vector<uint64_t>> order =
+      orders_.Get(shard, epoch);
+  std::vector<uint64_t> sample_indices =
+      BatchIndicesFromOrder(shard, *order, batch_index);
+  PrefetchAfter(*plan, shard, *order, batch_index);
+  const size_t n = sample_indices.size();
+  // Uninitialised on purpose: every byte is written by a sample task.
+  const uint64_t bytes = plan->batch_bytes(n);
+  absl::StatusOr<BatchBuffer> pixels;
+  if (destination.data != nullptr) {
+    if (bytes > destination.capacity) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch ", batch_index, " needs ", bytes, " bytes; its destination "
+          "holds ", destination.capacity));
+    }
+    pixels = BatchBuffer(destination.data, bytes,
+                         std::move(destination.owner));
+  } else {
+    pixels = buffers_->Acquire(bytes);
+  }
+  if (!pixels.ok()) return pixels.status();
+  auto job = std::make_shared<BatchJob>();
+  job->batch = std::make_unique<BuiltBatch>();
+  BuiltBatch& batch = *job->batch;
+  batch.epoch = epoch;
+  batch.batch_index = batch_index;
+  batch.sample_indices = std::move(sample_indices);
+  batch.labels.reserve(n);
+  for (uint64_t index : batch.sample_indices) {
+    batch.labels.push_back(plan->dataset->sample(index).label);
+  }
+  batch.shape = plan->shape(n);
+  batch.pixels = *std::move(pixels);
+  job->substitutions.resize(n);
+  job->remaining = n;
+  job->started = std::chrono::steady_clock::now();
+  job->plan = std::move(plan);
+  job->cancelled = std::move(cancelled);
+  job->done = std::move(done);
+
+  const std::string& job_name = job->plan->job;
+  for (size_t position = 0; position < n; ++position) {
+    readers_.Submit(job_name,
+                    [this, job, position] { ReadSample(job, position); });
+  }
+  return absl::OkStatus();
+}
+
+void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
+  if (job->cancelled.cancelled()) {
+    FinishSample(job);
+    return;
+  }
+  const uint64_t index = job->batch->sample_indices[position];
+  const std::string job_name = job->plan->job;
+  if (job->plan->decoded_max_side > 0 && decoded_cache_ != nullptr) {
+    // A cached capped image needs no file: straight to the workers.
+    std::shared_ptr<const CappedImage> image = decoded_cache_->Lookup(
+        {job->plan->dataset->name(), index, job->plan->decoded_max_side});
+    if (image != nullptr) {
+      workers_.Submit(job_name, [this, job = std::move(job), position,
+                                 image = std::move(image)]() mutable {
+        DecodeSample(std::move(job), position, FileBytes(), SampleError::kNone,
+                     std::string(), std::move(image));
+      });
+      return;
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<FileBytes> bytes = ReadBytes(*job->plan, index);
+  RecordRead(NanosSince(start));
+  SampleError read_error = SampleError::kNone;
+  std::string detail;
+  FileBytes data;
+  if (bytes.ok()) {
+    data = *std::move(bytes);
+  } else {
+    read_error = SampleError::kReadError;
+    detail = std::string(bytes.status().message());
+  }
+  workers_.Submit(job_name, [this, job = std::move(job), position,
+                             data = std::move(data), read_error,
+                             detail = std::move(detail)]() mutable {
+    DecodeSample(std::move(job), position, std::move(data), read_error,
+                 std::move(detail), /*image=*/nullptr);
+  });
+}
+
+DecodedSample Pipeline::CappedImageOf(const ResolvedPlan& plan,
+                                     uint64_t sample_index,
+                                     const FileBytes* bytes) {
+  auto decode = [&]() -> DecodedSample {
+    DecodedSample sample;
+    FileBytes read_bytes;
+    if (bytes == nullptr) {
+      const auto start = std::chrono::steady_clock::now();
+      absl::StatusOr<FileBytes> file = ReadBytes(plan, sample_index);
+      RecordRead(NanosSince(start));
+      if (!file.ok()) {
+        sample.result = {SampleError::kReadError,
+                         std::string(file.status().message())};
+        return sample;
+      }
+      read_bytes = *std::move(file);
+      bytes = &read_bytes;
+    }
+    auto image = std::make_shared<CappedImage>();
+    DecodeTimings timings;
+    sample.result = DecodeCapped(ThreadDecoder(options_.decode_limits),
+                                 bytes->bytes(),
+                                 static_cast<int>(plan.decoded_max_side),
+                                 image.get(), &timings);
+    decode_nanos_ += static_cast<uint64_t>(timings.decode_seconds * 1e9);
+    if (options_.metrics != nullptr) {
+      options_.metrics->decode_seconds().Observe(timings.decode_seconds);
+    }
+    if (sample.result.ok()) sample.image = std::move(image);
+    return sample;
+  };
+  if (decoded_cache_ == nullptr) return decode();
+  return decoded_cache_->Get(
+      {plan.dataset->name(), sample_index, plan.decoded_max_side}, decode);
+}
+
+DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
+                                 uint64_t sample_index,
+                                 const FileBytes* bytes,
+                                 std::shared_ptr<const CappedImage> image,
+                                 uint8_t* out) {
+  if (plan.decoded_max_side > 0) {
+    if (image == nullptr) {
+      DecodedSample sample = CappedImageOf(plan, sample_index, bytes);
+      if (!sample.result.ok()) return sample.result;
+      image = std::move(sample.image);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    DecodeResult result = TransformCapped(
+        ThreadResizer(), *image,
+        [&](int width, int height) {
+          return plan.Crop(epoch, sample_index, width, height);
+        },
+        plan.pixel_layout(), out);
+    const uint64_t nanos = NanosSince(start);
+    transform_nanos_ += nanos;
+    if (options_.metrics != nullptr) {
+      options_.metrics->transform_seconds().Observe(nanos * 1e-9);
+    }
+    return result;
+  }
+  FileBytes read_bytes;
+  if (bytes == nullptr) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<FileBytes> file = ReadBytes(plan, sample_index);
+    RecordRead(NanosSince(start));
+    if (!file.ok()) {
+      return {SampleError::kReadError, std::string(file.status().message())};
+    }
+    read_bytes = *std::move(file);
+    bytes = &read_bytes;
+  }
+  DecodeTimings timings;
+  DecodeResult result = ThreadDecoder(options_.decode_limits)
+                            .Decode(
+                                bytes->bytes(),
+                                [&](int width, int height) {
+                                  return plan.Crop(epoch, sample_index, width,
+                                                   height);
+                                },
+                                plan.pixel_layout(), out, &timings);
+  decode_nanos_ += static_cast<uint64_t>(timings.decode_seconds * 1e9);
+  transform_nanos_ += static_cast<uint64_t>(timings.transform_seconds * 1e9);
+  if (options_.metrics != nullptr) {
+    options_.metrics->decode_seconds().Observe(timings.decode_seconds);
+    options_.metrics->transform_seconds().Observe(timings.transform_seconds);
+  }
+  return result;
+}
+
+void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
+                            FileBytes bytes, SampleError read_error,
+                            std::string read_detail,
+                            std::shared_ptr<const CappedImage> image) {
+  if (job->cancelled.cancelled()) {
+    FinishSample(job);
+    return;
+  }
+  const ResolvedPlan& plan = *job->plan;
+  BuiltBatch& batch = *job->batch;
+  const uint64_t index = batch.sample_indices[position];
+  uint8_t* out = batch.pixels.data() + position * plan.sample_bytes();
+
+  DecodeResult result{read_error, std::move(read_detail)};
+  if (read_error == SampleError::kNone) {
+    result = DecodeOne(plan, batch.epoch, index,
+                       image != nullptr ? nullptr : &bytes, std::move(image),
+                       out);
+  }
+  samples_decoded_.fetch_add(1, std::memory_order_relaxed);
+  if (result.damage != SampleError::kNone && options_.metrics != nullptr) {
+    // --corrupt-policy decode: kept, and counted apart from substitutions.
+    options_.metrics->SampleDecodedDamaged(ToReason(result.damage));
+  }
+  if (!result.ok()) {
+    // A deterministic substitute: candidates come from the plan's generator
+    // keyed by (seed, epoch, sample), so every daemon picks the same one.
+    samples_substituted_.fetch_add(1, std::memory_order_relaxed);
+    if (options_.metrics != nullptr) {
+      options_.metrics->SampleSubstituted(ToReason(result.error));
+    }
+    batchd::v1::Substitution sub;
+    sub.set_position(static_cast<uint32_t>(position));
+    sub.set_original_index(index);
+    sub.set_substitute_index(index);
+    sub.set_reason(ToReason(result.error));
+    sub.set_detail(result.detail.substr(0, 200));
+    common::SampleRandom rng(plan.shard.seed, batch.epoch, index,
+                             common::RandomPurpose::kSubstitute);
+    bool found = false;
+    const uint64_t n = plan.dataset->size();
+    for (int attempt = 0; attempt < options_.max_substitute_attempts && n > 1;
+         ++attempt) {
+      const uint64_t candidate = rng.UniformInt(n);
+      if (candidate == index) continue;
+      if (DecodeOne(plan, batch.epoch, candidate, nullptr, nullptr, out)
+              .ok()) {
+        sub.set_substitute_index(candidate);
+        found = true;
+        break;
+      }
+    }
+    if (!found) std::memset(out, 0, plan.sample_bytes());
+    job->substitutions[position] = std::move(sub);
+  }
+  FinishSample(job);
+}
+
+void Pipeline::FinishSample(const std::shared_ptr<BatchJob>& job) {
+  // acq_rel: the last finisher sees every other task's writes to the batch.
+  if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (job->cancelled.cancelled()) {
+    job->done(nullptr);
+    return;
+  }
+  for (auto& sub : job->substitutions) {
+    if (sub.has_value()) job->batch->substitutions.push_back(std::move(*sub));
+  }
+  job->batch->finished = absl::Now();
+  if (options_.metrics != nullptr) {
+    options_.metrics->assemble_seconds().Observe(NanosSince(job->started) *
+                                                 1e-9);
+  }
+  job->done(std::move(job->batch));
+}
+
+}  // namespace batchd::server
