@@ -17,7 +17,18 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
 # tests' HTTP(S) shards; Debian's npm is asked for only
 # when no npm is installed (a nodejs from elsewhere may bring its own).
 
-.PHONY: all setup build test test-asan test-tsan fuzz soak chaos demo deploy-test clean
+# What `make demo` runs (the daemon, the command-line client, batchd-top
+# and the dataset tools) and the packages it builds them from: a subset of
+# DEB_PACKAGES without the test suite's servers, browser and Python stack.
+# GoogleTest stays: the configure step declares every target.
+DEMO_PACKAGES := cmake ninja-build g++ pkg-config \
+  libgrpc++-dev protobuf-compiler-grpc grpc-proto libprotobuf-dev protobuf-compiler \
+  libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libgtest-dev libgmock-dev \
+  libcpp-httplib-dev libcurl4-openssl-dev \
+  nodejs $(if $(shell command -v npm),,npm)
+DEMO_TARGETS := batchd batchd_client_cli batchd_top make_dataset batchd_prep
+
+.PHONY: all setup build configure test test-asan test-tsan fuzz soak chaos demo deploy-test clean
 
 all: build
 
@@ -25,10 +36,15 @@ all: build
 setup:
 	@./scripts/install_deps.sh $(DEB_PACKAGES)
 
-$(BUILD_DIR)/build.ninja:
+# Configured every time (seconds when nothing changed), so that a build
+# directory first made by `make demo`, with fewer packages installed, finds
+# what `make setup` has installed since (the Python module, the browser
+# tests).
+configure:
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
 
-build: setup $(BUILD_DIR)/build.ninja
+build: setup
+	$(MAKE) configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
@@ -117,7 +133,11 @@ CHAOS_DURATION ?= 600
 chaos: build
 	$(BUILD_DIR)/tests/chaos/batchd-chaos --duration_s=$(if $(filter command line environment,$(origin DURATION)),$(DURATION),$(CHAOS_DURATION))
 
-demo: build
+# Installs and builds only what the demo runs; `make test` builds the rest.
+demo:
+	@./scripts/install_deps.sh $(DEMO_PACKAGES)
+	$(MAKE) configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target $(DEMO_TARGETS)
 	./scripts/demo.sh $(BUILD_DIR)
 
 # The container path, really run: images on a debootstrapped Debian 12 base,

@@ -27,6 +27,57 @@ def global_position(samples, start, next_batch, batches, batch_size,
     return start + next_batch * batch_size * world_size
 
 
+def resume_point(state, plan, batch_size, world_size, drop_last):
+    """``(epoch, position, old_world_size)``: where a loader of `plan` (the
+    dict of fields that must match: dataset, seed, shuffle,
+    shuffle_window_shards, samples) with `batch_size` per rank on
+    `world_size` ranks resumes from `state`, a ``Loader.state_dict()`` of
+    any world size. `position` is the epoch's global position, or
+    ``samples`` when nothing of the epoch is left for this world.
+
+    Raises ValueError when `state` is from another plan or out of range.
+    """
+    samples = plan["samples"]
+    version = state.get("version")
+    if version not in (1, STATE_VERSION):
+        raise ValueError(f"unknown batchd state version {version!r}")
+    for key, value in plan.items():
+        # Version 1 states hold neither shuffle nor samples, older
+        # version 2 states no shuffle_window_shards.
+        if key in state and state[key] != value:
+            raise ValueError(f"state_dict is for {key}={state[key]!r}, "
+                             f"this loader has {key}={value!r}")
+    old_world, old_batch = int(state["world_size"]), int(state["batch_size"])
+    if (old_batch != batch_size and
+            old_batch * old_world != batch_size * world_size):
+        raise ValueError(
+            f"state_dict is for batch_size={old_batch} on {old_world} "
+            f"ranks (global batch {old_batch * old_world}); this loader "
+            f"has batch_size={batch_size} on {world_size} (global "
+            f"{batch_size * world_size}): keep the batch size or the global "
+            f"batch size")
+    epoch = int(state["epoch"])
+    if epoch < 0:
+        raise ValueError(f"epoch must be >= 0, not {epoch}")
+    start = int(state.get("epoch_start", 0))
+    if not 0 <= start < samples:
+        raise ValueError(f"epoch_start {start} is outside 0..{samples - 1}")
+    batches = batches_in_rest(samples - start, old_world, old_batch,
+                              bool(state.get("drop_last", drop_last)))
+    next_batch = int(state["next_batch"])
+    if not 0 <= next_batch <= batches:
+        raise ValueError(f"next_batch {next_batch} is outside "
+                         f"0..{batches}")
+    position = global_position(samples, start, next_batch, batches,
+                               old_batch, old_world)
+    if batches_in_rest(samples - position, world_size, batch_size,
+                       drop_last) == 0:
+        # Nothing of the epoch is left for this world: iterating it
+        # yields nothing, and the loop goes on to the next epoch.
+        position = samples
+    return epoch, position, old_world
+
+
 def merge_states(states):
     """One state for the whole job from every rank's ``state_dict()``.
 

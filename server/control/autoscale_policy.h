@@ -1,7 +1,7 @@
 // AutoscalePolicy: decides the decode worker count (--workers auto) from a
 // sequence of observations of the daemon: how busy its workers are, how many
 // images they decode, and how long each job's trainers wait for input. Pure:
-// no threads, no clock, no gRPC; the Autoscaler (server/autoscaler.h) feeds
+// no threads, no clock, no gRPC; the Autoscaler (server/control/autoscaler.h) feeds
 // it once a second and applies its decisions, and tests feed it traces.
 //
 // The rule (docs/autoscaling.md):

@@ -1,6 +1,6 @@
 // Autoscaler: the daemon's worker-pool controller. Once a `period` it
 // measures the pool (busy fraction, images decoded) and the trainers'
-// reports (server/trainer_reports.h), keeps the capacity-demand ratio that
+// reports (server/observe/trainer_reports.h), keeps the capacity-demand ratio that
 // a Kubernetes HorizontalPodAutoscaler targets, and, when enabled
 // (--workers auto), feeds AutoscalePolicy and applies its decisions: each
 // change is logged as one line on stderr and counted in the status.

@@ -8,7 +8,17 @@ The rooms and the edges between them are written once, in docs/layout.md, as a f
 
 A file's room is the first directory of its path (server/service/x.cc is in
 "server"); an include's room is the first directory of the included path
-("batchd/v1/..." is the generated wire API, room "proto"). Anything else
+("batchd/v1/..." is the generated wire API, room "proto").
+
+Inside server/ and client/, a second block, "Sub-room order", orders the
+sub-rooms the same way:
+
+    server/pipeline -> storage dataset decode sched metrics plan
+
+A file of a sub-room (server/pipeline/x.cc) may include its own sub-room and
+those listed; the room's top-level files (server/main.cc, server_lib.*) are
+its composition root and may include any of its sub-rooms, but no sub-room
+includes them; a sub-room missing from the block is itself a violation. Anything else
 (absl/, grpcpp/, gtest/, system headers) is outside the project and allowed,
 except gRPC's implementation headers (grpcpp/impl/) and grpc::internal, which
 are not a public API. Unit tests and their helpers (*_test.cc,
@@ -46,6 +56,45 @@ def read_edges(readme_path):
     return edges
 
 
+def read_sub_edges(readme_path):
+    """'server/pipeline' -> set of sibling sub-rooms it may include, from
+    docs/layout.md's "Sub-room order" block (empty when there is none)."""
+    text = open(readme_path, encoding="utf-8").read()
+    match = re.search(r"Sub-room order.*?```[a-z]*\n(.*?)```", text, re.S)
+    edges = {}
+    if match:
+        for line in match.group(1).splitlines():
+            if "->" not in line:
+                continue
+            sub, targets = line.split("->", 1)
+            targets = re.sub(r"\(.*?\)", "", targets).split()
+            edges[sub.strip()] = set(targets)
+    return edges
+
+
+def sub_room_violation(rel, included, sub_edges):
+    """Why `rel` may not include `included` by the sub-room order, or None."""
+    parts, target = rel.split(os.sep), included.split("/")
+    room = parts[0]
+    if target[0] != room or not any(k.startswith(room + "/")
+                                    for k in sub_edges):
+        return None
+    if len(parts) == 2:
+        return None  # the room's composition root
+    sub = f"{room}/{parts[1]}"
+    if sub not in sub_edges:
+        return (f"{sub}/ is not in docs/layout.md's sub-room order; add it "
+                "with the sub-rooms it may include")
+    if len(target) == 2:
+        return (f"{sub}/ may not include {included}: {room}/'s top-level "
+                "files are its composition root")
+    if target[1] == parts[1] or target[1] in sub_edges[sub]:
+        return None
+    return (f"{sub}/ may not include {included} ({sub} -> "
+            f"{' '.join(sorted(sub_edges[sub])) or 'nothing'}; see "
+            "docs/layout.md's sub-room order)")
+
+
 def room_of_include(path, rooms):
     if path.startswith("batchd/v1/"):
         return "proto"
@@ -55,6 +104,7 @@ def room_of_include(path, rooms):
 
 def violations(root):
     edges = read_edges(os.path.join(root, "docs", "layout.md"))
+    sub_edges = read_sub_edges(os.path.join(root, "docs", "layout.md"))
     rooms = set(edges)
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -85,6 +135,10 @@ def violations(root):
                         found.append(f"{rel}:{number}: includes {included}, "
                                      "a gRPC implementation header")
                         continue
+                    why = sub_room_violation(rel, included, sub_edges)
+                    if why is not None:
+                        found.append(f"{rel}:{number}: {why}")
+                        continue
                     target = room_of_include(included, rooms)
                     if target is not None and target not in allowed:
                         found.append(
@@ -96,14 +150,20 @@ def violations(root):
 
 
 def self_test():
-    """A client file that includes a server header must fail the check."""
+    """A client file that includes a server header, and a sub-room that
+    includes one above it, must fail the check."""
     with tempfile.TemporaryDirectory() as root:
         os.makedirs(os.path.join(root, "docs"))
         with open(os.path.join(root, "docs", "layout.md"), "w") as f:
             f.write("Allowed dependencies\n```\nproto ->\ncommon -> proto\n"
-                    "server -> common proto\nclient -> common proto\n```\n")
+                    "server -> common proto\nclient -> common proto\n```\n"
+                    "Sub-room order\n```\nserver/storage ->\n"
+                    "server/pipeline -> storage\n```\n")
         for rel, body in {
-            "server/pipeline/pipeline.h": '#include "common/random.h"\n',
+            "server/pipeline/pipeline.h": '#include "common/random.h"\n'
+                                          '#include "server/storage/s.h"\n',
+            "server/main.cc": '#include "server/pipeline/pipeline.h"\n',
+            "server/storage/bad.cc": '#include "server/pipeline/pipeline.h"\n',
             "client/ok.cc": '#include "client/ok.h"\n'
                             '#include "batchd/v1/data.pb.h"\n',
             "client/bad.cc": '#include "server/pipeline/pipeline.h"\n',
@@ -113,12 +173,16 @@ def self_test():
             with open(os.path.join(root, rel), "w") as f:
                 f.write(body)
         found = violations(root)
-    expected = ["client/bad.cc:1: client/ may not include server/pipeline/pipeline.h"]
-    if len(found) != 1 or not found[0].startswith(expected[0]):
+    expected = ["client/bad.cc:1: client/ may not include "
+                "server/pipeline/pipeline.h",
+                "server/storage/bad.cc:1: server/storage/ may not include "
+                "server/pipeline/pipeline.h"]
+    if len(found) != 2 or not all(line.startswith(prefix) for line, prefix
+                                  in zip(sorted(found), expected)):
         print("self-test: expected exactly", expected, "got", found)
         return 1
-    print("self-test: a client file including a server header fails:",
-          found[0])
+    for line in sorted(found):
+        print("self-test: a forbidden include fails:", line)
     return 0
 
 

@@ -2,7 +2,7 @@
 
 - :mod:`batchd_testing.daemon`: starts a batchd daemon process (the one
   Python launcher; testing/shell/batchd_daemon.sh is its shell twin and
-  tests/daemon_process.h the C++ one).
+  testing/daemon_process.h the C++ one).
 - :mod:`batchd_testing.datasets`: finds a dataset's images the way the
   daemon does.
 

@@ -1,0 +1,694 @@
+"""batchd.Loader: the PyTorch-facing loader over the native client.
+
+Re-exported by the package (``batchd.Loader``); the package docstring says
+how to use it and what a yielded tensor's lifetime is.
+"""
+
+import gc
+import logging
+import time
+
+from . import _native, errors
+from . import connection as _connection
+from . import timeline as _timeline
+from .diagnosis import Diagnosis
+from .diagnosis import log_line as _log_diagnosis
+from ._native import LoaderArgs, NativeLoader
+from .state import STATE_VERSION as _STATE_VERSION
+from .state import global_position as _global_position
+from .state import resume_point as _resume_point
+
+#: torchvision's ImageNet ``Normalize(mean, std)``, in 0..1 units.
+IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+_logger = logging.getLogger("batchd")
+
+# The defaults of Loader's plan and stream options: the C++ client's
+# (client::LoaderOptions, client/loader.h), as the native module reads them.
+_DEFAULTS = LoaderArgs()
+
+
+class Loader:
+    """Iterable over ``(images, labels)`` batches of one plan.
+
+    Args:
+      endpoint: the daemons: an address (``"host:port"`` or
+        ``"unix:/path"``), a list of them (or one comma-separated string),
+        or ``"dns:///name:port"`` for every address a name resolves to (a
+        Kubernetes headless Service; looked up again every 10 s). Requests
+        are spread over the healthy daemons; a lost one's batches are asked
+        of the others, so every batch of an epoch arrives exactly once.
+      dataset: name of a dataset the daemon serves (see :func:`list_datasets`).
+      batch_size: samples per batch.
+      mode: ``"train"`` (RandomResizedCrop + horizontal flip) or ``"eval"``
+        (resize the shorter side, then centre crop).
+      size: output height and width, pixels.
+      scale, ratio: RandomResizedCrop's ranges, ``(min, max)``; None for
+        torchvision's defaults. Train only.
+      flip: probability of a horizontal flip (train only; default 0.5).
+      resize_shorter: eval only; default ``size * 256 // 224``.
+      layout: ``"nchw"`` (default, what torch models take) or ``"nhwc"``.
+      decoded_max_side: 0 (default) decodes each crop from the file. N > 0
+        decodes each image whole with its longer side capped at N pixels
+        and crops that, a different (slightly softer) pipeline whose decoded
+        images a daemon with ``--decoded-cache-bytes`` keeps for every job:
+        jobs that differ in seed then decode each file once
+        (docs/deploy.md, "Jobs with different seeds").
+      seed: seed of the order and of every augmentation.
+      shuffle, drop_last: as DataLoader's.
+      shuffle_window_shards: with ``shuffle``, 0 (default) shuffles every
+        sample of the dataset; K > 0 is the shard-aware shuffle of a
+        TAR_SHARDS dataset: each epoch permutes the shards and draws
+        samples from a sliding window of K shards, so at most K shards are
+        being read at any time (docs/datasets.md, "Shard-aware shuffle").
+        The daemon refuses it on a dataset without shards.
+      rank, world_size: this process's shard (DistributedSampler semantics).
+        Default: torch.distributed's when initialised, else the RANK and
+        WORLD_SIZE environment variables, else 0 and 1.
+      prefetch: ring slots, i.e. batches read ahead, including those whose
+        tensors are alive. Memory: ``prefetch * slot_bytes``. ``"auto"``
+        starts at 4 and grows the ring (never shrinks it) while waits are
+        bursty but most steps find their batch ready, up to
+        ``prefetch_memory`` bytes of slots (docs/autoscaling.md);
+        :meth:`stats` says how many slots are in use (``prefetch``).
+      prefetch_memory: the cap of ``prefetch="auto"``, bytes (default
+        1 GiB).
+      epochs: how many epochs the trainer runs (epochs 0..epochs-1), when
+        it knows. While an epoch ends, free slots already ask for the next
+        epoch's first batches, so the next epoch starts without waiting;
+        with ``epochs`` nothing past the last is read ahead. None (default):
+        no limit, and up to ``prefetch`` batches are built for nothing
+        after the last epoch.
+      shared_memory: with one ``unix:`` or loopback endpoint, let the
+        daemon's workers decode straight into this process's ring (a sealed
+        memfd shared with the daemon; pinned on the device backend), so no
+        pixel crosses the socket. Falls back to bytes, with one log line,
+        when the daemon declines; ``stats()["transport"]`` says which is in
+        use. False: bytes always. Tensors from a slot live by the same
+        rules either way.
+      device: where tensors are yielded. ``"cpu"``: uint8 tensors wrapping the
+        slot (float when ``normalize`` or a float ``dtype`` is given).
+        ``"cuda[:n]"``: device tensors, copied asynchronously on the current
+        stream and normalised there.
+      normalize: ``(mean, std)`` per channel in 0..1 units, as torchvision's
+        ``Normalize`` after ``ToTensor``; or None for raw pixels.
+      dtype: float dtype of normalised output (default torch.float32). A float
+        dtype without ``normalize`` gives pixels scaled to 0..1 (ToTensor).
+      job: job name for the daemon's fair sharing and metrics. A daemon
+        with tokens bound to jobs checks it against the token.
+      tls_ca: path of the PEM bundle of the CA that signed the daemons'
+        certificates: connect with TLS. None (default): plaintext.
+        ``"unix:"`` endpoints are always plaintext, as the daemon serves them.
+      tls_cert, tls_key: this client's PEM certificate and key, for daemons
+        that require client certificates (mutual TLS).
+      tls_server_name: the name the daemons' certificates are checked
+        against, when it is not the endpoint's host.
+      token_file: a file whose first line is the bearer token the daemons
+        require. None (default): the ``BATCHD_TOKEN`` environment variable,
+        if set. There is no argument for the token itself, so that it never
+        appears on a command line.
+      connect_timeout: seconds to wait for the first daemon and its answer.
+      unavailable_timeout: seconds with no daemon up before iteration raises
+        :class:`batchd.errors.UnavailableError` naming each daemon and its
+        last error (a lost daemon is retried, with backoff, until then).
+      hedge_factor: a batch outstanding longer than this multiple of the
+        recent median is asked of a second daemon too (first answer wins);
+        0 turns hedging off. Only with two or more daemons up.
+      batch_progress_timeout: seconds a batch may make no progress on its
+        daemon (a daemon frozen mid-batch) before its daemon's stream is
+        dropped and the batch asked of another; 0 turns it off. Only with
+        two or more daemons up.
+      backend: ``"auto"``, ``"host"`` or ``"device"``. ``"device"`` uses the
+        C++ DeviceLoader (pinned ring, copy stream, normalisation kernel on
+        a GPU; its C++ CPU normaliser without one); ``"host"`` the plain
+        ring with torch doing the copy and normalisation; ``"auto"`` picks
+        ``"device"`` for a CUDA ``device`` when the module has it and CUDA
+        is usable from C++, else ``"host"``.
+      depth: output slots of the ``"device"`` backend (batches whose
+        tensors may be alive at once; 2-3 keep one copying while one is
+        used). None: the DeviceLoader's default (3).
+      report: what to do with each epoch's one-line diagnosis (see
+        :meth:`diagnose`) when the epoch's iteration ends: a callable taking
+        the line; None (default) logs it at INFO on the ``"batchd"`` logger;
+        False does nothing. :attr:`epoch_diagnosis` has the line either way.
+
+    Raises :class:`batchd.errors.BatchdError` (a subclass per status code)
+    with the daemon's message when the plan is refused or the daemon cannot
+    be reached.
+    """
+
+    def __init__(self, endpoint, dataset, batch_size, *,
+                 mode=_DEFAULTS.mode, size=_DEFAULTS.size, scale=None,
+                 ratio=None, flip=None, resize_shorter=None,
+                 layout=_DEFAULTS.layout,
+                 decoded_max_side=_DEFAULTS.decoded_max_side,
+                 seed=_DEFAULTS.seed, shuffle=_DEFAULTS.shuffle,
+                 shuffle_window_shards=_DEFAULTS.shuffle_window_shards,
+                 drop_last=_DEFAULTS.drop_last, rank=None, world_size=None,
+                 prefetch=_DEFAULTS.prefetch,
+                 prefetch_memory=_DEFAULTS.auto_prefetch_max_bytes,
+                 epochs=None, shared_memory=_DEFAULTS.shared_memory,
+                 device="cpu", normalize=None, dtype=None, job=_DEFAULTS.job,
+                 connect_timeout=_DEFAULTS.connect_timeout,
+                 unavailable_timeout=_DEFAULTS.unavailable_timeout,
+                 hedge_factor=_DEFAULTS.hedge_factor,
+                 batch_progress_timeout=_DEFAULTS.batch_progress_timeout,
+                 backend="auto",
+                 depth=None, report=None, tls_ca=None, tls_cert=None,
+                 tls_key=None, tls_server_name=None, token_file=None):
+        import torch
+
+        self._native = None
+        if not isinstance(endpoint, str):
+            endpoint = ",".join(endpoint)
+        if report is None:
+            report = _log_diagnosis
+        elif report is False:
+            report = None
+        elif not callable(report):
+            raise ValueError("report must be a callable, None or False")
+        self._report = report
+        self._epoch_diagnosis = ""
+        if rank is None or world_size is None:
+            default_rank, default_world_size = (
+                _connection.default_rank_world_size())
+            rank = default_rank if rank is None else rank
+            world_size = default_world_size if world_size is None else world_size
+        if not 0 <= rank < world_size:
+            raise ValueError(
+                f"rank {rank} is outside 0..world_size-1 (world_size "
+                f"{world_size})")
+        auto_prefetch = prefetch == "auto"
+        if auto_prefetch:
+            if not (isinstance(prefetch_memory, int) and prefetch_memory > 0):
+                raise ValueError(f"prefetch_memory must be a positive number "
+                                 f"of bytes, not {prefetch_memory!r}")
+            prefetch = _DEFAULTS.prefetch
+        elif isinstance(prefetch, str) or prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1 or \"auto\", not "
+                             f"{prefetch!r}")
+        if epochs is not None and not (isinstance(epochs, int) and epochs >= 1):
+            raise ValueError(f"epochs must be a positive int or None, not "
+                             f"{epochs!r}")
+        self.device = torch.device(device)
+        self.layout = layout
+        self.rank = rank
+        self.world_size = world_size
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.shuffle_window_shards = shuffle_window_shards
+        self.drop_last = drop_last
+        self._setup_output(normalize, dtype)
+
+        args = LoaderArgs(
+            endpoint=endpoint, dataset=dataset, batch_size=batch_size,
+            seed=seed, shuffle=shuffle,
+            shuffle_window_shards=shuffle_window_shards,
+            drop_last=drop_last, rank=rank,
+            world_size=world_size, job=job, mode=mode, size=size,
+            scale=None if scale is None else tuple(scale),
+            ratio=None if ratio is None else tuple(ratio), flip=flip,
+            resize_shorter=resize_shorter or 0, layout=layout,
+            decoded_max_side=decoded_max_side,
+            prefetch=prefetch, auto_prefetch=auto_prefetch,
+            auto_prefetch_max_bytes=prefetch_memory,
+            last_epoch=None if epochs is None else epochs - 1,
+            shared_memory=bool(shared_memory),
+            connect_timeout=connect_timeout,
+            unavailable_timeout=unavailable_timeout,
+            hedge_factor=hedge_factor,
+            batch_progress_timeout=batch_progress_timeout,
+            security=_connection.security_args(
+                tls_ca, tls_cert, tls_key, tls_server_name, token_file))
+        if backend not in ("auto", "host", "device"):
+            raise ValueError(f"backend must be auto, host or device, not "
+                             f"{backend!r}")
+        if backend == "device" and not _native.HAVE_DEVICE_LOADER:
+            raise ValueError("backend='device': this build of batchd has no "
+                             "DeviceLoader")
+        self._open_native = lambda args: self._open(args, backend, normalize,
+                                                    depth)
+        self._args = args
+        self._open_native(args)
+        self.endpoint = endpoint
+        # The epoch (and first batch) the next __iter__ starts.
+        self._epoch = 0
+        self._start = 0
+        # Position of the current (or last) iteration: (epoch, next batch to
+        # yield), or None when none ran since set_epoch / load_state_dict.
+        self._position = None
+        self._generation = 0
+        # Host tensors whose asynchronous copy to the device is in flight:
+        # [(cuda event, host tensor)].
+        self._in_flight = []
+        # Time spent waiting for batches, and batches yielded.
+        self.waited_s = 0.0
+        self.batches = 0
+        #: Dataset indices of the samples of the batch yielded last, in
+        #: order (what an exactly-once check or a debugger wants).
+        self.sample_indices = []
+
+    def _open(self, args, backend, normalize, depth):
+        """Opens the stream of `args` as self._native, on `backend`."""
+        self._native = None
+        self.backend = "host"
+        if backend == "device" or (backend == "auto" and
+                                   self.device.type == "cuda" and
+                                   _native.HAVE_DEVICE_LOADER):
+            native = self._open_device_loader(args, normalize, depth)
+            if backend == "device" or native.path == "cuda":
+                self._native = native
+                self.backend = "device"
+            else:
+                native.close()  # C++ sees no usable GPU: torch copies
+        if self._native is None:
+            self._native = NativeLoader(args)
+        # The plan's figures: batches of a whole epoch, the dataset's
+        # samples, and the elastic resume the stream was opened with.
+        self._length = self._native.batches_per_epoch
+        self._samples = self._native.dataset_samples
+        self._resume = (args.resume_epoch, args.resume_position)
+        self._resumed_length = self._native.resumed_epoch_batches
+
+    def _batches_in(self, epoch):
+        """Batches of `epoch` for this rank: fewer in a resumed epoch."""
+        if self._resume[1] > 0 and epoch == self._resume[0]:
+            return self._resumed_length
+        return self._length
+
+    def _open_device_loader(self, args, normalize, depth):
+        import torch
+
+        names = {torch.uint8: "uint8", torch.float32: "float32",
+                 torch.float16: "float16", torch.bfloat16: "bfloat16"}
+        out_dtype = self._float_dtype or torch.uint8
+        if out_dtype not in names:
+            raise ValueError(f"backend 'device' produces {list(names)}, not "
+                             f"{out_dtype}")
+        mean, std = ((), ()) if normalize is None else normalize
+        on_cuda = self.device.type == "cuda"
+        stream = (torch.cuda.current_stream(self.device).cuda_stream
+                  if on_cuda else 0)
+        options = {} if depth is None else {"depth": depth}
+        return _native.NativeDeviceLoader(
+            args, dtype=names[out_dtype], mean=[float(m) for m in mean],
+            std=[float(s) for s in std], consumer_stream=stream,
+            force_host=not on_cuda, **options)
+
+    def _setup_output(self, normalize, dtype):
+        import torch
+
+        self._float_dtype = None
+        self._scale = self._bias = None
+        if dtype is not None and dtype != torch.uint8:
+            if not dtype.is_floating_point:
+                raise ValueError(f"dtype must be torch.uint8 or a float dtype, "
+                                 f"not {dtype}")
+            self._float_dtype = dtype
+        elif dtype == torch.uint8 and normalize is not None:
+            raise ValueError("normalize gives float tensors; dtype=torch.uint8 "
+                             "cannot hold them")
+        if normalize is not None:
+            mean, std = normalize
+            mean = torch.tensor(mean, dtype=torch.float32)
+            std = torch.tensor(std, dtype=torch.float32)
+            if mean.numel() != 3 or std.numel() != 3 or bool((std <= 0).any()):
+                raise ValueError("normalize must be (mean, std) with 3 values "
+                                 "each and std > 0")
+            self._float_dtype = self._float_dtype or torch.float32
+        elif self._float_dtype is not None:
+            mean = torch.zeros(3)
+            std = torch.ones(3)
+        else:
+            return
+        # x_float = (x / 255 - mean) / std = x * scale + bias
+        scale = 1.0 / (255.0 * std)
+        bias = -mean / std
+        view = (1, 3, 1, 1) if self.layout == "nchw" else (1, 1, 1, 3)
+        self._scale = scale.view(view).to(self.device)
+        self._bias = bias.view(view).to(self.device)
+
+    # -- DataLoader / DistributedSampler surface ---------------------------
+
+    def __len__(self):
+        """Batches of the current epoch for this rank (after drop_last):
+        fewer than a whole epoch's in an epoch resumed on another world size
+        (:meth:`load_state_dict`)."""
+        return self._batches_in(self._epoch)
+
+    def set_epoch(self, epoch):
+        """Sets the epoch the next iteration streams, as DistributedSampler's.
+
+        Without it every iteration repeats the same epoch (same order and
+        augmentation). A position loaded by load_state_dict() for this epoch
+        is kept; for another epoch the iteration starts at batch 0.
+        """
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, not {epoch}")
+        if epoch != self._epoch:
+            self._start = 0
+            self._position = None
+        self._epoch = epoch
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def __iter__(self):
+        native = self._require_open()
+        epoch, first = self._epoch, self._start
+        native.start_epoch(epoch, first)
+        self._start = 0
+        self._position = (epoch, first)
+        self._generation += 1
+        return self._iterate(native, epoch, self._generation)
+
+    def _iterate(self, native, epoch, generation):
+        while True:
+            if generation != self._generation:
+                raise RuntimeError("this iterator was replaced by a newer "
+                                   "iter() of the same Loader")
+            started = time.perf_counter()
+            batch = self._next_native(native)
+            self.waited_s += time.perf_counter() - started
+            if batch is None:
+                self._end_of_epoch(native)
+                return
+            self._position = (epoch, self._position[1] + 1)
+            self.batches += 1
+            self.sample_indices = batch.sample_indices
+            # The frame keeps no reference to what it yields (no local names
+            # it): the slot is the consumer's to free.
+            box = [batch]
+            del batch
+            yield self._to_tensors(box.pop())
+
+    def _end_of_epoch(self, native):
+        # The C++ loader diagnosed the epoch when it reached its end.
+        line = native.epoch_diagnosis
+        if not line:
+            return
+        self._epoch_diagnosis = line
+        if self._report is not None:
+            self._report(line)
+
+    def _next_native(self, native):
+        if self.backend == "device":
+            import torch
+            stream = (torch.cuda.current_stream(self.device).cuda_stream
+                      if self.device.type == "cuda" else 0)
+            fetch = lambda: native.next(stream)  # noqa: E731
+        else:
+            fetch = native.next
+        try:
+            return fetch()
+        except errors.FailedPreconditionError:
+            if native.live_batches == 0:
+                raise
+        # Every slot is leased. Tensors caught in reference cycles may be
+        # unreachable already: collect them and try once more.
+        gc.collect()
+        self._reap_copies(wait=True)
+        try:
+            return fetch()
+        except errors.FailedPreconditionError as error:
+            raise errors.FailedPreconditionError(
+                error.code,
+                f"all slots of the ring are held by live tensors from this "
+                f"loader ({native.live_batches}), so it cannot read ahead. "
+                f"Free them, .clone() the ones you keep, or raise prefetch "
+                f"(or depth). ({error.message})") from None
+
+    def _to_tensors(self, batch):
+        import torch
+
+        labels = torch.tensor(batch.labels, dtype=torch.int64)
+        if self.backend == "device":
+            # The DeviceLoader's output slot, final dtype and layout; the
+            # capsule hands the batch to the tensor, whose deleter releases
+            # the slot (after the work queued on the consumer stream).
+            index = self.device.index or 0
+            from torch.utils.dlpack import from_dlpack
+            images = from_dlpack(batch.to_dlpack(index))
+            if self.device.type == "cuda":
+                labels = labels.to(self.device, non_blocking=True)
+            return images, labels
+        # Wraps the slot: the tensor's storage holds `batch`, which holds
+        # the slot until the storage is freed.
+        pixels = torch.frombuffer(batch, dtype=torch.uint8).view(batch.shape)
+        if self.device.type == "cpu":
+            if self._float_dtype is None:
+                return pixels, labels
+            images = torch.addcmul(self._bias, pixels, self._scale)
+            if images.dtype != self._float_dtype:
+                images = images.to(self._float_dtype)
+            return images, labels
+        return self._to_device(pixels, labels)
+
+    def _to_device(self, pixels, labels):
+        import torch
+
+        # The copy reads the slot asynchronously: keep the host tensor (and
+        # so the slot) until an event recorded after it has completed.
+        self._reap_copies(wait=False)
+        images = pixels.to(self.device, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._in_flight.append((event, pixels))
+        labels = labels.to(self.device, non_blocking=True)
+        if self._float_dtype is not None:
+            images = torch.addcmul(self._bias, images, self._scale)
+            if images.dtype != self._float_dtype:
+                images = images.to(self._float_dtype)
+        return images, labels
+
+    def _reap_copies(self, wait):
+        kept = []
+        for event, host in self._in_flight:
+            if wait:
+                event.synchronize()
+            elif not event.query():
+                kept.append((event, host))
+        self._in_flight = kept
+
+    # -- Checkpoints --------------------------------------------------------
+
+    def state_dict(self):
+        """Where the stream is: resuming from it gives exactly the batches
+        the uninterrupted run would have given next, on this world size or
+        (through ``position``) on any other.
+
+        ``next_batch`` counts the batches this loader has yielded in the
+        current epoch; save it after the step that consumed the last one.
+        ``epoch_start`` is where this epoch started in its global order (0,
+        or an elastic resume's position). ``position`` follows from them:
+        the epoch's global position every rank has reached together when
+        the ranks run in lockstep (as DDP does), that is the samples of the
+        epoch's global order consumed by all ranks, or ``samples`` (the
+        dataset's size) once the epoch is done. :func:`merge_states` checks
+        that the ranks' states agree.
+        """
+        if self._position is not None:
+            epoch, next_batch = self._position
+        else:
+            epoch, next_batch = self._epoch, self._start
+        start = self._resume[1] if epoch == self._resume[0] else 0
+        position = _global_position(self._samples, start, next_batch,
+                                    self._batches_in(epoch), self.batch_size,
+                                    self.world_size)
+        return {
+            "version": _STATE_VERSION,
+            "epoch": epoch,
+            "next_batch": next_batch,
+            "epoch_start": start,
+            "position": position,
+            "samples": self._samples,
+            "dataset": self.dataset,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "shuffle_window_shards": self.shuffle_window_shards,
+            "drop_last": self.drop_last,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "batches_per_epoch": self._length,
+        }
+
+    def load_state_dict(self, state):
+        """Makes the next iteration start where ``state`` was taken, and
+        returns (and logs at INFO on the ``"batchd"`` logger) one line
+        saying what it did.
+
+        ``state`` may come from any world size (elastic resume): every
+        sample of the epoch not yet consumed by the old ranks together is
+        delivered exactly once over the new ones, plus the new world's
+        padding (repeats of the epoch's head, as DistributedSampler pads).
+        With the same world size and batch size it resumes at the same
+        batch, with the same bytes. The per-rank batch size may change
+        with the world size if the global batch (``batch_size *
+        world_size``) stays the same.
+
+        Raises ValueError when ``state`` is from another plan (dataset,
+        seed, shuffle, shuffle_window_shards, batch size) or out of range.
+        """
+        epoch, position, old_world = _resume_point(
+            state, plan={"dataset": self.dataset, "seed": self.seed,
+                         "shuffle": self.shuffle,
+                         "shuffle_window_shards": self.shuffle_window_shards,
+                         "samples": self._samples},
+            batch_size=self.batch_size, world_size=self.world_size,
+            drop_last=self.drop_last)
+        line = (f"resuming epoch {epoch} at sample {position:,} of "
+                f"{self._samples:,} on {self.world_size} ranks, was "
+                f"{old_world}")
+        self._seek(epoch, position)
+        _logger.info("%s", line)
+        return line
+
+    def _seek(self, epoch, position):
+        """Next iteration: `epoch` from global position `position`, through
+        the open stream when a batch boundary of its plan falls there, else
+        through a stream reopened with an elastic resume."""
+        start = self._resume[1] if epoch == self._resume[0] else 0
+        step = self.batch_size * self.world_size
+        if position == self._samples:
+            self._epoch, self._start = epoch, self._batches_in(epoch)
+        elif position >= start and (position - start) % step == 0:
+            self._epoch, self._start = epoch, (position - start) // step
+        else:
+            self.close()
+            self._args.resume_epoch = epoch
+            self._args.resume_position = position
+            self._open_native(self._args)
+            self._epoch, self._start = epoch, 0
+        self._position = None
+
+    # -- Resources ----------------------------------------------------------
+
+    @property
+    def window(self):
+        """Ring slots actually allocated (prefetch, or fewer if the daemon
+        granted fewer)."""
+        return self._require_open().window
+
+    @property
+    def slot_bytes(self):
+        """Bytes of one ring slot: the largest batch's pixels."""
+        return self._require_open().max_batch_bytes
+
+    @property
+    def ring_bytes(self):
+        """Host memory of the ring: window x slot_bytes."""
+        return self.window * self.slot_bytes
+
+    @property
+    def live_batches(self):
+        """Slots leased by batches whose tensors are still alive."""
+        native = self._native
+        return 0 if native is None else native.live_batches
+
+    def stats(self):
+        """The C++ client's stall accounting since the loader was created.
+
+        A dict of totals: ``batches``, ``images``, ``bytes`` (steps that
+        returned a batch, their images and pixel bytes), ``received_bytes``
+        (including batches dropped by a restart), and in seconds
+        ``waited_s`` (time inside ``next()``, waiting for input),
+        ``startup_waited_s`` (its part in each epoch's first batch),
+        ``compute_s`` (from one batch to asking for the next: the training
+        step), ``copy_s`` (copying bytes into buffers, and to the device on
+        the device backend) and ``wall_s`` (since creation); the last
+        step's ``last_step_waited_s``, ``last_step_compute_s``,
+        ``last_step_copy_s``; and shares of ``wall_s`` (0..1)
+        ``waited_fraction``, ``steady_waited_fraction`` (without
+        ``startup_waited_s``), ``compute_fraction``, ``copy_fraction``, and
+        rates per second ``batches_per_second``, ``images_per_second``,
+        ``bytes_per_second``, ``received_bytes_per_second``. Over several
+        daemons: ``rerequested`` (batches asked again after their daemon was
+        lost), ``hedged`` (hedge requests); ``prefetch`` (ring slots in use
+        now) and ``prefetch_grows`` (times ``prefetch="auto"`` grew it);
+        ``reports_sent`` and ``reports_rejected`` (the trainer's
+        wait/compute reports to the daemons, which size their workers by
+        them under ``--workers auto``); ``transport`` (``"shared-memory"``,
+        or bytes over ``"unix"`` or ``"tcp"``) and ``transport_note`` (why
+        not shared memory, if not); and ``daemons``, one dict per
+        daemon: ``endpoint``, ``state`` (connecting, up, draining, down,
+        failed, removed), ``requested``, ``served``, ``lost``, ``hedges``,
+        ``cancelled`` (losing copies withdrawn), ``discarded`` (losing copies
+        that arrived whole), ``latency_s``, ``last_error`` and
+        ``transport``. Two
+        snapshots' differences give an interval's figures.
+        """
+        return self._require_open().stats()
+
+    def timeline(self):
+        """Where the last steps' time went, for a picture of one run: the
+        last finished steps (at most 1,024, oldest first) as a dict of
+        equal-length lists: ``epoch``, ``batch`` (its index), ``start_s``
+        (when ``next()`` was asked for it, Unix seconds), ``wait_s`` (inside
+        ``next()``), ``copy_s`` (copies to the device), ``compute_s`` (the
+        rest of the step, up to asking for the next batch) and
+        ``ring_copy_s`` (the receive thread's copy into the ring, beside
+        earlier steps, not part of the step). A step ends when the next
+        batch is asked for, so ``wait_s + copy_s + compute_s`` of
+        consecutive steps add up to the time between their starts. The
+        step of the batch held now is not included; a ``load_state_dict``
+        that reopens the stream (a resume at another boundary) starts a new
+        timeline.
+        """
+        return self._require_open().timeline()
+
+    def plot_timeline(self, path, title=None):
+        """Draws :meth:`timeline` as a PNG at `path` (one bar per step:
+        wait red, copy orange, compute green) and returns `path`. Needs
+        matplotlib (Debian: ``python3-matplotlib``); raises ImportError
+        saying so without it."""
+        return _timeline.plot(self.timeline(), path, title=title)
+
+    def diagnose(self):
+        """What limits the input in the current epoch so far: a
+        :class:`Diagnosis` (verdict, line and figures), from the client's
+        stall accounting and the daemon's status (fetched now, up to 2 s;
+        without it the verdict rests on the client's figures alone).
+        """
+        return Diagnosis(**self._require_open().diagnose())
+
+    @property
+    def epoch_diagnosis(self):
+        """The diagnosis line of the last epoch whose iteration ended, e.g.
+        ``"epoch 3: compute-bound: waited 0.4 % of wall time; ..."``; ""
+        before any has."""
+        native = self._native
+        if native is not None and not native.closed:
+            line = native.epoch_diagnosis
+            if line:
+                return line
+        return self._epoch_diagnosis
+
+    def _require_open(self):
+        if self._native is None or self._native.closed:
+            raise errors.FailedPreconditionError("FAILED_PRECONDITION",
+                                                 "the loader is closed")
+        return self._native
+
+    def close(self):
+        """Ends the stream. Tensors already yielded stay valid. Idempotent."""
+        native, self._native = self._native, None
+        if native is not None:
+            self._reap_copies(wait=True)
+            native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass
