@@ -1,6 +1,8 @@
 // batchd: the daemon. Serves the datasets named in --config and --dataset
 // flags until SIGINT or SIGTERM, then drains (see BatchdServer::Drain) for at
-// most --drain-deadline and exits 0.
+// most --drain-deadline and exits 0. This file is the flag layer: the flags
+// are copied into DaemonOptions, which server/options/ checks and turns into
+// the server's options.
 //
 //   batchd --dataset imagenet=/data/imagenet/train --workers 8 --port 7070
 #include <signal.h>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,12 +26,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/cpu_count.h"
 #include "common/malloc_tuning.h"
+#include "common/status_macros.h"
 #include "server/dataset/dataset.h"
+#include "server/options/daemon_options.h"
 #include "server/server_lib.h"
 #include "server/storage/counting_object_store.h"
 #include "server/storage/shard_cache.h"
@@ -58,210 +62,227 @@ std::string AbslUnparseFlag(FlagDuration d) {
   return absl::FormatDuration(d.value);
 }
 
+// The flags' defaults: those of DaemonOptions.
+const batchd::server::DaemonOptions& Defaults() {
+  static const auto* const defaults = new batchd::server::DaemonOptions();
+  return *defaults;
+}
+
 }  // namespace
 
-ABSL_FLAG(std::string, config, "",
+ABSL_FLAG(std::string, config, Defaults().config,
           "Daemon config file (batchd.v1.DaemonConfig, protobuf text format); "
           "see deploy/batchd.conf.textproto.");
-ABSL_FLAG(std::string, host, "127.0.0.1",
+ABSL_FLAG(std::string, host, Defaults().host,
           "Address to listen on. Other than the loopback, it needs TLS "
           "(--tls-cert, --tls-key) or --insecure.");
-ABSL_FLAG(int, port, 7070,
+ABSL_FLAG(int, port, Defaults().port,
           "TCP port to listen on; 0 picks a free one, -1 listens on no TCP "
           "port (give --unix-socket).");
-ABSL_FLAG(std::string, unix_socket, "",
+ABSL_FLAG(std::string, unix_socket, Defaults().unix_socket,
           "Also listen on this Unix socket path (plaintext), for trainers on "
           "this host: connect to unix:PATH.");
-ABSL_FLAG(bool, shm, true,
+ABSL_FLAG(bool, shm, Defaults().shm,
           "Offer same-host shared memory to trainers that connect over a "
           "Unix socket or the loopback: workers decode straight into the "
           "trainer's ring, and only headers cross the stream. false: bytes "
           "always.");
-ABSL_FLAG(std::string, shm_socket, "",
+ABSL_FLAG(std::string, shm_socket, Defaults().shm_socket,
           "The shared-memory side channel's Unix socket: a path, or @name "
           "for an abstract socket. Default: an abstract name unique to this "
           "process. Give a path when trainers run in another network "
           "namespace (another pod) on the same host.");
-ABSL_FLAG(std::string, shm_allowed_uids, "",
+ABSL_FLAG(std::string, shm_allowed_uids, Defaults().shm_allowed_uids,
           "Comma-separated uids that may attach shared memory "
           "(SO_PEERCRED). Default: the daemon's own uid.");
-ABSL_FLAG(int, shm_handshake_timeout_ms, 500,
+ABSL_FLAG(int, shm_handshake_timeout_ms, Defaults().shm_handshake_timeout_ms,
           "Milliseconds a side-channel connection may wait for its "
           "descriptor before it is answered DEADLINE_EXCEEDED (1..60000).");
-ABSL_FLAG(int, shm_max_handshakes_per_uid, 8,
+ABSL_FLAG(int, shm_max_handshakes_per_uid,
+          Defaults().shm_max_handshakes_per_uid,
           "Side-channel connections of one uid waiting for their descriptor "
           "at once; a newer one takes the oldest one's place (1..64, at most "
           "64 in all).");
-ABSL_FLAG(std::string, tls_cert, "",
+ABSL_FLAG(std::string, tls_cert, Defaults().tls_cert,
           "Serve TLS on the TCP port with this PEM certificate chain (with "
           "--tls-key). The files are read again every "
           "--tls-reload-interval: replace them to rotate certificates "
           "without dropping streams.");
-ABSL_FLAG(std::string, tls_key, "", "The PEM private key of --tls-cert.");
-ABSL_FLAG(std::string, tls_client_ca, "",
+ABSL_FLAG(std::string, tls_key, Defaults().tls_key,
+          "The PEM private key of --tls-cert.");
+ABSL_FLAG(std::string, tls_client_ca, Defaults().tls_client_ca,
           "Mutual TLS: require a client certificate signed by a CA in this "
           "PEM bundle.");
-ABSL_FLAG(int, tls_reload_interval, 10,
+ABSL_FLAG(int, tls_reload_interval, Defaults().tls_reload_interval,
           "Seconds between reads of the --tls-* files.");
-ABSL_FLAG(std::string, auth_token_file, "",
+ABSL_FLAG(std::string, auth_token_file, Defaults().auth_token_file,
           "Require `authorization: Bearer <token>` on every call but the "
           "health service, with a token from this file: one per line, "
           "`token [job]`, where a job name restricts the token to that "
           "job's streams and read-only calls. SIGHUP reads it again. Turns "
           "reflection off.");
-ABSL_FLAG(bool, insecure, false,
+ABSL_FLAG(bool, insecure, Defaults().insecure,
           "Serve plaintext on an address other hosts can reach. Anyone on "
           "that network can then read every dataset; use only on a network "
           "you trust.");
-ABSL_FLAG(std::string, metrics_host, "",
+ABSL_FLAG(std::string, metrics_host, Defaults().metrics_host,
           "Address of the metrics HTTP server; empty (the default) is "
           "--host, or 127.0.0.1 without a TCP port. /metrics carries no "
           "secrets: counts, timings and job names.");
-ABSL_FLAG(std::string, port_file, "",
+ABSL_FLAG(std::string, port_file, Defaults().port_file,
           "If set, the bound port is written to this file once serving.");
-ABSL_FLAG(int, metrics_port, -1,
+ABSL_FLAG(int, metrics_port, Defaults().metrics_port,
           "Serve Prometheus metrics at http://HOST:PORT/metrics; 0 picks a "
           "free port, -1 (the default) serves none.");
-ABSL_FLAG(std::string, metrics_port_file, "",
+ABSL_FLAG(std::string, metrics_port_file, Defaults().metrics_port_file,
           "If set, the bound metrics port is written to this file once "
           "serving.");
-ABSL_FLAG(bool, metrics_auth, false,
+ABSL_FLAG(bool, metrics_auth, Defaults().metrics_auth,
           "Require a token from --auth-token-file on the metrics port too "
           "(/metrics, the live page, /api/timeline): `Authorization: Bearer "
           "<token>`, or HTTP Basic with the token as the password.");
-ABSL_FLAG(int, metrics_max_connections, 128,
+ABSL_FLAG(int, metrics_max_connections, Defaults().metrics_max_connections,
           "Connections the metrics port serves at once; more are answered "
           "503 and closed at once.");
 ABSL_FLAG(FlagDuration, metrics_request_deadline,
-          FlagDuration{absl::Seconds(5)},
+          FlagDuration{Defaults().metrics_request_deadline},
           "Time a request on the metrics port gets, from its first byte "
           "awaited to its answer sent; a slower peer is cut off.");
-ABSL_FLAG(std::string, workers, "",
+ABSL_FLAG(std::string, workers, Defaults().workers,
           "Decode worker threads, shared by all streams: a number, or "
           "\"auto\" to size the pool from the trainers' measured wait, "
           "between --min-workers and --max-workers (docs/autoscaling.md). "
           "Default: the CPUs this process may use.");
-ABSL_FLAG(int, min_workers, 1, "Fewest decode workers under --workers auto.");
-ABSL_FLAG(int, max_workers, 0,
+ABSL_FLAG(int, min_workers, Defaults().min_workers,
+          "Fewest decode workers under --workers auto.");
+ABSL_FLAG(int, max_workers, Defaults().max_workers,
           "Most decode workers, under --workers auto and for SetWorkers. "
           "0 (the default): the CPUs this process may use (its CPU affinity "
           "and cgroup quota), or --workers N when that is more.");
-ABSL_FLAG(int, readers, 2, "File reader threads (reads run ahead of decode).");
-ABSL_FLAG(uint64_t, max_buffer_bytes, uint64_t{2} << 30,
+ABSL_FLAG(int, readers, Defaults().readers,
+          "File reader threads (reads run ahead of decode).");
+ABSL_FLAG(uint64_t, max_buffer_bytes, Defaults().max_buffer_bytes,
           "Bound on batch buffer memory over all streams, bytes.");
-ABSL_FLAG(uint32_t, max_batch_size, 4096, "Largest batch_size a plan may ask.");
-ABSL_FLAG(uint32_t, default_window, 4,
+ABSL_FLAG(uint32_t, max_batch_size, Defaults().max_batch_size,
+          "Largest batch_size a plan may ask.");
+ABSL_FLAG(uint32_t, default_window, Defaults().default_window,
           "Outstanding batches granted to a client that asks for 0.");
-ABSL_FLAG(uint32_t, max_window, 64, "Most outstanding batches per stream.");
-ABSL_FLAG(uint64_t, idle_buffer_bytes, uint64_t{256} << 20,
+ABSL_FLAG(uint32_t, max_window, Defaults().max_window,
+          "Most outstanding batches per stream.");
+ABSL_FLAG(uint64_t, idle_buffer_bytes, Defaults().idle_buffer_bytes,
           "Finished batches' buffers kept mapped for the next batches of the "
           "same size (saves page faults), bytes; beyond it the oldest are "
           "freed. 0 frees every buffer at once.");
-ABSL_FLAG(uint64_t, max_image_pixels, uint64_t{64} << 20,
+ABSL_FLAG(uint64_t, max_image_pixels, Defaults().max_image_pixels,
           "Images with more pixels are substituted (TOO_MANY_PIXELS).");
-ABSL_FLAG(std::string, corrupt_policy, "substitute",
+ABSL_FLAG(std::string, corrupt_policy, Defaults().corrupt_policy,
           "What to do with a JPEG whose entropy-coded data is damaged or "
           "truncated: `substitute` (replace it with another sample, as for "
           "any bad file, and report it in the batch) or `decode` (deliver "
           "what libjpeg decodes, grey where data is missing, as PIL does; "
           "counted in batchd_damaged_samples_decoded_total).");
-ABSL_FLAG(int, max_scans, 500,
+ABSL_FLAG(int, max_scans, Defaults().max_scans,
           "Progressive JPEGs with more scans are substituted.");
-ABSL_FLAG(FlagDuration, drain_deadline, FlagDuration{absl::Seconds(10)},
+ABSL_FLAG(FlagDuration, drain_deadline, FlagDuration{Defaults().drain_deadline},
           "After SIGTERM or SIGINT, how long batches already requested are "
           "still built and sent before open streams are cancelled and the "
           "daemon exits; seconds (10, 2.5) or a duration (10s, 1500ms).");
-ABSL_FLAG(bool, reflection, true,
+ABSL_FLAG(bool, reflection, Defaults().reflection,
           "Serve gRPC server reflection (grpcurl can then list and call the "
           "API without .proto files); --reflection=false turns it off.");
-ABSL_FLAG(uint32_t, max_streams_per_job, 256,
+ABSL_FLAG(uint32_t, max_streams_per_job, Defaults().max_streams_per_job,
           "Most StreamBatches calls one job (Plan.job) may have open at "
           "once; more are refused with RESOURCE_EXHAUSTED.");
-ABSL_FLAG(double, max_job_buffer_share, 0.5,
+ABSL_FLAG(double, max_job_buffer_share, Defaults().max_job_buffer_share,
           "Share of --max-buffer-bytes the streams of one job may reserve "
           "together, 0..1: one job cannot take the whole budget. With share "
           "s, 1/s jobs at their limit fill it; 1 turns the limit off.");
-ABSL_FLAG(uint32_t, max_open_streams, 1024,
+ABSL_FLAG(uint32_t, max_open_streams, Defaults().max_open_streams,
           "Most StreamBatches calls open at once, over all clients; more are "
           "refused with RESOURCE_EXHAUSTED.");
-ABSL_FLAG(FlagDuration, open_timeout, FlagDuration{absl::Seconds(10)},
+ABSL_FLAG(FlagDuration, open_timeout, FlagDuration{Defaults().open_timeout},
           "A StreamBatches call must send its plan (`open`) within this, or "
           "it ends with DEADLINE_EXCEEDED; seconds or a duration.");
-ABSL_FLAG(uint32_t, max_planless_streams_per_peer, 64,
+ABSL_FLAG(uint32_t, max_planless_streams_per_peer,
+          Defaults().max_planless_streams_per_peer,
           "Most StreamBatches calls one client host may have open that have "
           "not sent their plan yet; more are refused with "
           "RESOURCE_EXHAUSTED.");
-ABSL_FLAG(bool, share_batches, true,
+ABSL_FLAG(bool, share_batches, Defaults().share_batches,
           "Streams whose plans are identical in everything that decides the "
           "bytes (dataset, pipeline, seed, shuffle, batch size, layout, "
           "rank/world size, drop_last; not the job) share each batch: it "
           "is built once and sent to all. --share-batches=false builds "
           "every stream's own.");
-ABSL_FLAG(int64_t, shared_batch_bytes, -1,
+ABSL_FLAG(int64_t, shared_batch_bytes, Defaults().shared_batch_bytes,
           "Finished shared batches kept for streams that ask for them later, "
           "bytes, evicted oldest first; -1: a sixteenth of "
           "--max-buffer-bytes. "
           "On top of the buffer budget in the memory bound.");
-ABSL_FLAG(int, remote_connections, 32,
+ABSL_FLAG(int, remote_connections, Defaults().remote_connections,
           "Requests in flight at once to the store of each remote dataset "
           "(s3://, http://, https:// paths), over kept-alive connections.");
-ABSL_FLAG(uint64_t, read_cache_bytes, 0,
+ABSL_FLAG(uint64_t, read_cache_bytes, Defaults().read_cache_bytes,
           "Encoded samples kept in memory for every plan and job, bytes, "
           "least recently used out; concurrent reads of one sample are "
           "made once. 0: no cache. On top of the buffer budget in the "
           "memory bound.");
-ABSL_FLAG(uint64_t, decoded_cache_bytes, 0,
+ABSL_FLAG(uint64_t, decoded_cache_bytes, Defaults().decoded_cache_bytes,
           "Capped decoded images (plans with pipeline.decoded_max_side) kept "
           "in memory for every plan and job, bytes, least recently used "
           "out; concurrent decodes of one image are made once. A hit gives "
           "the bytes a miss would. 0: no cache. On top of the buffer budget "
           "in the memory bound.");
-ABSL_FLAG(std::string, cache_dir, "",
+ABSL_FLAG(std::string, cache_dir, Defaults().cache_dir,
           "Remote TAR_SHARDS datasets (s3://, http://, https://): keep whole "
           "shards in this directory, downloaded on first read and reused "
           "across restarts (named by URL, size and ETag), and the remote "
           "index sidecars. Empty: samples are read by member range "
           "requests and shards re-indexed at every start.");
-ABSL_FLAG(uint64_t, cache_bytes, uint64_t{64} << 30,
+ABSL_FLAG(uint64_t, cache_bytes, Defaults().cache_bytes,
           "Bound on the shard bytes in --cache-dir, held at all times: least "
           "recently used shards are deleted before a new one is admitted; a "
           "shard larger than this is read by member ranges.");
-ABSL_FLAG(uint64_t, cache_ram_bytes, 0,
+ABSL_FLAG(uint64_t, cache_ram_bytes, Defaults().cache_ram_bytes,
           "Whole remote shards of at most a quarter of this many bytes also "
           "kept in memory, least recently used out. 0: none. On top of the "
           "buffer budget in the memory bound.");
-ABSL_FLAG(int, cache_prefetch_batches, 2,
+ABSL_FLAG(int, cache_prefetch_batches, Defaults().cache_prefetch_batches,
           "When a batch starts, download the shards of this many following "
           "batches into --cache-dir in the background (at most half the "
           "cache; never evicting shards in use). 0: no prefetch.");
-ABSL_FLAG(uint32_t, max_idle_jobs, 64,
+ABSL_FLAG(uint32_t, max_idle_jobs, Defaults().max_idle_jobs,
           "Jobs with no stream open that GetStatus, batchd top and /metrics "
           "still list, most recently active first; older ones are summed "
           "under job \"_other\", so that many short-lived job names cannot "
           "grow the daemon or its metrics.");
-ABSL_FLAG(int, max_concurrent_streams, 100,
+ABSL_FLAG(int, max_concurrent_streams, Defaults().max_concurrent_streams,
           "Most calls open at once on one client connection "
           "(GRPC_ARG_MAX_CONCURRENT_STREAMS); more wait on the client. 0: "
           "no limit.");
-ABSL_FLAG(FlagDuration, keepalive_time, FlagDuration{absl::Seconds(30)},
+ABSL_FLAG(FlagDuration, keepalive_time, FlagDuration{Defaults().keepalive_time},
           "The daemon pings a connection silent this long "
           "(GRPC_ARG_KEEPALIVE_TIME_MS), to notice clients that vanished.");
-ABSL_FLAG(FlagDuration, keepalive_timeout, FlagDuration{absl::Seconds(10)},
+ABSL_FLAG(FlagDuration, keepalive_timeout,
+          FlagDuration{Defaults().keepalive_timeout},
           "A connection whose ping is not answered within this is closed "
           "and its streams cancelled (GRPC_ARG_KEEPALIVE_TIMEOUT_MS).");
 ABSL_FLAG(FlagDuration, keepalive_min_ping_interval,
-          FlagDuration{absl::Seconds(5)},
+          FlagDuration{Defaults().keepalive_min_ping_interval},
           "Shortest interval between client pings accepted without data in "
           "flight (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS); "
           "pings without calls are allowed.");
-ABSL_FLAG(FlagDuration, handshake_timeout, FlagDuration{absl::Seconds(10)},
+ABSL_FLAG(FlagDuration, handshake_timeout,
+          FlagDuration{Defaults().handshake_timeout},
           "A connection that has not finished its TLS and HTTP/2 handshake "
           "within this is closed (GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS).");
-ABSL_FLAG(FlagDuration, max_connection_idle, FlagDuration{absl::Minutes(5)},
+ABSL_FLAG(FlagDuration, max_connection_idle,
+          FlagDuration{Defaults().max_connection_idle},
           "A connection with no call open for this long is closed with "
           "GOAWAY (GRPC_ARG_MAX_CONNECTION_IDLE_MS); clients reconnect when "
           "they next call.");
-ABSL_FLAG(int, keepalive_max_ping_strikes, 2,
+ABSL_FLAG(int, keepalive_max_ping_strikes,
+          Defaults().keepalive_max_ping_strikes,
           "Too-frequent client pings tolerated before the connection is "
           "closed with GOAWAY too_many_pings (GRPC_ARG_HTTP2_MAX_PING_STRIKES); "
           "0: any number.");
@@ -357,6 +378,132 @@ int Fail(const absl::Status& status) {
   return 2;
 }
 
+// The command line as DaemonOptions; `datasets` are the --dataset values.
+batchd::server::DaemonOptions OptionsFromFlags(
+    std::vector<std::string> datasets) {
+  batchd::server::DaemonOptions o;
+  o.config = absl::GetFlag(FLAGS_config);
+  o.datasets = std::move(datasets);
+  o.host = absl::GetFlag(FLAGS_host);
+  o.port = absl::GetFlag(FLAGS_port);
+  o.unix_socket = absl::GetFlag(FLAGS_unix_socket);
+  o.shm = absl::GetFlag(FLAGS_shm);
+  o.shm_socket = absl::GetFlag(FLAGS_shm_socket);
+  o.shm_allowed_uids = absl::GetFlag(FLAGS_shm_allowed_uids);
+  o.shm_handshake_timeout_ms = absl::GetFlag(FLAGS_shm_handshake_timeout_ms);
+  o.shm_max_handshakes_per_uid =
+      absl::GetFlag(FLAGS_shm_max_handshakes_per_uid);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  o.tls_reload_interval = absl::GetFlag(FLAGS_tls_reload_interval);
+  o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  o.insecure = absl::GetFlag(FLAGS_insecure);
+  o.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  o.port_file = absl::GetFlag(FLAGS_port_file);
+  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  o.metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  o.metrics_auth = absl::GetFlag(FLAGS_metrics_auth);
+  o.metrics_max_connections = absl::GetFlag(FLAGS_metrics_max_connections);
+  o.metrics_request_deadline =
+      absl::GetFlag(FLAGS_metrics_request_deadline).value;
+  o.workers = absl::GetFlag(FLAGS_workers);
+  o.min_workers = absl::GetFlag(FLAGS_min_workers);
+  o.max_workers = absl::GetFlag(FLAGS_max_workers);
+  o.readers = absl::GetFlag(FLAGS_readers);
+  o.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
+  o.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  o.default_window = absl::GetFlag(FLAGS_default_window);
+  o.max_window = absl::GetFlag(FLAGS_max_window);
+  o.idle_buffer_bytes = absl::GetFlag(FLAGS_idle_buffer_bytes);
+  o.max_image_pixels = absl::GetFlag(FLAGS_max_image_pixels);
+  o.corrupt_policy = absl::GetFlag(FLAGS_corrupt_policy);
+  o.max_scans = absl::GetFlag(FLAGS_max_scans);
+  o.drain_deadline = absl::GetFlag(FLAGS_drain_deadline).value;
+  o.reflection = absl::GetFlag(FLAGS_reflection);
+  o.max_streams_per_job = absl::GetFlag(FLAGS_max_streams_per_job);
+  o.max_job_buffer_share = absl::GetFlag(FLAGS_max_job_buffer_share);
+  o.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
+  o.open_timeout = absl::GetFlag(FLAGS_open_timeout).value;
+  o.max_planless_streams_per_peer =
+      absl::GetFlag(FLAGS_max_planless_streams_per_peer);
+  o.share_batches = absl::GetFlag(FLAGS_share_batches);
+  o.shared_batch_bytes = absl::GetFlag(FLAGS_shared_batch_bytes);
+  o.remote_connections = absl::GetFlag(FLAGS_remote_connections);
+  o.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
+  o.decoded_cache_bytes = absl::GetFlag(FLAGS_decoded_cache_bytes);
+  o.cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  o.cache_bytes = absl::GetFlag(FLAGS_cache_bytes);
+  o.cache_ram_bytes = absl::GetFlag(FLAGS_cache_ram_bytes);
+  o.cache_prefetch_batches = absl::GetFlag(FLAGS_cache_prefetch_batches);
+  o.max_idle_jobs = absl::GetFlag(FLAGS_max_idle_jobs);
+  o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  o.keepalive_time = absl::GetFlag(FLAGS_keepalive_time).value;
+  o.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout).value;
+  o.keepalive_min_ping_interval =
+      absl::GetFlag(FLAGS_keepalive_min_ping_interval).value;
+  o.handshake_timeout = absl::GetFlag(FLAGS_handshake_timeout).value;
+  o.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle).value;
+  o.keepalive_max_ping_strikes =
+      absl::GetFlag(FLAGS_keepalive_max_ping_strikes);
+  return o;
+}
+
+// Loads the datasets of --config and --dataset into `server`, with
+// --cache-dir for the remote ones, and logs each.
+absl::Status LoadDaemonDatasets(const batchd::server::DaemonOptions& options,
+                                batchd::server::ServerOptions* server) {
+  batchd::v1::DaemonConfig config;
+  if (!options.config.empty()) {
+    ASSIGN_OR_RETURN(config, batchd::server::ReadConfigFile(options.config));
+  }
+  for (const std::string& flag : options.datasets) {
+    ASSIGN_OR_RETURN(*config.add_datasets(),
+                     batchd::server::ParseDatasetFlag(flag));
+  }
+  batchd::server::RemoteOptions remote;
+  remote.counters = std::make_shared<batchd::server::ObjectStoreCounters>();
+  remote.connections = options.remote_connections;
+  if (!options.cache_dir.empty()) {
+    batchd::server::ShardCacheOptions cache_options;
+    // Shards in a directory of their own (the bound covers its files);
+    // the remote index sidecars beside it.
+    cache_options.dir = absl::StrCat(options.cache_dir, "/shards");
+    cache_options.disk_bytes = options.cache_bytes;
+    cache_options.ram_bytes = options.cache_ram_bytes;
+    absl::StatusOr<std::unique_ptr<batchd::server::ShardCache>> cache =
+        batchd::server::ShardCache::Open(cache_options);
+    if (!cache.ok()) {
+      return absl::Status(
+          cache.status().code(),
+          absl::StrCat("--cache-dir: ", cache.status().message()));
+    }
+    remote.cache = *std::move(cache);
+    remote.cache_dir = options.cache_dir;
+  }
+  ASSIGN_OR_RETURN(
+      std::vector<std::shared_ptr<const batchd::server::Dataset>> datasets,
+      batchd::server::LoadDatasets(config, remote));
+  if (datasets.empty()) {
+    return absl::InvalidArgumentError(
+        "no datasets: register one with --dataset name=path or --config");
+  }
+  bool any_remote = false;
+  for (const auto& dataset : datasets) {
+    any_remote |= dataset->remote();
+    server->datasets[dataset->name()] = dataset;
+    std::fprintf(stderr, "batchd: dataset %s: %llu samples, %zu classes\n",
+                 dataset->name().c_str(),
+                 static_cast<unsigned long long>(dataset->size()),
+                 dataset->class_names().size());
+  }
+  if (any_remote) {
+    server->pipeline.shard_cache = remote.cache;
+    server->pipeline.store_counters = remote.counters;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -387,224 +534,18 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGHUP);  // reload the token file
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  batchd::v1::DaemonConfig config;
-  if (!absl::GetFlag(FLAGS_config).empty()) {
-    absl::StatusOr<batchd::v1::DaemonConfig> read =
-        batchd::server::ReadConfigFile(absl::GetFlag(FLAGS_config));
-    if (!read.ok()) return Fail(read.status());
-    config = *std::move(read);
-  }
-  for (const std::string& flag : dataset_flags) {
-    absl::StatusOr<batchd::v1::DatasetConfig> parsed =
-        batchd::server::ParseDatasetFlag(flag);
-    if (!parsed.ok()) return Fail(parsed.status());
-    *config.add_datasets() = *std::move(parsed);
-  }
-  batchd::server::RemoteOptions remote;
-  remote.counters = std::make_shared<batchd::server::ObjectStoreCounters>();
-  remote.connections = absl::GetFlag(FLAGS_remote_connections);
-  if (remote.connections < 1) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--remote-connections must be at least 1, not ",
-                     remote.connections)));
-  }
-  if (!absl::GetFlag(FLAGS_cache_dir).empty()) {
-    batchd::server::ShardCacheOptions cache_options;
-    // Shards in a directory of their own (the bound covers its files);
-    // the remote index sidecars beside it.
-    cache_options.dir = absl::StrCat(absl::GetFlag(FLAGS_cache_dir), "/shards");
-    cache_options.disk_bytes = absl::GetFlag(FLAGS_cache_bytes);
-    cache_options.ram_bytes = absl::GetFlag(FLAGS_cache_ram_bytes);
-    absl::StatusOr<std::unique_ptr<batchd::server::ShardCache>> cache =
-        batchd::server::ShardCache::Open(cache_options);
-    if (!cache.ok()) {
-      return Fail(absl::Status(
-          cache.status().code(),
-          absl::StrCat("--cache-dir: ", cache.status().message())));
-    }
-    remote.cache = *std::move(cache);
-    remote.cache_dir = absl::GetFlag(FLAGS_cache_dir);
-  }
-  absl::StatusOr<std::vector<std::shared_ptr<const batchd::server::Dataset>>>
-      datasets = batchd::server::LoadDatasets(config, remote);
-  if (!datasets.ok()) return Fail(datasets.status());
-  bool any_remote = false;
-  for (const auto& dataset : *datasets) any_remote |= dataset->remote();
-
-  batchd::server::ServerOptions options;
-  const std::string host = absl::GetFlag(FLAGS_host);
-  const int port_flag = absl::GetFlag(FLAGS_port);
-  if (port_flag < -1 || port_flag > 65535) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--port is ", port_flag,
-        "; it must be 0..65535, or -1 for no TCP listener")));
-  }
-  // "::1" and other IPv6 literals need brackets before the port.
-  const bool bare_ipv6 = absl::StrContains(host, ':') &&
-                         !absl::StartsWith(host, "[");
-  if (port_flag >= 0) {
-    options.listen_address = bare_ipv6
-                                 ? absl::StrCat("[", host, "]:", port_flag)
-                                 : absl::StrCat(host, ":", port_flag);
-  } else {
-    options.listen_address.clear();
-  }
-  options.unix_socket = absl::GetFlag(FLAGS_unix_socket);
-  options.shm = absl::GetFlag(FLAGS_shm);
-  options.shared_memory.socket = absl::GetFlag(FLAGS_shm_socket);
-  for (absl::string_view uid_text :
-       absl::StrSplit(absl::GetFlag(FLAGS_shm_allowed_uids), ',',
-                      absl::SkipWhitespace())) {
-    uint32_t uid = 0;
-    if (!absl::SimpleAtoi(uid_text, &uid)) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--shm-allowed-uids: \"", uid_text,
-          "\" is not a uid; give numbers separated by commas, e.g. 1000,1001")));
-    }
-    options.shared_memory.allowed_uids.push_back(uid);
-  }
-  const int handshake_ms = absl::GetFlag(FLAGS_shm_handshake_timeout_ms);
-  if (handshake_ms < 1 || handshake_ms > 60000) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--shm-handshake-timeout-ms is ", handshake_ms,
-        "; give 1..60000 milliseconds (a trainer sends its descriptor right "
-        "after connecting; the default is 500)")));
-  }
-  options.shared_memory.handshake_timeout = absl::Milliseconds(handshake_ms);
-  const int per_uid = absl::GetFlag(FLAGS_shm_max_handshakes_per_uid);
-  if (per_uid < 1 || per_uid > batchd::server::kMaxHandshakes) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--shm-max-handshakes-per-uid is ", per_uid, "; give 1..",
-        batchd::server::kMaxHandshakes)));
-  }
-  options.shared_memory.max_handshakes_per_uid = per_uid;
-  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
-  options.tls.reload_interval =
-      absl::Seconds(absl::GetFlag(FLAGS_tls_reload_interval));
-  if (!options.tls.client_ca_file.empty() && !options.tls.enabled()) {
-    return Fail(absl::InvalidArgumentError(
-        "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS "
-        "with client certificates"));
-  }
-  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
-  options.insecure = absl::GetFlag(FLAGS_insecure);
-  const double job_share = absl::GetFlag(FLAGS_max_job_buffer_share);
-  if (!(job_share > 0 && job_share <= 1)) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--max-job-buffer-share is ", job_share,
-        "; it must be in (0, 1], e.g. 0.5 for half of --max-buffer-bytes")));
-  }
-  for (const auto& dataset : *datasets) {
-    options.datasets[dataset->name()] = dataset;
-    std::fprintf(stderr, "batchd: dataset %s: %llu samples, %zu classes\n",
-                 dataset->name().c_str(),
-                 static_cast<unsigned long long>(dataset->size()),
-                 dataset->class_names().size());
-  }
-  const std::string workers = absl::GetFlag(FLAGS_workers);
+  const batchd::server::DaemonOptions flags =
+      OptionsFromFlags(std::move(dataset_flags));
   const int cpus = batchd::common::AvailableCpus();
-  const bool auto_workers = workers == "auto";
-  int fixed_workers = cpus;
-  if (!auto_workers && !workers.empty() &&
-      !absl::SimpleAtoi(workers, &fixed_workers)) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--workers is \"", workers,
-        "\"; give a number of threads, or auto")));
+  if (absl::Status valid = batchd::server::ValidateDaemonOptions(flags, cpus);
+      !valid.ok()) {
+    return Fail(valid);
   }
-  const int max_workers_flag = absl::GetFlag(FLAGS_max_workers);
-  if (max_workers_flag < 0) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--max-workers is ", max_workers_flag,
-        "; give a number of threads, or 0 for the CPUs available (", cpus,
-        ")")));
-  }
-  options.max_workers =
-      max_workers_flag > 0
-          ? max_workers_flag
-          : std::max(cpus, auto_workers ? 1 : fixed_workers);
-  options.autoscale.enabled = auto_workers;
-  options.autoscale.policy.min_workers = absl::GetFlag(FLAGS_min_workers);
-  // Under auto the pool starts small and grows with the trainers' demand.
-  options.pipeline.workers =
-      auto_workers ? options.autoscale.policy.min_workers : fixed_workers;
-  options.pipeline.readers = std::max(1, absl::GetFlag(FLAGS_readers));
-  options.pipeline.decode_limits.max_pixels =
-      absl::GetFlag(FLAGS_max_image_pixels);
-  options.pipeline.decode_limits.max_scans = absl::GetFlag(FLAGS_max_scans);
-  const std::string corrupt_policy = absl::GetFlag(FLAGS_corrupt_policy);
-  if (corrupt_policy != "substitute" && corrupt_policy != "decode") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--corrupt-policy is \"", corrupt_policy,
-        "\"; it must be substitute or decode")));
-  }
-  options.pipeline.decode_limits.decode_damaged = corrupt_policy == "decode";
-  options.service.limits.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
-  options.service.default_window = absl::GetFlag(FLAGS_default_window);
-  options.service.max_window = absl::GetFlag(FLAGS_max_window);
-  options.service.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
-  options.share_batches = absl::GetFlag(FLAGS_share_batches);
-  options.pipeline.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
-  options.remote_connections = remote.connections;
-  options.pipeline.prefetch_batches = absl::GetFlag(FLAGS_cache_prefetch_batches);
-  if (any_remote) {
-    options.pipeline.shard_cache = remote.cache;
-    options.pipeline.store_counters = remote.counters;
-  }
-  options.pipeline.decoded_cache_bytes =
-      absl::GetFlag(FLAGS_decoded_cache_bytes);
-  {
-    const int64_t retention = absl::GetFlag(FLAGS_shared_batch_bytes);
-    if (retention < -1) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--shared-batch-bytes is ", retention,
-          "; give bytes, or -1 for a sixteenth of --max-buffer-bytes")));
-    }
-    options.shared_batches.retention_bytes =
-        retention == -1 ? options.service.max_buffer_bytes / 16
-                        : static_cast<uint64_t>(retention);
-  }
-  options.service.max_job_buffer_bytes = static_cast<uint64_t>(
-      job_share * static_cast<double>(options.service.max_buffer_bytes));
-  options.service.max_streams_per_job =
-      absl::GetFlag(FLAGS_max_streams_per_job);
-  options.pipeline.idle_buffer_bytes = absl::GetFlag(FLAGS_idle_buffer_bytes);
-  options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
-  if (options.metrics_host.empty()) {
-    options.metrics_host = port_flag >= 0 ? host : "127.0.0.1";
-  }
-  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  options.metrics_auth = absl::GetFlag(FLAGS_metrics_auth);
-  options.metrics_http.max_connections =
-      absl::GetFlag(FLAGS_metrics_max_connections);
-  options.metrics_http.request_deadline =
-      absl::GetFlag(FLAGS_metrics_request_deadline).value;
-  if (options.metrics_auth && options.auth_token_file.empty()) {
-    return Fail(absl::InvalidArgumentError(
-        "--metrics-auth checks the tokens of --auth-token-file; give that "
-        "file too"));
-  }
-  options.reflection = absl::GetFlag(FLAGS_reflection);
-  options.drain_deadline = absl::GetFlag(FLAGS_drain_deadline).value;
-  options.service.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
-  options.max_idle_jobs = absl::GetFlag(FLAGS_max_idle_jobs);
-  options.service.open_timeout = absl::GetFlag(FLAGS_open_timeout).value;
-  options.service.max_planless_streams_per_peer =
-      absl::GetFlag(FLAGS_max_planless_streams_per_peer);
-  options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
-  options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time).value;
-  options.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout).value;
-  options.handshake_timeout = absl::GetFlag(FLAGS_handshake_timeout).value;
-  options.max_connection_idle =
-      absl::GetFlag(FLAGS_max_connection_idle).value;
-  options.min_ping_interval =
-      absl::GetFlag(FLAGS_keepalive_min_ping_interval).value;
-  options.max_ping_strikes = absl::GetFlag(FLAGS_keepalive_max_ping_strikes);
-  if (options.metrics_port < -1 || options.metrics_port > 65535) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--metrics-port is ", options.metrics_port,
-        "; it must be 0..65535, or -1 for no metrics endpoint")));
+  batchd::server::ServerOptions options =
+      batchd::server::MakeServerOptions(flags, cpus);
+  if (absl::Status loaded = LoadDaemonDatasets(flags, &options);
+      !loaded.ok()) {
+    return Fail(loaded);
   }
 
   absl::StatusOr<std::unique_ptr<BatchdServer>> server =
@@ -612,7 +553,7 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(server.status());
   const int port = (*server)->port();
   const std::string workers_text =
-      auto_workers
+      options.autoscale.enabled
           ? absl::StrCat(options.pipeline.workers, " workers (auto, ",
                          options.autoscale.policy.min_workers, "..",
                          options.max_workers, ")")
@@ -620,7 +561,7 @@ int main(int argc, char** argv) {
   const batchd::v1::DaemonSecurity& security = (*server)->security();
   if (!options.listen_address.empty()) {
     std::fprintf(stderr, "batchd: serving on %s:%d (%s) with %s\n",
-                 host.c_str(), port,
+                 flags.host.c_str(), port,
                  security.mutual_tls() ? "mutual TLS"
                  : security.tls()      ? "TLS"
                                        : "plaintext",
@@ -659,9 +600,9 @@ int main(int argc, char** argv) {
   // The metrics port first: a reader that sees the gRPC port file may
   // expect both.
   if (metrics_port > 0) {
-    WritePortFile(absl::GetFlag(FLAGS_metrics_port_file), metrics_port);
+    WritePortFile(flags.metrics_port_file, metrics_port);
   }
-  WritePortFile(absl::GetFlag(FLAGS_port_file), port);
+  WritePortFile(flags.port_file, port);
 
   int signal = 0;
   while (sigwait(&stop_signals, &signal) == 0 && signal == SIGHUP) {

@@ -14,6 +14,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/service/transport_security.h"
 #include "server/web/web_assets.h"
 
 #ifndef BATCHD_VERSION
@@ -56,79 +57,6 @@ int Millis(absl::Duration d) {
       std::min<int64_t>(absl::ToInt64Milliseconds(d), INT_MAX));
 }
 
-absl::Status CheckOptions(const ServerOptions& options) {
-  if (options.autoscale.enabled) {
-    if (absl::Status valid =
-            ValidateAutoscalePolicyOptions(options.autoscale.policy);
-        !valid.ok()) {
-      return valid;
-    }
-  }
-  if (options.pipeline.workers < 1 ||
-      options.pipeline.workers > options.max_workers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--workers is ", options.pipeline.workers,
-                     "; it must be 1..", options.max_workers,
-                     " (--max-workers)"));
-  }
-  if (options.listen_address.empty() && options.unix_socket.empty()) {
-    return absl::InvalidArgumentError(
-        "nothing to listen on: give a --port, or --unix-socket PATH");
-  }
-  if (options.service.max_streams_per_job < 1) {
-    return absl::InvalidArgumentError(
-        "--max-streams-per-job must be at least 1");
-  }
-  if (options.datasets.empty()) {
-    return absl::InvalidArgumentError(
-        "no datasets: register one with --dataset name=path or --config");
-  }
-  if (options.service.max_open_streams < 1) {
-    return absl::InvalidArgumentError("--max-open-streams must be at least 1");
-  }
-  if (options.service.max_planless_streams_per_peer < 1) {
-    return absl::InvalidArgumentError(
-        "--max-planless-streams-per-peer must be at least 1");
-  }
-  if (options.service.open_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--open-timeout is ", absl::FormatDuration(options.service.open_timeout),
-        "; it must be positive"));
-  }
-  if (options.drain_deadline < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--drain-deadline is ",
-                     absl::FormatDuration(options.drain_deadline),
-                     "; it must not be negative"));
-  }
-  // gRPC enforces a floor of 10 s on keepalive_time for clients, none for
-  // servers; below 1 s, pings would cost more than the dead peers they find.
-  if (options.keepalive_time < absl::Seconds(1) ||
-      options.keepalive_timeout < absl::Seconds(1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--keepalive-time is ", absl::FormatDuration(options.keepalive_time),
-        " and --keepalive-timeout ",
-        absl::FormatDuration(options.keepalive_timeout),
-        "; both must be at least 1s"));
-  }
-  if (options.handshake_timeout < absl::Milliseconds(100) ||
-      options.max_connection_idle < absl::Seconds(1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--handshake-timeout is ",
-        absl::FormatDuration(options.handshake_timeout),
-        " and --max-connection-idle ",
-        absl::FormatDuration(options.max_connection_idle),
-        "; they must be at least 100ms and 1s"));
-  }
-  if (options.min_ping_interval < absl::ZeroDuration() ||
-      options.max_ping_strikes < 0 || options.max_concurrent_streams < 0) {
-    return absl::InvalidArgumentError(
-        "--keepalive-min-ping-interval, --keepalive-max-ping-strikes and "
-        "--max-concurrent-streams must not be negative");
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 const char* DaemonVersion() { return BATCHD_VERSION; }
@@ -137,9 +65,6 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
     ServerOptions options) {
   // The autoscaler's bound is the daemon's.
   options.autoscale.policy.max_workers = options.max_workers;
-  if (absl::Status checked = CheckOptions(options); !checked.ok()) {
-    return checked;
-  }
   batchd::v1::DaemonInfo& info = options.service.daemon_info;
   info.set_version(DaemonVersion());
   info.set_max_window(options.service.max_window);

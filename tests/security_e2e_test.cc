@@ -1,8 +1,9 @@
 // Security through real daemon processes on localhost: TLS and mutual TLS
 // with certificates from scripts/make_test_certs.sh, bearer tokens on every
 // RPC (the methods come from the service descriptors), job-bound tokens,
-// plaintext refused off the loopback, the Unix-socket listener, certificate
-// rotation under a running stream, and the per-job limits.
+// plaintext refused off the loopback, the Unix-socket listener and
+// certificate rotation under a running stream. The per-job limits are in
+// job_limits_e2e_test.cc.
 #include <signal.h>
 #include <stdlib.h>
 
@@ -31,8 +32,8 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "testing/daemon_process.h"
-#include "testing/e2e_fixture.h"
 #include "testing/e2e_helpers.h"
+#include "tests/security_suite.h"
 
 #ifndef BATCHD_SOURCE_DIR
 #error "BATCHD_SOURCE_DIR must be defined (tests/CMakeLists.txt sets it)"
@@ -43,14 +44,11 @@ namespace {
 
 using ::batchd::client::ChannelSecurity;
 using ::batchd::client::Loader;
-using ::batchd::client::LoaderOptions;
 using ::batchd::client::NewBatchdChannel;
 using ::batchd::client::SecurityOptions;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr uint32_t kBatch = 8;
-constexpr uint32_t kSize = 32;
 constexpr char kAdminToken[] = "admin-token-5f0e9d8c7b6a";
 constexpr char kJobToken[] = "job-a-token-1a2b3c4d5e6f";
 constexpr char kWrongToken[] = "wrong-token-000000000000";
@@ -86,13 +84,11 @@ std::string ReadWhole(const std::string& path) {
   return common::ReadTextFile(path).value();
 }
 
-class SecurityTest
-    : public DatasetSuite</*images=*/24, /*classes=*/2,
-                          /*seed=*/11> {
+// The suite with two CAs and their certificates, and a token file.
+class SecurityTest : public SecuritySuite {
  protected:
   static void SetUpTestSuite() {
-    DatasetSuite::SetUpTestSuite();
-    ASSERT_NE(dataset_, nullptr);
+    SecuritySuite::SetUpTestSuite();
     certs_a_ = new Certs(MakeCerts("ca-a"));
     certs_b_ = new Certs(MakeCerts("ca-b"));
     tokens_ = new std::string(MakeTempDir("tokens") + "/tokens");
@@ -100,15 +96,14 @@ class SecurityTest
                                      kJobToken, " job-a\n"));
   }
   static void TearDownTestSuite() {
-    for (const std::string* dir :
-         {dataset_, &certs_a_->dir, &certs_b_->dir}) {
+    for (const std::string* dir : {&certs_a_->dir, &certs_b_->dir}) {
       std::filesystem::remove_all(*dir);
     }
     std::filesystem::remove_all(std::filesystem::path(*tokens_).parent_path());
     delete certs_a_;
     delete certs_b_;
     delete tokens_;
-    DatasetSuite::TearDownTestSuite();
+    SecuritySuite::TearDownTestSuite();
   }
 
   void TearDown() override {
@@ -121,49 +116,8 @@ class SecurityTest
     return dirs_.back();
   }
 
-  static absl::StatusOr<std::unique_ptr<DaemonProcess>> StartDaemon(
-      std::vector<std::string> args) {
-    args.insert(args.begin(), {"--dataset", "d=" + *dataset_, "--workers", "1"});
-    return DaemonProcess::Start(args);
-  }
-
   static std::vector<std::string> TlsArgs(const Certs& certs) {
     return {"--tls-cert", certs.server_cert(), "--tls-key", certs.server_key()};
-  }
-
-  static LoaderOptions Options(const std::string& endpoint,
-                               SecurityOptions security,
-                               const std::string& job = "") {
-    LoaderOptions options;
-    options.endpoint = endpoint;
-    options.plan = TrainPlan("d", kBatch, kSize, 5);
-    options.plan.set_job(job);
-    options.prefetch = 2;
-    options.security = std::move(security);
-    // A refused handshake fails Create quickly; the message is the test's.
-    options.connect_timeout = absl::Seconds(3);
-    return options;
-  }
-
-  static absl::StatusOr<std::vector<BatchRecord>> ReadEpoch(
-      LoaderOptions options, uint64_t epoch = 0) {
-    absl::StatusOr<std::unique_ptr<Loader>> loader =
-        Loader::Create(std::move(options));
-    if (!loader.ok()) return loader.status();
-    if (absl::Status s = (*loader)->StartEpoch(epoch); !s.ok()) return s;
-    return ReadFrom(**loader);
-  }
-
-  // Epoch 0 of the test plan from a plaintext daemon: what every secured
-  // path must deliver byte for byte.
-  static std::vector<BatchRecord> Reference() {
-    absl::StatusOr<std::unique_ptr<DaemonProcess>> d = StartDaemon({});
-    EXPECT_TRUE(d.ok()) << d.status();
-    if (!d.ok()) return {};
-    absl::StatusOr<std::vector<BatchRecord>> records =
-        ReadEpoch(Options((*d)->endpoint(), {}));
-    EXPECT_TRUE(records.ok()) << records.status();
-    return records.ok() ? *records : std::vector<BatchRecord>{};
   }
 
   static SecurityOptions Trusting(const Certs& ca) {
@@ -550,111 +504,6 @@ TEST_F(SecurityTest, ReplacedCertificatesServeNewConnectionsAndKeepStreams) {
   ASSERT_EQ(stats.daemons.size(), 1u);
   EXPECT_EQ(stats.daemons[0].lost, 0u);
   EXPECT_EQ(stats.daemons[0].state, "up");
-}
-
-// Streams of `job` that open and then never read: they hold their
-// reservation until cancelled.
-class GreedyStreams {
- public:
-  GreedyStreams(const std::string& endpoint, const std::string& job, int n)
-      : stub_(v1::DataService::NewStub(NewBatchdChannel(endpoint))) {
-    for (int i = 0; i < n; ++i) {
-      auto context = std::make_unique<grpc::ClientContext>();
-      auto stream = stub_->StreamBatches(context.get());
-      v1::StreamRequest open;
-      *open.mutable_open()->mutable_plan() = TrainPlan("d", kBatch, kSize, 5);
-      open.mutable_open()->mutable_plan()->set_job(job);
-      open.mutable_open()->set_window(4);
-      stream->Write(open);
-      v1::StreamResponse response;
-      if (stream->Read(&response) && response.has_opened()) {
-        granted_ += response.opened().window();
-        open_.push_back({std::move(context), std::move(stream)});
-      } else {
-        refusals_.push_back(stream->Finish());
-      }
-    }
-  }
-  ~GreedyStreams() {
-    for (auto& [context, stream] : open_) context->TryCancel();
-    for (auto& [context, stream] : open_) stream->Finish().IgnoreError();
-  }
-  int opened() const { return static_cast<int>(open_.size()); }
-  uint32_t granted() const { return granted_; }
-  const std::vector<grpc::Status>& refusals() const { return refusals_; }
-
- private:
-  using Stream =
-      grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>;
-  std::unique_ptr<v1::DataService::Stub> stub_;
-  std::vector<std::pair<std::unique_ptr<grpc::ClientContext>,
-                        std::unique_ptr<Stream>>>
-      open_;
-  uint32_t granted_ = 0;
-  std::vector<grpc::Status> refusals_;
-};
-
-TEST_F(SecurityTest, AJobOverItsStreamLimitIsRefusedAndOthersStream) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
-                           StartDaemon({"--max-streams-per-job", "2"}));
-  GreedyStreams greedy(daemon->endpoint(), "greedy", 3);
-  EXPECT_EQ(greedy.opened(), 2);
-  ASSERT_EQ(greedy.refusals().size(), 1u);
-  EXPECT_EQ(greedy.refusals()[0].error_code(),
-            grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(greedy.refusals()[0].error_message(),
-              HasSubstr("job \"greedy\" already has 2 streams open"));
-  EXPECT_THAT(greedy.refusals()[0].error_message(),
-              HasSubstr("--max-streams-per-job"));
-  ASSERT_OK_AND_ASSIGN(
-      std::vector<BatchRecord> records,
-      ReadEpoch(Options(daemon->endpoint(), {}, "well-behaved")));
-  EXPECT_EQ(records.size(), 3u);
-}
-
-// The measured failure, scaled down: four jobs of 16 streams that never
-// consume, against a budget of 64 batches. Each job may hold 20 % of the
-// buffers, so a fifth job still streams; with the share off it is refused.
-TEST_F(SecurityTest, AJobOverItsBufferShareIsRefusedAndAnotherJobStreams) {
-  const std::vector<BatchRecord> reference = Reference();
-  const uint64_t batch_bytes = uint64_t{kBatch} * kSize * kSize * 3;
-  const std::string budget = std::to_string(64 * batch_bytes);
-  for (const char* share : {"1", "0.2"}) {
-    SCOPED_TRACE(absl::StrCat("--max-job-buffer-share ", share));
-    ASSERT_OK_AND_ASSIGN(
-        std::unique_ptr<DaemonProcess> daemon,
-        StartDaemon({"--max-buffer-bytes", budget, "--max-window", "4",
-                     "--max-job-buffer-share", share}));
-    std::vector<std::unique_ptr<GreedyStreams>> jobs;
-    uint32_t granted = 0;
-    for (int j = 0; j < 4; ++j) {
-      jobs.push_back(std::make_unique<GreedyStreams>(
-          daemon->endpoint(), absl::StrCat("greedy-", j), 16));
-      granted += jobs.back()->granted();
-    }
-    absl::StatusOr<std::vector<BatchRecord>> fifth =
-        ReadEpoch(Options(daemon->endpoint(), {}, "well-behaved"));
-    if (std::string(share) == "1") {
-      // The first jobs take everything.
-      EXPECT_EQ(granted, 64u);
-      ASSERT_FALSE(fifth.ok());
-      EXPECT_EQ(fifth.status().code(), absl::StatusCode::kResourceExhausted);
-      EXPECT_THAT(fifth.status().message(),
-                  HasSubstr("batch buffers are full"));
-    } else {
-      // 64 * 0.2 = 12.8 batches a job: 12 each, 48 in all.
-      EXPECT_EQ(granted, 48u);
-      for (const auto& job : jobs) {
-        ASSERT_FALSE(job->refusals().empty());
-        EXPECT_EQ(job->refusals()[0].error_code(),
-                  grpc::StatusCode::RESOURCE_EXHAUSTED);
-        EXPECT_THAT(job->refusals()[0].error_message(),
-                    HasSubstr("--max-job-buffer-share"));
-      }
-      ASSERT_TRUE(fifth.ok()) << fifth.status();
-      EXPECT_EQ(*fifth, reference);
-    }
-  }
 }
 
 TEST_F(SecurityTest, HealthProbesAMutualTlsDaemonWithTheClientsFlags) {

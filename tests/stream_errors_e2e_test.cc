@@ -40,7 +40,7 @@ class StreamErrorsTest : public ::testing::Test {
          "--max-batch-size", "64", "--max-window", "4",
          "--max-buffer-bytes", std::to_string(8 * 3 * 64 * 64 * 5),
          // These tests' streams are all one job, and are about the whole
-         // budget; the per-job share is security_e2e_test's.
+         // budget; the per-job share is job_limits_e2e_test's.
          "--max-job-buffer-share", "1"});
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_ = *std::move(daemon);
