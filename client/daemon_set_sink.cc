@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/daemon_set.h"
+#include "client/grpc_status.h"
 
 namespace batchd::client {
 
@@ -25,11 +26,6 @@ constexpr absl::Duration kAttachTimeout = absl::Seconds(5);
 // A chunk is at most 4 MiB (the protocol); discarded copies are read into a
 // scratch buffer of this size at most.
 constexpr size_t kMaxChunkBytes = size_t{4} << 20;
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
 
 std::string BatchName(uint64_t epoch, uint64_t index) {
   return absl::StrCat("batch ", index, " of epoch ", epoch);
