@@ -157,18 +157,15 @@ class DaemonSet : public StreamSink {
     batchd::v1::StreamRequest request;
   };
 
-  // ---- daemon_set.cc: starting, stopping, the consumer's window ----
+  // ---- daemon_set.cc: starting, connecting, the set's health ----
   absl::Status AwaitFirstOpened() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The error when no daemon opened the plan within connect_timeout.
   absl::Status NotOpenedError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Numbers a daemon at `endpoint` in every part of the set; not connected.
   int AddDaemonLocked(const std::string& endpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens a new stream to `daemon` (the old one, if any, must have ended).
   void ConnectLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reserves slots for the window's batches, lets the scheduler assign
-  // them, and sends without holding mu_.
-  void RequestMore() ABSL_LOCKS_EXCLUDED(mu_);
-  std::vector<Outgoing> ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void Send(std::vector<Outgoing> outgoing);
   // `daemon` works again: its failures are forgiven and the unavailable
   // clock stops.
   void MarkRecoveredLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -176,6 +173,14 @@ class DaemonSet : public StreamSink {
   // takes requests.
   void StartUnavailableClockLocked(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- daemon_set_window.cc: the requests that go out ----
+  // Reserves slots for the window's batches, lets the scheduler assign
+  // them, and sends without holding mu_.
+  void RequestMore() ABSL_LOCKS_EXCLUDED(mu_);
+  // The cancels and requests due now; grants their slots.
+  std::vector<Outgoing> ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Send(std::vector<Outgoing> outgoing);
 
   // ---- daemon_set_supervisor.cc: the supervisor thread ----
   void SupervisorLoop() ABSL_LOCKS_EXCLUDED(mu_);
