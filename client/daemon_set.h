@@ -1,26 +1,33 @@
 // DaemonSet: the daemons one Loader streams from, and the ring their batches
-// land in. It connects to every daemon of LoaderOptions::endpoint (looking a
-// "dns:///" name up again every `resolve_interval`), owns one DaemonStream
-// per daemon and the RequestScheduler that spreads requests over them, and
-// runs a supervisor thread that reconnects lost daemons with backoff, marks
-// silent ones down, drops streams frozen mid-batch, hedges slow batches,
-// sends TrainerReports and grows the ring under auto_prefetch. It is every
-// stream's StreamSink: headers and chunks go into the SlotRing's slots
-// (daemon_set_sink.cc).
+// land in. A thin composition: it owns the gRPC side (a channel and one
+// DaemonStream per daemon), the ring, and a supervisor thread, and applies
+// the rules of pure bookkeeping classes, each unit-tested on its own:
+//   DaemonRoster      the daemons and their connections: endpoints, DNS
+//                     re-resolution, reconnect backoff, "every daemon failed"
+//   DaemonWatch       supervision: stalls, the progress deadline, how a
+//                     stream's end counts, the unavailable clock
+//   RequestScheduler  which daemon is asked for which batch; hedging
+//   BatchReceipts     receiving: each stream's batch in progress, the
+//                     protocol's rules for headers and chunks
+//   PrefetchGrowth    auto_prefetch's rule for growing the ring
+// It is every stream's StreamSink: headers and chunks go into the SlotRing's
+// slots (daemon_set_sink.cc). The supervisor (daemon_set_supervisor.cc)
+// reconnects lost daemons, cancels silent or frozen streams, hedges, looks
+// the DNS name up again every `resolve_interval`, sends TrainerReports and
+// grows the ring.
 //
 // The consumer side (client/loader.cc) asks it for the window's batches
 // (StartEpoch, TakeNext, Release) and reads the trainer's step times back
 // through a TrainerClock.
 //
 // Thread-safety: every public method may be called from any thread; one
-// mutex guards the daemons, the scheduler and the ring. Shutdown() stops
+// mutex guards the bookkeeping, the streams and the ring. Shutdown() stops
 // the streams and joins every thread; it must not run on a reader thread.
 #ifndef BATCHD_CLIENT_DAEMON_SET_H_
 #define BATCHD_CLIENT_DAEMON_SET_H_
 
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,9 +39,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "batchd/v1/data.pb.h"
+#include "client/batch_receipts.h"
+#include "client/daemon_roster.h"
 #include "client/daemon_stream.h"
+#include "client/daemon_watch.h"
 #include "client/loader_options.h"
 #include "client/loader_stats.h"
+#include "client/prefetch_growth.h"
 #include "client/request_scheduler.h"
 #include "client/shared_ring.h"
 #include "client/slot_ring.h"
@@ -67,31 +78,6 @@ class TrainerClock {
 // many slots as `auto_prefetch_max_bytes` holds of the plan's largest
 // batches (batch_size x size x size x 3 bytes), between `prefetch` and 1024.
 uint32_t AskedWindow(const LoaderOptions& options);
-
-// What the end of a daemon's stream means for it.
-struct StreamEndVerdict {
-  enum class Next {
-    kReconnect,  // down for now: reconnect after the backoff
-    kFail,       // not asked again (a protocol error, or its verdict)
-    kRemove,     // gone from DNS and owed nothing: done with it
-  };
-  Next next = Next::kReconnect;
-  // Why, for DaemonStats::last_error and the loader's errors.
-  absl::Status error;
-};
-// The stream to `endpoint` ended with gRPC's `status`, or with a sink's
-// `protocol_error`; `stalled`: the supervisor cancelled it for silence;
-// `owed`: the batches it still owed; `in_dns`: still listed.
-StreamEndVerdict JudgeStreamEnd(absl::string_view endpoint,
-                                const grpc::Status& status,
-                                const absl::Status& protocol_error,
-                                bool stalled, uint32_t owed, bool in_dns,
-                                absl::Duration stall_timeout,
-                                const ChannelSecurity& security);
-// The wait before reconnecting after `failures` (>= 1) failures in a row:
-// `min` doubled per failure after the first, at most `max`; without jitter.
-absl::Duration ReconnectBackoff(int failures, absl::Duration min,
-                                absl::Duration max);
 
 class DaemonSet : public StreamSink {
  public:
@@ -150,42 +136,17 @@ class DaemonSet : public StreamSink {
 
  private:
   using Key = RequestScheduler::Key;
-  enum class DaemonState { kConnecting, kUp, kDown, kFailed, kRemoved };
+  using DaemonState = DaemonRoster::State;
 
-  // What one daemon's reader thread is receiving: a batch's bytes into a
-  // slot, or a losing copy read past into `scratch`.
-  struct Receipt {
-    bool active = false;
-    Key key{0, 0};
-    int slot = -1;  // -1: discarding
-    uint64_t total = 0;
-    uint64_t received = 0;
-  };
-
+  // The gRPC side of one daemon; its bookkeeping is in the roster, the
+  // watch, the scheduler and the receipts under the same number.
   struct Daemon {
-    std::string endpoint;
     std::shared_ptr<grpc::Channel> channel;
     std::shared_ptr<DaemonStream> stream;  // null while down
-    DaemonState state = DaemonState::kConnecting;
-    absl::Status last_error;
-    // Stream failures since it last delivered a batch (or was up with
-    // nothing asked of it): the reconnect backoff grows with them, and
-    // while they are not 0 a reconnect does not count as recovery.
-    int failures = 0;
-    absl::Time retry_at = absl::InfinitePast();
-    absl::Time last_message;  // for the stall check
-    bool stalled = false;     // we cancelled it for silence
-    // Why, when it was a batch's progress deadline (the stall timeout's
-    // message otherwise).
-    absl::Status stall_error;
-    bool in_dns = true;       // false: drain, then remove
-    bool opened = false;      // this stream has answered the plan
-    Receipt receipt;
-    std::vector<uint8_t> scratch;
+    bool opened = false;  // this stream has answered the plan
     // The shared-memory ring attached to its current stream; null on the
     // bytes path.
     std::shared_ptr<SharedRing> ring;
-    absl::Time link_free = absl::InfinitePast();  // paced link
     // Its batches the trainer took since the last TrainerReport.
     uint64_t consumed_since_report = 0;
   };
@@ -196,12 +157,39 @@ class DaemonSet : public StreamSink {
     batchd::v1::StreamRequest request;
   };
 
-  // ---- daemon_set.cc: connections, the supervisor, scheduling ----
+  // ---- daemon_set.cc: starting, connecting, the set's health ----
   absl::Status AwaitFirstOpened() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error when no daemon opened the plan within connect_timeout.
+  absl::Status NotOpenedError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Numbers a daemon at `endpoint` in every part of the set; not connected.
   int AddDaemonLocked(const std::string& endpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens a new stream to `daemon` (the old one, if any, must have ended).
   void ConnectLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `daemon` works again: its failures are forgiven and the unavailable
+  // clock stops.
+  void MarkRecoveredLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the unavailable clock at `now` unless it runs or some daemon
+  // takes requests.
+  void StartUnavailableClockLocked(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- daemon_set_window.cc: the requests that go out ----
+  // Reserves slots for the window's batches, lets the scheduler assign
+  // them, and sends without holding mu_.
+  void RequestMore() ABSL_LOCKS_EXCLUDED(mu_);
+  // The cancels and requests due now; grants their slots.
+  std::vector<Outgoing> ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Send(std::vector<Outgoing> outgoing);
+
+  // ---- daemon_set_supervisor.cc: the supervisor thread ----
   void SupervisorLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // One tick's checks of `daemon` at `now`: ends its finished stream into
+  // `finished`, reconnects it, cancels it if silent or frozen, closes it
+  // once drained.
+  void SuperviseLocked(int daemon, absl::Time now,
+                       std::vector<std::shared_ptr<DaemonStream>>& finished)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Looks the DNS name up again and adds or drains daemons to match.
   void Resolve() ABSL_LOCKS_EXCLUDED(mu_);
   // With auto_prefetch, how many slots to add now; 0 most of the time.
@@ -214,25 +202,8 @@ class DaemonSet : public StreamSink {
   std::vector<Outgoing> ReportsLocked(absl::Time now,
                                       const TrainerClock::Reading& trainer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reserves slots for the window's batches, lets the scheduler assign
-  // them, and sends without holding mu_.
-  void RequestMore() ABSL_LOCKS_EXCLUDED(mu_);
-  std::vector<Outgoing> ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void Send(std::vector<Outgoing> outgoing);
-  // `daemon` works again: its failures are forgiven and the unavailable
-  // clock stops.
-  void MarkRecoveredLocked(int daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts the unavailable clock at `now` unless it runs or some daemon
-  // takes requests.
-  void StartUnavailableClockLocked(absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether `daemon`'s batch in progress has received nothing for
-  // batch_progress_timeout while another daemon could take it.
-  bool ProgressOverdueLocked(int daemon, absl::Time now) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the sticky error once no daemon can serve any more.
   void CheckAllFailedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string DaemonSummaryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- daemon_set_sink.cc: one stream's responses ----
   // Attaches a shared-memory ring for a stream whose `opened` carries an
@@ -276,13 +247,15 @@ class DaemonSet : public StreamSink {
   std::thread supervisor_;
 
   mutable absl::Mutex mu_;
+  // One number per daemon, the same in each of these.
+  DaemonRoster roster_ ABSL_GUARDED_BY(mu_);
+  DaemonWatch watch_ ABSL_GUARDED_BY(mu_);
   RequestScheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  BatchReceipts receipts_ ABSL_GUARDED_BY(mu_);
+  std::vector<Daemon> daemons_ ABSL_GUARDED_BY(mu_);
   SlotRing ring_ ABSL_GUARDED_BY(mu_);
-  std::vector<Daemon> daemons_ ABSL_GUARDED_BY(mu_);  // by scheduler id
-  std::minstd_rand jitter_ ABSL_GUARDED_BY(mu_);
+  PrefetchGrowth growth_ ABSL_GUARDED_BY(mu_);
   absl::Time next_resolve_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  // Since when no daemon has been up (InfiniteFuture while one is).
-  absl::Time all_down_since_ ABSL_GUARDED_BY(mu_);
   bool opened_received_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   // Wakes the supervisor early (a daemon went down or a slot came free).
@@ -294,13 +267,11 @@ class DaemonSet : public StreamSink {
   // Slots of a shared-memory ring: the ring's largest size, fixed by the
   // first `opened`; 0 before.
   uint32_t ring_slots_ ABSL_GUARDED_BY(mu_) = 0;
-  // The receiving side's figures (LoaderStats fields of the same names).
-  uint64_t received_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Duration copy_ ABSL_GUARDED_BY(mu_);
+  // The receiving side's figures (LoaderStats fields of the same names);
+  // bytes and copy time are the receipts'.
   uint64_t reports_sent_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reports_rejected_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t prefetch_grows_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t progress_cancels_ ABSL_GUARDED_BY(mu_) = 0;
   std::string transport_ ABSL_GUARDED_BY(mu_);
   std::string transport_note_ ABSL_GUARDED_BY(mu_);
   // The last reason logged for streaming bytes instead of shared memory.
@@ -309,13 +280,6 @@ class DaemonSet : public StreamSink {
   absl::Duration reported_wait_ ABSL_GUARDED_BY(mu_);
   absl::Duration reported_compute_ ABSL_GUARDED_BY(mu_);
   absl::Time next_report_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // The trainer's figures at the last auto_prefetch look.
-  struct PrefetchLook {
-    absl::Time at = absl::InfinitePast();
-    uint64_t steps = 0, waited_steps = 0;
-    absl::Duration waited;
-  };
-  PrefetchLook prefetch_look_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace batchd::client

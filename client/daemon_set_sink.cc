@@ -1,10 +1,9 @@
-// DaemonSet, part 2: the StreamSink. Each daemon's reader thread
+// DaemonSet, part 4: the StreamSink. Each daemon's reader thread
 // (client/daemon_stream.h) hands its stream's responses here: `opened`
 // (with the shared-memory attach), headers, chunks into their slots,
 // rejections, and the stream's end (failover and reconnect backoff).
 #include <algorithm>
 #include <cstdio>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -22,34 +21,9 @@ namespace {
 
 // How long the shared-memory side channel may take to answer.
 constexpr absl::Duration kAttachTimeout = absl::Seconds(5);
-// A chunk is at most 4 MiB (the protocol); discarded copies are read into a
-// scratch buffer of this size at most.
-constexpr size_t kMaxChunkBytes = size_t{4} << 20;
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
 
 std::string BatchName(uint64_t epoch, uint64_t index) {
   return absl::StrCat("batch ", index, " of epoch ", epoch);
-}
-
-// Whether a stream that ended with `code` may be tried again: the daemon
-// went away or dropped the connection. Other codes are the daemon's verdict
-// on the plan or the client (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...).
-bool IsRetryable(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::CANCELLED:
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-    case grpc::StatusCode::ABORTED:
-    case grpc::StatusCode::INTERNAL:
-    case grpc::StatusCode::UNKNOWN:
-      return true;
-    default:
-      return false;
-  }
 }
 
 // Same shape, sizes and counts: the daemons serve the same plan.
@@ -67,7 +41,7 @@ bool SamePlan(const PlanOpened& a, const PlanOpened& b) {
 absl::Status DaemonSet::ProtocolError(int daemon,
                                       absl::string_view what) const {
   return absl::InternalError(absl::StrCat(
-      "protocol error from batchd at ", daemons_[daemon].endpoint, ": ",
+      "protocol error from batchd at ", roster_.endpoint(daemon), ": ",
       what));
 }
 
@@ -79,7 +53,7 @@ absl::Status DaemonSet::OnResponse(int daemon, StreamResponse& response) {
   }
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
-  daemons_[daemon].last_message = now;
+  watch_.OnMessage(daemon, now);
   scheduler_.OnProgress(daemon, now);
   switch (response.kind_case()) {
     case StreamResponse::kOpened:
@@ -155,7 +129,7 @@ void DaemonSet::NoteTransportLocked(const absl::Status& why) {
     return;
   }
   transport_ =
-      absl::StartsWith(daemons_[0].endpoint, "unix:") ? "unix" : "tcp";
+      absl::StartsWith(roster_.endpoint(0), "unix:") ? "unix" : "tcp";
   transport_note_ = std::string(why.message());
   // Said once per reason; switching it off on purpose needs no line.
   if (options_.shared_memory && !why.ok() &&
@@ -183,23 +157,22 @@ absl::Status DaemonSet::HandleOpened(int daemon, const PlanOpened& opened,
     opened_received_ = true;
   } else if (!SamePlan(opened_, opened)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "batchd at ", d.endpoint, " answers the plan with ",
+        "batchd at ", roster_.endpoint(daemon), " answers the plan with ",
         opened.batches_per_epoch(), " batches of ", opened.max_batch_bytes(),
         " bytes per epoch, the first daemon with ", opened_.batches_per_epoch(),
         " of ", opened_.max_batch_bytes(),
         ": the daemons do not serve the same dataset"));
   }
   d.opened = true;
-  d.state = DaemonState::kUp;
   // Reports count only this stream's batches.
   d.consumed_since_report = 0;
   scheduler_.DaemonUp(daemon, opened.window());
-  if (!d.in_dns) scheduler_.DaemonDraining(daemon);
+  if (!roster_.in_dns(daemon)) scheduler_.DaemonDraining(daemon);
   // A daemon that failed before counts as back only once it delivers a
   // batch, or is up with nothing asked of it (MarkRecoveredLocked): one
   // that accepts every stream and then fails it must not keep the loader
   // waiting forever, nor reconnecting without backoff.
-  if (d.failures == 0) MarkRecoveredLocked(daemon);
+  if (roster_.Up(daemon)) watch_.Recovered();
   kick_ = true;  // the supervisor hands it work
   return absl::OkStatus();
 }
@@ -210,66 +183,24 @@ absl::Status DaemonSet::HandleHeader(int daemon, BatchHeader& header) {
   const Key key{header.epoch(), header.batch_index()};
   Daemon& d = daemons_[daemon];
   if (!d.opened) return ProtocolError(daemon, "a header before `opened`");
-  if (d.receipt.active) {
-    return ProtocolError(daemon, absl::StrCat(
-        "header of ", BatchName(key.first, key.second), " while ",
-        BatchName(d.receipt.key.first, d.receipt.key.second),
-        " is incomplete"));
-  }
-  if (!scheduler_.HasRequest(daemon, key)) {
-    return ProtocolError(daemon, absl::StrCat("header of ",
-                                              BatchName(key.first, key.second),
-                                              ", which is not awaited"));
-  }
-  if (header.total_bytes() > opened_.max_batch_bytes()) {
-    return ProtocolError(daemon, absl::StrCat(
-        BatchName(key.first, key.second), " has ", header.total_bytes(),
-        " bytes, more than max_batch_bytes ", opened_.max_batch_bytes()));
-  }
   const bool in_shared_memory = header.in_shared_memory();
-  if (in_shared_memory != (d.ring != nullptr)) {
-    return ProtocolError(
-        daemon, absl::StrCat(BatchName(key.first, key.second),
-                             in_shared_memory
-                                 ? " is in shared memory, which this stream "
-                                   "has not attached"
-                                 : " comes as bytes on a stream with shared "
-                                   "memory attached"));
-  }
-  if (header.shape_size() > 0) {
-    uint64_t elements = 1;
-    for (uint64_t dim : header.shape()) {
-      if (dim != 0 && elements > std::numeric_limits<uint64_t>::max() / dim) {
-        return ProtocolError(daemon, "shape overflows");
-      }
-      elements *= dim;
-    }
-    if (elements != header.total_bytes()) {
-      return ProtocolError(daemon, absl::StrCat(
-          BatchName(key.first, key.second), " has shape with ", elements,
-          " elements but ", header.total_bytes(), " bytes"));
-    }
-  }
-  Receipt& receipt = d.receipt;
-  receipt = Receipt{};
-  receipt.active = true;
-  receipt.key = key;
-  receipt.total = header.total_bytes();
+  const absl::Status valid = receipts_.CheckHeader(
+      daemon, header, scheduler_.HasRequest(daemon, key),
+      opened_.max_batch_bytes(), /*shared_memory=*/d.ring != nullptr);
+  if (!valid.ok()) return ProtocolError(daemon, valid.message());
+  int slot = -1;
   const int index = ring_.Find(key);
+  const uint64_t total = header.total_bytes();
   const RequestScheduler::Claim claim = scheduler_.OnHeader(daemon, key);
   // The losing copies elsewhere are withdrawn at once.
   if (scheduler_.has_cancels()) kick_ = true;
   if (claim == RequestScheduler::Claim::kAccept && index >= 0 &&
       ring_.Receive(index, daemon, std::move(header))) {
-    receipt.slot = index;
+    slot = index;
   }
-  if (in_shared_memory) {
-    // The daemon's workers wrote the pixels into the granted slot; the
-    // header completes the batch.
-    receipt.received = receipt.total;
-    received_bytes_ += receipt.total;
+  if (receipts_.Begin(daemon, key, total, slot, in_shared_memory)) {
+    FinishReceiptLocked(daemon);
   }
-  if (receipt.received == receipt.total) FinishReceiptLocked(daemon);
   return absl::OkStatus();
 }
 
@@ -277,71 +208,47 @@ absl::StatusOr<uint8_t*> DaemonSet::ChunkDestination(
     int daemon, const common::ChunkInfo& chunk) {
   const Key key{chunk.epoch, chunk.batch_index};
   absl::MutexLock lock(&mu_);
-  Daemon& d = daemons_[daemon];
-  d.last_message = absl::Now();
-  scheduler_.OnProgress(daemon, d.last_message);
-  Receipt& receipt = d.receipt;
-  if (!receipt.active || receipt.key != key) {
-    return ProtocolError(daemon, absl::StrCat(
-        "chunk of ", BatchName(key.first, key.second),
-        ", which is not the batch being received"));
-  }
-  if (chunk.offset != receipt.received) {
-    return ProtocolError(daemon, absl::StrCat(
-        "chunk of ", BatchName(key.first, key.second), " at offset ",
-        chunk.offset, "; expected offset ", receipt.received));
-  }
-  if (chunk.length > receipt.total - receipt.received) {
-    return ProtocolError(daemon, absl::StrCat(
-        "chunk of ", BatchName(key.first, key.second), " at offset ",
-        chunk.offset, " with ", chunk.length, " bytes overflows the batch's ",
-        receipt.total, " bytes"));
-  }
-  if (receipt.slot < 0) {
-    // A losing copy: read past it.
-    if (chunk.length > kMaxChunkBytes) {
-      return ProtocolError(daemon, absl::StrCat("a chunk of ", chunk.length,
-                                                " bytes, over the 4 MiB limit"));
-    }
-    if (d.scratch.size() < chunk.length) d.scratch.resize(chunk.length);
-    return d.scratch.data();
-  }
-  // The slot's bytes belong to this reader thread while it is kReceiving.
-  return ring_.data(receipt.slot) + receipt.received;
+  const absl::Time now = absl::Now();
+  watch_.OnMessage(daemon, now);
+  scheduler_.OnProgress(daemon, now);
+  absl::StatusOr<BatchReceipts::Destination> place =
+      receipts_.Place(daemon, chunk);
+  if (!place.ok()) return ProtocolError(daemon, place.status().message());
+  // A losing copy is read past. The slot's bytes belong to this reader
+  // thread while it is kReceiving.
+  if (place->slot < 0) return place->scratch;
+  return ring_.data(place->slot) + place->offset;
 }
 
 absl::Status DaemonSet::OnChunk(int daemon, const common::ChunkInfo& chunk,
                                 absl::Duration copy) {
   {
     absl::MutexLock lock(&mu_);
-    Receipt& receipt = daemons_[daemon].receipt;
-    receipt.received += chunk.length;
-    received_bytes_ += chunk.length;
-    if (receipt.slot >= 0) {
-      ring_.AddCopy(receipt.slot, copy);
-      copy_ += copy;
+    const int slot = receipts_.receipt(daemon).slot;
+    if (slot >= 0) ring_.AddCopy(slot, copy);
+    if (receipts_.Advance(daemon, chunk.length, copy)) {
+      FinishReceiptLocked(daemon);
     }
-    if (receipt.received == receipt.total) FinishReceiptLocked(daemon);
   }
   if (chunk.length > 0) Pace(daemon, chunk.length);
   return absl::OkStatus();
 }
 
 void DaemonSet::FinishReceiptLocked(int daemon) {
-  Receipt& receipt = daemons_[daemon].receipt;
+  const BatchReceipts::Receipt& receipt = receipts_.receipt(daemon);
   scheduler_.OnComplete(daemon, receipt.key, absl::Now());
   MarkRecoveredLocked(daemon);
   if (receipt.slot >= 0) ring_.Complete(receipt.slot);
-  receipt = Receipt{};
+  receipts_.Reset(daemon);
   kick_ = true;  // a window place came free
 }
 
 absl::Status DaemonSet::HandleRejected(int daemon,
                                        const RequestRejected& rejected) {
   const Key key{rejected.epoch(), rejected.batch_index()};
-  Daemon& d = daemons_[daemon];
+  const BatchReceipts::Receipt& receipt = receipts_.receipt(daemon);
   if (!scheduler_.HasRequest(daemon, key) ||
-      (d.receipt.active && d.receipt.key == key)) {
+      (receipt.active && receipt.key == key)) {
     return ProtocolError(daemon, absl::StrCat(
         "rejection of ", BatchName(key.first, key.second),
         ", which is not awaited"));
@@ -369,10 +276,8 @@ absl::Status DaemonSet::HandleRejected(int daemon,
 void DaemonSet::Pace(int daemon, uint64_t bytes) {
   if (options_.max_receive_bytes_per_second == 0) return;
   absl::MutexLock lock(&mu_);
-  absl::Time& link_free = daemons_[daemon].link_free;
-  link_free = std::max(link_free, absl::Now()) +
-              absl::Seconds(static_cast<double>(bytes) /
-                            options_.max_receive_bytes_per_second);
+  const absl::Time link_free = watch_.Pace(
+      daemon, absl::Now(), bytes, options_.max_receive_bytes_per_second);
   auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutdown_ || cancelled_;
   };
@@ -398,90 +303,18 @@ void DaemonSet::OnStreamEnd(int daemon, const grpc::Status& status,
     }
     d.ring.reset();
   }
-  d.receipt = Receipt{};
+  receipts_.Reset(daemon);
   kick_ = true;
   if (shutdown_ || cancelled_) {
-    d.state = DaemonState::kDown;
+    roster_.Stopped(daemon);
     return;
   }
   StreamEndVerdict verdict =
-      JudgeStreamEnd(d.endpoint, status, protocol_error, d.stalled, owed,
-                     d.in_dns, options_.stall_timeout, security_);
-  d.last_error = d.stall_error.ok() ? std::move(verdict.error) : d.stall_error;
-  switch (verdict.next) {
-    case StreamEndVerdict::Next::kRemove:
-      d.state = DaemonState::kRemoved;
-      break;
-    case StreamEndVerdict::Next::kReconnect: {
-      d.state = DaemonState::kDown;
-      ++d.failures;
-      const absl::Duration backoff =
-          ReconnectBackoff(d.failures, options_.reconnect_backoff_min,
-                           options_.reconnect_backoff_max);
-      // +-20 %, so that many clients do not retry in step.
-      std::uniform_real_distribution<double> spread(0.8, 1.2);
-      d.retry_at = absl::Now() + backoff * spread(jitter_);
-      break;
-    }
-    case StreamEndVerdict::Next::kFail:
-      d.state = DaemonState::kFailed;
-      break;
-  }
+      watch_.JudgeEnd(daemon, roster_.endpoint(daemon), status, protocol_error,
+                      owed, roster_.in_dns(daemon), security_);
+  roster_.Ended(daemon, verdict.next, std::move(verdict.error), absl::Now());
   StartUnavailableClockLocked(absl::Now());
   CheckAllFailedLocked();
-}
-
-StreamEndVerdict JudgeStreamEnd(absl::string_view endpoint,
-                                const grpc::Status& status,
-                                const absl::Status& protocol_error,
-                                bool stalled, uint32_t owed, bool in_dns,
-                                absl::Duration stall_timeout,
-                                const ChannelSecurity& security) {
-  using Next = StreamEndVerdict::Next;
-  const std::string where = absl::StrCat("batchd at ", endpoint);
-  StreamEndVerdict verdict;
-  bool retry = true;
-  if (!protocol_error.ok()) {
-    // A daemon that breaks the protocol (or serves another dataset) is not
-    // asked again.
-    verdict.error = protocol_error;
-    retry = false;
-  } else if (stalled) {
-    verdict.error = absl::UnavailableError(absl::StrCat(
-        where, " sent nothing for ", absl::FormatDuration(stall_timeout),
-        " with ", owed, " batches outstanding"));
-  } else if (status.ok()) {
-    if (owed > 0) {
-      verdict.error = absl::UnavailableError(absl::StrCat(
-          where, " ended the stream with ", owed,
-          " requested batches not delivered"));
-      retry = false;
-    } else {
-      verdict.error =
-          absl::UnavailableError(absl::StrCat(where, " ended the stream"));
-    }
-  } else if (IsRetryable(status.error_code())) {
-    verdict.error = absl::UnavailableError(
-        absl::StrCat("lost the stream to ", where, ": ",
-                     WithConnectionHint(status.error_message(), security)));
-  } else {
-    // The daemon's own verdict; its message says what to fix.
-    verdict.error = FromGrpc(status);
-    retry = false;
-  }
-  if (!in_dns && status.ok() && owed == 0) {
-    verdict.next = Next::kRemove;
-  } else {
-    verdict.next = retry ? Next::kReconnect : Next::kFail;
-  }
-  return verdict;
-}
-
-absl::Duration ReconnectBackoff(int failures, absl::Duration min,
-                                absl::Duration max) {
-  absl::Duration backoff = min;
-  for (int i = 1; i < failures && backoff < max; ++i) backoff *= 2;
-  return std::min(backoff, max);
 }
 
 }  // namespace batchd::client

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "batchd/v1/admin.grpc.pb.h"
 #include "batchd/v1/data.grpc.pb.h"
+#include "client/grpc_status.h"
 #include "grpcpp/client_context.h"
 
 namespace batchd::client {
@@ -16,8 +17,8 @@ absl::StatusOr<batchd::v1::ServerStatus> FetchServerStatus(
   const grpc::Status result =
       stub->GetStatus(&context, batchd::v1::GetStatusRequest(), &status);
   if (!result.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(result.error_code()),
-                        absl::StrCat("GetStatus: ", result.error_message()));
+    return FromGrpc(result,
+                    absl::StrCat("GetStatus: ", result.error_message()));
   }
   return status;
 }
@@ -32,8 +33,8 @@ absl::StatusOr<batchd::v1::ListDatasetsResponse> ListDatasets(
   const grpc::Status result = stub->ListDatasets(
       &context, batchd::v1::ListDatasetsRequest(), &response);
   if (!result.ok()) {
-    return absl::Status(
-        static_cast<absl::StatusCode>(result.error_code()),
+    return FromGrpc(
+        result,
         absl::StrCat("ListDatasets at ", endpoint, ": ",
                      WithConnectionHint(result.error_message(), security)));
   }

@@ -15,20 +15,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "batchd/v1/admin.grpc.pb.h"
+#include "client/grpc_status.h"
 #include "testing/daemon_process.h"
 
 namespace batchd::testing {
 namespace {
 
 using batchd::client::Batch;
+using batchd::client::FromGrpc;
 using batchd::client::Loader;
 using batchd::client::LoaderOptions;
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
 
 std::chrono::system_clock::time_point Deadline() {
   return std::chrono::system_clock::now() + std::chrono::seconds(10);

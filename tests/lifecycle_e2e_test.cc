@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "batchd/v1/admin.grpc.pb.h"
 #include "batchd/v1/data.grpc.pb.h"
+#include "client/grpc_status.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -160,10 +161,7 @@ absl::StatusOr<HealthCheckResponse::ServingStatus> Check(
   request.set_service(service);
   HealthCheckResponse response;
   const grpc::Status status = stub->Check(&context, request, &response);
-  if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        status.error_message());
-  }
+  if (!status.ok()) return client::FromGrpc(status);
   return response.status();
 }
 
