@@ -1,0 +1,1 @@
+#include "server/stream/stream_session.h"
