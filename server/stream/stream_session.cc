@@ -138,7 +138,7 @@ absl::Status StreamSession::Open(const batchd::v1::OpenPlan& open,
   absl::MutexLock lock(&mu_);
   report_id_ = report_id;
   ledger_.Open(window, batches, uint64_t{window} * reserve_bytes);
-  QueueMessageLocked(std::move(response));
+  queue_.PushMessage(std::move(response));
   return absl::OkStatus();
 }
 
@@ -284,12 +284,7 @@ absl::Status StreamSession::Cancel(const batchd::v1::CancelBatches& cancel) {
     const Key key{cancel.epoch(), index};
     // Being built: BatchBuilt answers it. Header out: it is sent whole.
     if (ledger_.Cancel(key) != StreamLedger::Cancelled::kWithdrawn) continue;
-    auto queued = std::find_if(
-        queue_.begin(), queue_.end(), [&key](const Outgoing& out) {
-          return out.batch != nullptr && !out.header_sent &&
-                 Key{out.batch->epoch, out.batch->batch_index} == key;
-        });
-    if (queued != queue_.end()) queue_.erase(queued);
+    queue_.Withdraw(key);
     AnswerWithdrawnLocked(key);
   }
   return absl::OkStatus();
@@ -310,7 +305,7 @@ absl::Status StreamSession::Report(const batchd::v1::TrainerReport& report,
     StreamResponse response;
     response.mutable_report_rejected()->set_message(
         std::string(kept.message()));
-    QueueMessageLocked(std::move(response));
+    queue_.PushMessage(std::move(response));
   }
   return absl::OkStatus();
 }
@@ -352,12 +347,9 @@ bool StreamSession::BatchBuilt(const Key& key,
   absl::MutexLock lock(&mu_);
   if (finished_ || finish_status_) return false;
   switch (ledger_.BatchBuilt(key, /*built=*/batch != nullptr)) {
-    case StreamLedger::Built::kSend: {
-      Outgoing out;
-      out.batch = std::move(batch);
-      queue_.push_back(std::move(out));
+    case StreamLedger::Built::kSend:
+      queue_.PushBatch(std::move(batch), plan_->layout);
       return true;
-    }
     case StreamLedger::Built::kAnswerCancelled:
       AnswerWithdrawnLocked(key);
       return true;
@@ -365,11 +357,6 @@ bool StreamSession::BatchBuilt(const Key& key,
       break;
   }
   return false;
-}
-
-void StreamSession::QueueMessageLocked(StreamResponse response) {
-  queue_.push_back(Outgoing{std::move(response)});
-  ++queued_messages_;
 }
 
 void StreamSession::QueueRejectionLocked(const Key& key,
@@ -381,7 +368,7 @@ void StreamSession::QueueRejectionLocked(const Key& key,
   rejected->set_batch_index(key.second);
   rejected->set_code(static_cast<int32_t>(status.code()));
   rejected->set_message(std::string(status.message()));
-  QueueMessageLocked(std::move(response));
+  queue_.PushMessage(std::move(response));
 }
 
 void StreamSession::AnswerWithdrawnLocked(const Key& key) {
@@ -394,7 +381,7 @@ void StreamSession::AnswerWithdrawnLocked(const Key& key) {
 bool StreamSession::PauseReading() {
   {
     absl::MutexLock lock(&mu_);
-    if (queued_messages_ < kMaxQueuedMessages) return false;
+    if (queue_.messages() < kMaxQueuedMessages) return false;
     read_paused_ = true;
   }
   if (ServerMetrics* metrics = context_.metrics) {
@@ -409,7 +396,7 @@ StreamSession::Action StreamSession::Next() {
   // Reading resumes once the client has taken half the backlog (hence not
   // one read per write at the bound).
   if (read_paused_ && !finished_ && !finish_status_ &&
-      queued_messages_ <= kMaxQueuedMessages / 2) {
+      queue_.messages() <= kMaxQueuedMessages / 2) {
     read_paused_ = false;
     action.resume_reading = true;
   }
@@ -439,57 +426,20 @@ StreamSession::Action StreamSession::Next() {
 }
 
 std::optional<StreamSession::Message> StreamSession::NextMessageLocked() {
-  if (queue_.empty()) return std::nullopt;
-  Outgoing& front = queue_.front();
-  Message message;
-  if (front.message) {
-    message.response = std::move(*front.message);
-    queue_.pop_front();
-    --queued_messages_;
-    return message;
-  }
-  const BuiltBatch& batch = *front.batch;
-  if (!front.header_sent) {
-    batchd::v1::BatchHeader* header = message.response.mutable_header();
-    header->set_epoch(batch.epoch);
-    header->set_batch_index(batch.batch_index);
-    header->mutable_sample_indices()->Assign(batch.sample_indices.begin(),
-                                             batch.sample_indices.end());
-    header->mutable_labels()->Assign(batch.labels.begin(), batch.labels.end());
-    header->mutable_shape()->Assign(batch.shape.begin(), batch.shape.end());
-    header->set_dtype(batchd::v1::DTYPE_UINT8);
-    header->set_layout(plan_->layout);
-    header->set_total_bytes(batch.pixels.size());
-    for (const auto& sub : batch.substitutions) {
-      *header->add_substitutions() = sub;
+  std::optional<SendQueue::Popped> next = queue_.Pop();
+  if (!next) return std::nullopt;
+  if (next->header_of) ledger_.HeaderSent(*next->header_of);
+  if (const BuiltBatch* batch = next->completed.get()) {
+    // Its last message is being written: it stops being outstanding.
+    written_batch_ =
+        CompletedBatch{batch->sample_indices.size(), batch->pixels.size(),
+                       batch->substitutions.size(), batch->finished};
+    ledger_.Completed(Key{batch->epoch, batch->batch_index});
+    if (ServerMetrics* metrics = context_.metrics) {
+      metrics->batches_outstanding().Add(-1);
     }
-    header->set_in_shared_memory(batch.pixels.external());
-    front.header_sent = true;
-    ledger_.HeaderSent(Key{batch.epoch, batch.batch_index});
-    // In shared memory the pixels are already the client's: the header
-    // completes the batch.
-    if (batch.pixels.external()) CompleteFrontLocked();
-    return message;
   }
-  message.batch = front.batch;
-  message.offset = front.offset;
-  message.length =
-      std::min(kMaxChunkBytes, batch.pixels.size() - front.offset);
-  front.offset += message.length;
-  if (front.offset == batch.pixels.size()) CompleteFrontLocked();
-  return message;
-}
-
-void StreamSession::CompleteFrontLocked() {
-  const BuiltBatch& batch = *queue_.front().batch;
-  written_batch_ =
-      CompletedBatch{batch.sample_indices.size(), batch.pixels.size(),
-                     batch.substitutions.size(), batch.finished};
-  ledger_.Completed(Key{batch.epoch, batch.batch_index});
-  queue_.pop_front();
-  if (ServerMetrics* metrics = context_.metrics) {
-    metrics->batches_outstanding().Add(-1);
-  }
+  return std::move(next->message);
 }
 
 void StreamSession::WriteDone(bool ok, absl::Time now) {
@@ -526,8 +476,7 @@ void StreamSession::Close() {
   std::string ticket;
   {
     absl::MutexLock lock(&mu_);
-    queue_.clear();
-    queued_messages_ = 0;
+    queue_.Clear();
     const size_t dropped = ledger_.Close();
     if (ServerMetrics* metrics = context_.metrics) {
       // Batches accepted but never fully sent (the stream ended first).

@@ -29,7 +29,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -48,14 +47,11 @@
 #include "server/pipeline/batch_source.h"
 #include "server/plan/resolved_plan.h"
 #include "server/stream/buffer_budget.h"
+#include "server/stream/send_queue.h"
 #include "server/stream/shared_memory_broker.h"
 #include "server/stream/stream_ledger.h"
 
 namespace batchd::server {
-
-// Largest `data` of one BatchChunk, bytes: keeps every message within 4 MiB,
-// which gRPC moves an order of magnitude faster than larger ones.
-inline constexpr uint64_t kMaxChunkBytes = (uint64_t{4} << 20) - 1024;
 
 // Most small messages (rejections, report answers) a stream queues for a
 // client before it stops reading that client's requests: a client that
@@ -114,15 +110,7 @@ class StreamSession {
   // (the reactor holding this session). May be null.
   using KeepAlive = std::shared_ptr<const void>;
 
-  // One message to write: `response`, or, when `batch` is set, a
-  // BatchChunk of `length` bytes of its pixels from `offset`.
-  struct Message {
-    batchd::v1::StreamResponse response;
-    // Shared with the chunk's slices, which gRPC may hold after the write.
-    std::shared_ptr<const BuiltBatch> batch;
-    uint64_t offset = 0;
-    uint64_t length = 0;
-  };
+  using Message = OutgoingMessage;
   // What the reactor does next, in this order: start a read, then start
   // `write` or finish the call with `finish` (at most one of them).
   struct Action {
@@ -197,13 +185,6 @@ class StreamSession {
   size_t outstanding() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // A queued message, or a finished batch to send as header + chunks.
-  struct Outgoing {
-    std::optional<batchd::v1::StreamResponse> message;
-    std::shared_ptr<const BuiltBatch> batch;
-    bool header_sent = false;
-    uint64_t offset = 0;
-  };
   // Pixel counts of a batch whose last message is being written.
   struct CompletedBatch {
     uint64_t images = 0;
@@ -229,21 +210,16 @@ class StreamSession {
   absl::Status AttachSharedMemory(std::shared_ptr<common::SharedRegion> region,
                                   uint32_t slots, uint64_t slot_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Queues a message other than a batch (counted for the read-side bound).
-  void QueueMessageLocked(batchd::v1::StreamResponse response)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the in-band rejection of batch `key` with `status`.
   void QueueRejectionLocked(const Key& key, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers a batch the ledger withdrew and frees its window place.
   void AnswerWithdrawnLocked(const Key& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next message to write, if any. REQUIRES: no write in flight.
+  // The next message to write, if any, with the ledger told what it means
+  // for its batch. REQUIRES: no write in flight.
   std::optional<Message> NextMessageLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The front batch's last message is being written: it stops being
-  // outstanding. REQUIRES: queue_.front() is a batch.
-  void CompleteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives the stream's budget reservation back, if it holds one.
   void ReleaseBudgetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -270,10 +246,9 @@ class StreamSession {
   // slot size.
   std::shared_ptr<common::SharedRegion> region_ ABSL_GUARDED_BY(mu_);
   uint64_t slot_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
-  // Messages in queue_ (not batches), and whether reading waits for them
-  // to drain (no read in flight while it does).
-  uint32_t queued_messages_ ABSL_GUARDED_BY(mu_) = 0;
+  SendQueue queue_ ABSL_GUARDED_BY(mu_);
+  // Whether reading waits for queue_'s messages to drain (no read in
+  // flight while it does).
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
   // The batch whose last message the write in flight carries.
   std::optional<CompletedBatch> written_batch_ ABSL_GUARDED_BY(mu_);
