@@ -298,8 +298,7 @@ absl::Status BatchdServer::DrainLocked(absl::Duration deadline,
   const std::string why =
       absl::StrCat("the drain deadline (", absl::FormatDuration(deadline),
                    ", --drain-deadline) passed");
-  data_->CancelStreams(grpc::Status(
-      grpc::StatusCode::UNAVAILABLE,
+  data_->CancelStreams(absl::UnavailableError(
       absl::StrCat(data_->DrainMessage(), ": ", why,
                    " before this stream's batches were sent; request them "
                    "from another daemon")));

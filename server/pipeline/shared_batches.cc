@@ -6,7 +6,7 @@
 namespace batchd::server {
 
 SharedBatches::SharedBatches(Pipeline* pipeline, SharedBatchesOptions options)
-    : pipeline_(pipeline), options_(options) {}
+    : pipeline_(pipeline), alone_(pipeline), options_(options) {}
 
 namespace {
 
@@ -65,12 +65,9 @@ absl::Status SharedBatches::Get(std::shared_ptr<const ResolvedPlan> plan,
   if (alone) {
     // A plan with one stream: its own build, straight into its slot.
     const std::string fingerprint = plan->fingerprint;
-    absl::Status started = pipeline_->BuildBatch(
-        std::move(plan), epoch, batch_index, std::move(cancelled),
-        [done = std::move(done)](std::unique_ptr<BuiltBatch> batch) {
-          done(std::move(batch));
-        },
-        std::move(slot));
+    absl::Status started =
+        alone_.Get(std::move(plan), epoch, batch_index, std::move(cancelled),
+                   std::move(done), std::move(slot));
     if (started.ok()) {
       absl::MutexLock lock(&mu_);
       ++CountsLocked(fingerprint).built;

@@ -1,8 +1,10 @@
-// SharedBatches: one build of a batch for every stream whose plan has the
-// same fingerprint. While a plan has one stream open, its batches are
-// simply built for it (into its shared-memory slot, if it has one: a lone
-// job pays nothing for sharing); from the second stream on they go through
-// the table. A batch is a pure function of (plan, epoch, batch
+// SharedBatches: the BatchSource (server/pipeline/batch_source.h) that
+// makes one build of a batch for every stream whose plan has the same
+// fingerprint. While a plan has one stream open, its batches are simply
+// built for it, as PipelineBatches does (into its shared-memory slot, if it
+// has one: a lone job pays nothing for sharing); from the second stream on
+// they go through the table. Streams need not know which: they make the
+// same call either way. A batch is a pure function of (plan, epoch, batch
 // index), so streams of identical plans (a sweep's jobs, or a job's
 // restart) want byte-identical batches: the first request of a batch
 // starts its build, later ones attach to it, and a finished batch is kept
@@ -12,7 +14,7 @@
 //
 //   SharedBatches shared(&pipeline, {.retention_bytes = 256 << 20});
 //   RETURN_IF_ERROR(shared.Get(plan, epoch, index, cancellation,
-//       [](std::shared_ptr<const BuiltBatch> batch) { ... }));
+//       [](std::shared_ptr<const BuiltBatch> batch) { ... }, /*slot=*/{}));
 //
 // Memory: a batch being built or sent is in the buffers of the streams
 // that reserved it (each stream's reservation covers it, so sharing only
@@ -36,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "batchd/v1/admin.pb.h"
+#include "server/pipeline/batch_source.h"
 #include "server/pipeline/pipeline.h"
 #include "server/plan/resolved_plan.h"
 
@@ -54,27 +57,27 @@ struct SharingCounts {
   uint64_t retained = 0;  // requests served by a retained batch
 };
 
-class SharedBatches {
+class SharedBatches final : public BatchSource {
  public:
-  using Done = std::function<void(std::shared_ptr<const BuiltBatch>)>;
-
   // `pipeline` is not owned and must outlive this.
   SharedBatches(Pipeline* pipeline, SharedBatchesOptions options);
 
   // A stream of `plan` opened, or closed: sharing starts with the second.
-  void StreamOpened(const ResolvedPlan& plan) ABSL_LOCKS_EXCLUDED(mu_);
-  void StreamClosed(const ResolvedPlan& plan) ABSL_LOCKS_EXCLUDED(mu_);
+  void StreamOpened(const ResolvedPlan& plan) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void StreamClosed(const ResolvedPlan& plan) override
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Calls `done` once with batch `batch_index` of `epoch` of `plan`: a
   // retained one (inline, before Get returns), the one being built, or a
   // new build's (on a pool thread). With nullptr when `cancelled` was set
-  // before the batch was ready. With a `slot` (a client's shared memory)
-  // the batch's pixels are in the slot: built there for a plan with one
-  // stream, copied there from the shared build otherwise. Errors as
-  // Pipeline::BuildBatch (`done` is then never called).
+  // before the batch was ready. With a `slot` (a client's shared memory;
+  // empty for none) the batch's pixels are in the slot: built there for a
+  // plan with one stream, copied there from the shared build otherwise.
+  // Errors as Pipeline::BuildBatch (`done` is then never called).
   absl::Status Get(std::shared_ptr<const ResolvedPlan> plan, uint64_t epoch,
                    uint64_t batch_index, BatchCancellation cancelled,
-                   Done done, BatchDestination slot = {})
+                   Done done, BatchDestination slot) override
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // The most recently used kMaxCountedPlans fingerprints; older ones are
@@ -118,6 +121,8 @@ class SharedBatches {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Pipeline* const pipeline_;
+  // Builds the batches of a plan with one stream open.
+  PipelineBatches alone_;
   const SharedBatchesOptions options_;
 
   mutable absl::Mutex mu_;

@@ -109,9 +109,11 @@ TEST_F(SharedBatchesTest, LoneStreamBuildsItsOwn) {
   SharedBatches shared(&pipeline_, {.retention_bytes = 1 << 20});
   shared.StreamOpened(*Plan(7));
   Received first, second;
-  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), first.Callback()));
+  EXPECT_OK(
+      shared.Get(Plan(7), 0, 1, NotCancelled(), first.Callback(), /*slot=*/{}));
   std::shared_ptr<const BuiltBatch> a = first.Wait();
-  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), second.Callback()));
+  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), second.Callback(),
+                       /*slot=*/{}));
   std::shared_ptr<const BuiltBatch> b = second.Wait();
   EXPECT_NE(a, b);
   EXPECT_EQ(Bytes(*a), Bytes(*b));
@@ -120,13 +122,16 @@ TEST_F(SharedBatchesTest, LoneStreamBuildsItsOwn) {
   // A second stream of the plan: from now on shared.
   shared.StreamOpened(*Plan(7, "other-job"));
   Received third, fourth;
-  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), third.Callback()));
+  EXPECT_OK(
+      shared.Get(Plan(7), 0, 1, NotCancelled(), third.Callback(), /*slot=*/{}));
   std::shared_ptr<const BuiltBatch> c = third.Wait();
-  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), fourth.Callback()));
+  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), fourth.Callback(),
+                       /*slot=*/{}));
   EXPECT_EQ(fourth.Wait(), c);
   shared.StreamClosed(*Plan(7));
   Received fifth;
-  EXPECT_OK(shared.Get(Plan(7), 0, 1, NotCancelled(), fifth.Callback()));
+  EXPECT_OK(
+      shared.Get(Plan(7), 0, 1, NotCancelled(), fifth.Callback(), /*slot=*/{}));
   EXPECT_NE(fifth.Wait(), c);  // alone again
 }
 
@@ -137,8 +142,10 @@ TEST_F(SharedBatchesTest, SecondRequestAttachesToTheRunningBuild) {
   const auto plan_b = Plan(/*seed=*/7, "job-b");  // same bytes, other job
   ASSERT_EQ(plan_a->fingerprint, plan_b->fingerprint);
   Received a, b;
-  EXPECT_OK(shared.Get(plan_a, 0, 1, NotCancelled(), a.Callback()));
-  EXPECT_OK(shared.Get(plan_b, 0, 1, NotCancelled(), b.Callback()));
+  EXPECT_OK(
+      shared.Get(plan_a, 0, 1, NotCancelled(), a.Callback(), /*slot=*/{}));
+  EXPECT_OK(
+      shared.Get(plan_b, 0, 1, NotCancelled(), b.Callback(), /*slot=*/{}));
   std::shared_ptr<const BuiltBatch> batch_a = a.Wait(), batch_b = b.Wait();
   ASSERT_NE(batch_a, nullptr);
   // One build, one buffer: both streams got the same object. (The second
@@ -154,15 +161,16 @@ TEST_F(SharedBatchesTest, RetainedBatchServesALaterRequestInline) {
   SharedBatches shared(&pipeline_, {.retention_bytes = 1 << 20});
   OpenTwoStreams(shared, 7);
   Received first;
-  EXPECT_OK(shared.Get(Plan(7), 2, 3, NotCancelled(), first.Callback()));
+  EXPECT_OK(
+      shared.Get(Plan(7), 2, 3, NotCancelled(), first.Callback(), /*slot=*/{}));
   std::shared_ptr<const BuiltBatch> built = first.Wait();
   ASSERT_NE(built, nullptr);
   EXPECT_EQ(shared.retained_bytes(), built->pixels.size());
   std::shared_ptr<const BuiltBatch> later;
-  EXPECT_OK(shared.Get(Plan(7, "late-job"), 2, 3, NotCancelled(),
-                       [&](std::shared_ptr<const BuiltBatch> b) {
-                         later = std::move(b);
-                       }));
+  EXPECT_OK(shared.Get(
+      Plan(7, "late-job"), 2, 3, NotCancelled(),
+      [&](std::shared_ptr<const BuiltBatch> b) { later = std::move(b); },
+      /*slot=*/{}));
   EXPECT_EQ(later, built);  // called before Get returned
   EXPECT_EQ(shared.counts().begin()->second.retained, 1u);
 }
@@ -172,8 +180,10 @@ TEST_F(SharedBatchesTest, DifferentPlansNeverShare) {
   OpenTwoStreams(shared, 7);
   OpenTwoStreams(shared, 8);
   Received a, b;
-  EXPECT_OK(shared.Get(Plan(7), 0, 0, NotCancelled(), a.Callback()));
-  EXPECT_OK(shared.Get(Plan(8), 0, 0, NotCancelled(), b.Callback()));
+  EXPECT_OK(
+      shared.Get(Plan(7), 0, 0, NotCancelled(), a.Callback(), /*slot=*/{}));
+  EXPECT_OK(
+      shared.Get(Plan(8), 0, 0, NotCancelled(), b.Callback(), /*slot=*/{}));
   std::shared_ptr<const BuiltBatch> batch_a = a.Wait(), batch_b = b.Wait();
   EXPECT_NE(batch_a, batch_b);
   EXPECT_NE(Bytes(*batch_a), Bytes(*batch_b));
@@ -189,13 +199,15 @@ TEST_F(SharedBatchesTest, EvictedBatchIsRebuiltIdentically) {
   std::vector<std::string> first_bytes;
   for (uint64_t index = 0; index < 4; ++index) {
     Received r;
-    EXPECT_OK(shared.Get(Plan(7), 0, index, NotCancelled(), r.Callback()));
+    EXPECT_OK(shared.Get(Plan(7), 0, index, NotCancelled(), r.Callback(),
+                         /*slot=*/{}));
     first_bytes.push_back(Bytes(*r.Wait()));
     EXPECT_LE(shared.retained_bytes(), 2 * batch_bytes);
   }
   EXPECT_EQ(shared.evictions(), 2u);
   Received again;
-  EXPECT_OK(shared.Get(Plan(7), 0, 0, NotCancelled(), again.Callback()));
+  EXPECT_OK(
+      shared.Get(Plan(7), 0, 0, NotCancelled(), again.Callback(), /*slot=*/{}));
   EXPECT_EQ(Bytes(*again.Wait()), first_bytes[0]);
   EXPECT_EQ(shared.counts().begin()->second.built, 5u);
 }
@@ -210,14 +222,17 @@ TEST_F(SharedBatchesTest, WithdrawnFirstRequesterLeavesTheOthersServed) {
       std::const_pointer_cast<std::atomic<bool>>(withdrawn.batch);
   withdrawn_flag->store(true);  // withdrawn before any work ran
   Received first, second;
-  EXPECT_OK(shared.Get(Plan(9), 0, 2, withdrawn, first.Callback()));
-  EXPECT_OK(shared.Get(Plan(9), 0, 2, NotCancelled(), second.Callback()));
+  EXPECT_OK(
+      shared.Get(Plan(9), 0, 2, withdrawn, first.Callback(), /*slot=*/{}));
+  EXPECT_OK(shared.Get(Plan(9), 0, 2, NotCancelled(), second.Callback(),
+                       /*slot=*/{}));
   std::shared_ptr<const BuiltBatch> got = second.Wait();
   first.Wait();  // answered, batch or not
   ASSERT_NE(got, nullptr);
   Received alone;
   SharedBatches unshared(&pipeline_, {.retention_bytes = 0});
-  EXPECT_OK(unshared.Get(Plan(9), 0, 2, NotCancelled(), alone.Callback()));
+  EXPECT_OK(unshared.Get(Plan(9), 0, 2, NotCancelled(), alone.Callback(),
+                         /*slot=*/{}));
   EXPECT_EQ(Bytes(*got), Bytes(*alone.Wait()));
 }
 
@@ -231,8 +246,8 @@ TEST_F(SharedBatchesTest, ConcurrentRequestsGetIdenticalBytes) {
     SharedBatches reference(&pipeline_, {.retention_bytes = 0});
     for (uint64_t index = 0; index < 4; ++index) {
       Received r;
-      EXPECT_OK(reference.Get(Plan(11), 1, index, NotCancelled(),
-                              r.Callback()));
+      EXPECT_OK(reference.Get(Plan(11), 1, index, NotCancelled(), r.Callback(),
+                              /*slot=*/{}));
       expected.push_back(Bytes(*r.Wait()));
     }
   }
@@ -246,7 +261,7 @@ TEST_F(SharedBatchesTest, ConcurrentRequestsGetIdenticalBytes) {
           const uint64_t index = (i + t) % 4;
           Received r;
           EXPECT_OK(shared.Get(Plan(11, absl::StrCat("job-", t)), 1, index,
-                               NotCancelled(), r.Callback()));
+                               NotCancelled(), r.Callback(), /*slot=*/{}));
           if (Bytes(*r.Wait()) != expected[index]) ++mismatches;
         }
       }

@@ -14,19 +14,24 @@ DataServiceImpl::DataServiceImpl(DatasetMap datasets,
     : datasets_(std::move(datasets)),
       options_(std::move(options)),
       budget_(options_.max_buffer_bytes, options_.max_job_buffer_bytes),
-      stream_context_{&datasets_,
-                      options_.limits,
-                      options_.default_window,
-                      options_.max_window,
-                      options_.daemon_info,
-                      options_.metrics,
-                      options_.shared_memory,
-                      pipeline,
-                      options_.shared_batches,
-                      stats,
-                      reports,
-                      &budget_,
-                      /*registry=*/this},
+      own_batches_(pipeline),
+      stream_context_{
+          .session = {.datasets = &datasets_,
+                      .limits = options_.limits,
+                      .default_window = options_.default_window,
+                      .max_window = options_.max_window,
+                      .daemon_info = options_.daemon_info,
+                      .metrics = options_.metrics,
+                      .shared_memory = options_.shared_memory,
+                      .batches = options_.shared_batches != nullptr
+                                     ? static_cast<BatchSource*>(
+                                           options_.shared_batches)
+                                     : &own_batches_,
+                      .stats = stats,
+                      .reports = reports,
+                      .budget = &budget_,
+                      .admission = this},
+          .registry = this},
       reaper_([this] { ReapPlanlessStreams(); }) {}
 
 DataServiceImpl::~DataServiceImpl() {
@@ -41,8 +46,7 @@ void DataServiceImpl::ReapPlanlessStreams() {
   // A quarter of a second's lateness is nothing next to the deadline, and
   // the loop costs nothing measurable.
   constexpr absl::Duration kTick = absl::Milliseconds(250);
-  const grpc::Status timed_out(
-      grpc::StatusCode::DEADLINE_EXCEEDED,
+  const absl::Status timed_out = absl::DeadlineExceededError(
       absl::StrCat("no plan within --open-timeout (",
                    absl::FormatDuration(options_.open_timeout),
                    "): send `open` with a Plan as the stream's first "
@@ -114,18 +118,17 @@ absl::StatusOr<Caller> DataServiceImpl::Authenticate(
   return options_.authorizer->Authenticate(context);
 }
 
-grpc::Status DataServiceImpl::AddJobStream(const std::string& job) {
+absl::Status DataServiceImpl::AddJobStream(const std::string& job) {
   absl::MutexLock lock(&mu_);
   uint32_t& open = job_streams_[job];
   if (open >= options_.max_streams_per_job) {
-    return grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED,
+    return absl::ResourceExhaustedError(
         absl::StrCat("job \"", job, "\" already has ", open,
                      " streams open, the most --max-streams-per-job allows; "
                      "close one or raise --max-streams-per-job"));
   }
   ++open;
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 void DataServiceImpl::RemoveJobStream(const std::string& job) {
@@ -134,13 +137,12 @@ void DataServiceImpl::RemoveJobStream(const std::string& job) {
   if (it != job_streams_.end() && --it->second == 0) job_streams_.erase(it);
 }
 
-grpc::Status DataServiceImpl::AddStream(BatchStream* stream,
+absl::Status DataServiceImpl::AddStream(BatchStream* stream,
                                         const std::string& peer_host) {
   absl::MutexLock lock(&mu_);
   if (draining_.load()) return DrainingRefusalLocked();
   if (streams_.size() >= options_.max_open_streams) {
-    return grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED,
+    return absl::ResourceExhaustedError(
         absl::StrCat("batchd already has ", streams_.size(),
                      " StreamBatches calls open, its --max-open-streams "
                      "limit; close a stream, retry later or on another "
@@ -151,8 +153,7 @@ grpc::Status DataServiceImpl::AddStream(BatchStream* stream,
     if (ServerMetrics* metrics = options_.metrics) {
       metrics->BoundHit("planless_streams_per_peer");
     }
-    return grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED,
+    return absl::ResourceExhaustedError(
         absl::StrCat("host ", peer_host, " already has ", planless,
                      " StreamBatches calls open that have not sent their "
                      "plan, the most --max-planless-streams-per-peer "
@@ -161,7 +162,7 @@ grpc::Status DataServiceImpl::AddStream(BatchStream* stream,
   ++planless;
   streams_.emplace(stream, AwaitingPlan{peer_host,
                                         absl::Now() + options_.open_timeout});
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 void DataServiceImpl::PlanArrived(BatchStream* stream) {
@@ -202,15 +203,14 @@ std::string DataServiceImpl::DrainMessage() const {
   return absl::StrCat("batchd is draining (", drain_reason_, ")");
 }
 
-grpc::Status DataServiceImpl::DrainingRefusal() const {
+absl::Status DataServiceImpl::DrainingRefusal() const {
   absl::MutexLock lock(&mu_);
   return DrainingRefusalLocked();
 }
 
-grpc::Status DataServiceImpl::DrainingRefusalLocked() const {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      absl::StrCat("batchd is draining (", drain_reason_,
-                                   "); connect to another daemon"));
+absl::Status DataServiceImpl::DrainingRefusalLocked() const {
+  return absl::UnavailableError(absl::StrCat(
+      "batchd is draining (", drain_reason_, "); connect to another daemon"));
 }
 
 void DataServiceImpl::BeginDrain(absl::string_view reason) {
@@ -240,7 +240,7 @@ size_t DataServiceImpl::AwaitStreamsDone(absl::Time deadline) {
   return streams_.size();
 }
 
-void DataServiceImpl::CancelStreams(const grpc::Status& status) {
+void DataServiceImpl::CancelStreams(const absl::Status& status) {
   for (BatchStream* stream : RefStreams()) {
     stream->Cancel(status);
     stream->Unref();

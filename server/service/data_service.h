@@ -1,8 +1,8 @@
 // DataServiceImpl: the gRPC adapter for batchd.v1.DataService. It admits
-// StreamBatches calls (BatchStream, one per call, validates requests, turns
-// them into Pipeline work and streams finished batches in chunks) and runs
-// the drain. Batch content is decided entirely by the Pipeline and the plan;
-// this layer only does protocol, flow control and status conversion.
+// StreamBatches calls (a BatchStream reactor per call, over a StreamSession
+// that validates requests, asks for batches and streams them in chunks)
+// and runs the drain. Batch content is decided entirely by the Pipeline and
+// the plan; this layer only admits, counts and converts statuses.
 //
 // One BatchStream reactor per StreamBatches call (callback API): reactions
 // never block, and exactly one write is in flight per stream.
@@ -33,7 +33,9 @@
 #include "batchd/v1/data.grpc.pb.h"
 #include "server/observe/job_stats.h"
 #include "server/observe/trainer_reports.h"
+#include "server/pipeline/batch_source.h"
 #include "server/pipeline/pipeline.h"
+#include "server/pipeline/shared_batches.h"
 #include "server/plan/resolved_plan.h"
 #include "server/metrics/server_metrics.h"
 #include "server/service/auth.h"
@@ -122,7 +124,7 @@ class DataServiceImpl final
   size_t AwaitStreamsDone(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every open stream with `status` (as soon as its write in flight, if
   // any, completes) and stops building its batches.
-  void CancelStreams(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  void CancelStreams(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
   const batchd::v1::DaemonInfo& daemon_info() const {
     return options_.daemon_info;
@@ -139,15 +141,15 @@ class DataServiceImpl final
 
  private:
   // StreamRegistry, for the BatchStreams.
-  grpc::Status AddStream(BatchStream* stream, const std::string& peer_host)
+  absl::Status AddStream(BatchStream* stream, const std::string& peer_host)
       override ABSL_LOCKS_EXCLUDED(mu_);
   void PlanArrived(BatchStream* stream) override ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveStream(BatchStream* stream) override ABSL_LOCKS_EXCLUDED(mu_);
-  grpc::Status AddJobStream(const std::string& job) override
+  absl::Status AddJobStream(const std::string& job) override
       ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveJobStream(const std::string& job) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  grpc::Status DrainingRefusal() const override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DrainingRefusal() const override ABSL_LOCKS_EXCLUDED(mu_);
   void AddSendTime(absl::Duration send) override;
 
   // The open streams, each with a reference the caller must drop (Unref).
@@ -158,12 +160,15 @@ class DataServiceImpl final
   // The open-deadline reaper's loop: ends streams that sent no plan within
   // options_.open_timeout, until the service is destroyed.
   void ReapPlanlessStreams() ABSL_LOCKS_EXCLUDED(mu_);
-  grpc::Status DrainingRefusalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DrainingRefusalLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const DatasetMap datasets_;
   const DataServiceOptions options_;
   BufferBudget budget_;
+  // Where streams get their batches without --share-batches: each its own.
+  PipelineBatches own_batches_;
   // What every BatchStream is given; points at the fields above.
   const BatchStreamContext stream_context_;
 
