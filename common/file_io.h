@@ -27,7 +27,8 @@ absl::StatusOr<size_t> ReadFileRange(int fd, uint64_t offset, size_t length,
                                      void* out,
                                      absl::FunctionRef<std::string()> what);
 
-// Writes all `length` bytes of `data` at `offset` of `fd`.
+// Writes all `length` bytes of `data` at `offset` of `fd` (UNAVAILABLE if a
+// write makes no progress).
 absl::Status WriteFileRange(int fd, uint64_t offset, const void* data,
                             size_t length,
                             absl::FunctionRef<std::string()> what);
