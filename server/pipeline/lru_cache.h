@@ -17,8 +17,9 @@
 //       /*keep=*/[](const Text& t) { return t.ok(); });
 //   Text text = cache.Get(path, [&] { return ReadText(path); });
 //
-// Thread-safe; a load runs without the lock. Values are handed out by copy,
-// so a Value should be cheap to copy (shared bytes, a shared_ptr).
+// Thread-safe; a load runs without the lock. `Key` is ordered (operator<);
+// `Value` is default-constructible and handed out by copy, so it should be
+// cheap to copy (shared bytes, a shared_ptr).
 #ifndef BATCHD_SERVER_PIPELINE_LRU_CACHE_H_
 #define BATCHD_SERVER_PIPELINE_LRU_CACHE_H_
 
