@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/errno_status.h"
 
 namespace batchd::common {
 
@@ -17,8 +17,8 @@ void LargeBufferDeleter::operator()(uint8_t* data) const {
 namespace {
 
 absl::Status MapError(size_t bytes, int error) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "cannot map a ", bytes, "-byte buffer: ", std::strerror(error)));
+  return absl::ResourceExhaustedError(ErrnoMessage(
+      error, absl::StrCat("cannot map a ", bytes, "-byte buffer")));
 }
 
 }  // namespace

@@ -15,14 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/errno_status.h"
 
 namespace batchd::common {
 namespace {
-
-absl::Status Errno(absl::string_view what) {
-  const int error = errno;
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(error)));
-}
 
 // `address` as a sockaddr_un (see ListenUnix); `length` is what to pass to
 // bind/connect.
@@ -53,7 +49,7 @@ absl::Status SetSocketTimeout(int socket, absl::Duration timeout) {
   const timeval tv = absl::ToTimeval(timeout);
   if (setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
       setsockopt(socket, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
-    return Errno("setting the socket's timeout");
+    return ErrnoStatus(errno, "setting the socket's timeout");
   }
   return absl::OkStatus();
 }
@@ -63,12 +59,13 @@ absl::StatusOr<UniqueFd> ListenUnix(absl::string_view address) {
   socklen_t length;
   if (absl::Status s = UnixAddress(address, &addr, &length); !s.ok()) return s;
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return Errno("socket(AF_UNIX)");
+  if (fd.get() < 0) return ErrnoStatus(errno, "socket(AF_UNIX)");
   if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), length) != 0) {
-    return Errno(absl::StrCat("binding the Unix socket ", address));
+    return ErrnoStatus(errno,
+                       absl::StrCat("binding the Unix socket ", address));
   }
   if (listen(fd.get(), kListenBacklog) != 0) {
-    return Errno(absl::StrCat("listening on ", address));
+    return ErrnoStatus(errno, absl::StrCat("listening on ", address));
   }
   return fd;
 }
@@ -79,17 +76,15 @@ absl::StatusOr<UniqueFd> ConnectUnix(absl::string_view address,
   socklen_t length;
   if (absl::Status s = UnixAddress(address, &addr, &length); !s.ok()) return s;
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return Errno("socket(AF_UNIX)");
+  if (fd.get() < 0) return ErrnoStatus(errno, "socket(AF_UNIX)");
   if (absl::Status s = SetSocketTimeout(fd.get(), timeout); !s.ok()) return s;
   int rc;
   do {
     rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), length);
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
-    const int error = errno;
-    return absl::UnavailableError(absl::StrCat(
-        "cannot connect to the Unix socket ", address, ": ",
-        std::strerror(error)));
+    return absl::UnavailableError(ErrnoMessage(
+        errno, absl::StrCat("cannot connect to the Unix socket ", address)));
   }
   return fd;
 }
@@ -109,23 +104,23 @@ UniqueFd::~UniqueFd() {
 absl::StatusOr<SharedRegion> SharedRegion::Create(size_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("a region of 0 bytes");
   UniqueFd fd(memfd_create("batchd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (fd.get() < 0) return Errno("memfd_create");
+  if (fd.get() < 0) return ErrnoStatus(errno, "memfd_create");
   if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    return Errno("ftruncate of the memfd");
+    return ErrnoStatus(errno, "ftruncate of the memfd");
   }
   // Allocates every page now, in one call, rather than one fault at a time
   // (~13 us each on a VM) while the daemon writes its first batches; a
   // host that cannot back the ring says so here.
   if (fallocate(fd.get(), 0, 0, static_cast<off_t>(bytes)) != 0) {
-    return Errno("allocating the memfd's pages");
+    return ErrnoStatus(errno, "allocating the memfd's pages");
   }
   if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
       0) {
-    return Errno("sealing the memfd");
+    return ErrnoStatus(errno, "sealing the memfd");
   }
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                     MAP_SHARED | MAP_POPULATE, fd.get(), 0);
-  if (data == MAP_FAILED) return Errno("mmap of the memfd");
+  if (data == MAP_FAILED) return ErrnoStatus(errno, "mmap of the memfd");
   return SharedRegion(std::move(fd), static_cast<uint8_t*>(data), bytes);
 }
 
@@ -153,7 +148,7 @@ absl::StatusOr<SharedRegion> SharedRegion::MapSealed(UniqueFd fd,
         "and F_SEAL_FUTURE_WRITE"));
   }
   const int access = fcntl(fd.get(), F_GETFL);
-  if (access < 0) return Errno("fcntl(F_GETFL) of the memfd");
+  if (access < 0) return ErrnoStatus(errno, "fcntl(F_GETFL) of the memfd");
   if ((access & O_ACCMODE) != O_RDWR) {
     return absl::FailedPreconditionError(
         "the shared-memory descriptor is open read-only; the daemon writes "
@@ -161,7 +156,9 @@ absl::StatusOr<SharedRegion> SharedRegion::MapSealed(UniqueFd fd,
         "memfd_create returned");
   }
   struct stat st;
-  if (fstat(fd.get(), &st) != 0) return Errno("fstat of the memfd");
+  if (fstat(fd.get(), &st) != 0) {
+    return ErrnoStatus(errno, "fstat of the memfd");
+  }
   if (expected_bytes == 0 ||
       static_cast<uint64_t>(st.st_size) != expected_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -182,8 +179,7 @@ absl::StatusOr<SharedRegion> SharedRegion::MapSealed(UniqueFd fd,
           std::strerror(error),
           "); pass a read-write memfd that is not sealed against writing"));
     }
-    return absl::InternalError(absl::StrCat("mmap of the client's region: ",
-                                            std::strerror(error)));
+    return ErrnoStatus(error, "mmap of the client's region");
   }
   return SharedRegion(std::move(fd), static_cast<uint8_t*>(data),
                       expected_bytes);
@@ -234,7 +230,7 @@ absl::Status SendDescriptor(int socket, int fd, absl::string_view message) {
   do {
     sent = sendmsg(socket, &msg, MSG_NOSIGNAL);
   } while (sent < 0 && errno == EINTR);
-  if (sent < 0) return Errno("sendmsg with the descriptor");
+  if (sent < 0) return ErrnoStatus(errno, "sendmsg with the descriptor");
   if (static_cast<size_t>(sent) != message.size()) {
     return absl::InternalError("sendmsg sent part of the message");
   }
@@ -257,7 +253,7 @@ absl::StatusOr<ReceivedDescriptor> ReceiveDescriptor(int socket) {
   do {
     got = recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
   } while (got < 0 && errno == EINTR);
-  if (got < 0) return Errno("recvmsg");
+  if (got < 0) return ErrnoStatus(errno, "recvmsg");
   std::vector<UniqueFd> fds;
   for (cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr;
        cmsg = CMSG_NXTHDR(&msg, cmsg)) {
@@ -293,7 +289,7 @@ absl::Status CheckPeerUid(int socket, const std::vector<uid_t>& allowed) {
   ucred cred{};
   socklen_t length = sizeof(cred);
   if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) {
-    return Errno("SO_PEERCRED");
+    return ErrnoStatus(errno, "SO_PEERCRED");
   }
   if (std::find(allowed.begin(), allowed.end(), cred.uid) != allowed.end()) {
     return absl::OkStatus();

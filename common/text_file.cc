@@ -1,11 +1,11 @@
 #include "common/text_file.h"
 
 #include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/errno_status.h"
 
 namespace batchd::common {
 
@@ -13,7 +13,7 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
     return absl::NotFoundError(
-        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+        ErrnoMessage(errno, absl::StrCat("cannot read ", path)));
   }
   std::ostringstream text;
   text << in.rdbuf();

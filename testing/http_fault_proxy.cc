@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/errno_status.h"
 
 namespace batchd::testing {
 namespace {
@@ -126,8 +126,7 @@ absl::StatusOr<std::unique_ptr<HttpFaultProxy>> HttpFaultProxy::Start(
   if (bind(proxy->listen_fd_, reinterpret_cast<sockaddr*>(&addr),
            sizeof(addr)) != 0 ||
       listen(proxy->listen_fd_, 128) != 0) {
-    return absl::InternalError(
-        absl::StrCat("fault proxy: bind/listen: ", strerror(errno)));
+    return common::ErrnoStatus(errno, "fault proxy: bind/listen");
   }
   socklen_t len = sizeof(addr);
   getsockname(proxy->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);

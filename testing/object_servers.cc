@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/errno_status.h"
 #include "common/status_macros.h"
 #include "testing/daemon_process.h"
 
@@ -45,7 +46,7 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv,
   args.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  if (pid < 0) return common::ErrnoStatus(errno, "fork");
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);

@@ -14,12 +14,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/errno_status.h"
 #include "common/random.h"
 #include "testing/jpeg_synth.h"
 
@@ -83,12 +84,15 @@ bool MakeDir(const std::string& path) {
        slash = path.find('/', slash + 1)) {
     const std::string parent = path.substr(0, slash);
     if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
-      fprintf(stderr, "mkdir %s: %s\n", parent.c_str(), strerror(errno));
+      absl::FPrintF(
+          stderr, "%s\n",
+          common::ErrnoMessage(errno, absl::StrCat("mkdir ", parent)));
       return false;
     }
   }
   if (mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return true;
-  fprintf(stderr, "mkdir %s: %s\n", path.c_str(), strerror(errno));
+  absl::FPrintF(stderr, "%s\n",
+                common::ErrnoMessage(errno, absl::StrCat("mkdir ", path)));
   return false;
 }
 
@@ -148,7 +152,9 @@ int Run(const Args& args) {
     if (f == nullptr ||
         fwrite(jpeg->data(), 1, jpeg->size(), f) != jpeg->size() ||
         fclose(f) != 0) {
-      fprintf(stderr, "writing %s: %s\n", path.c_str(), strerror(errno));
+      absl::FPrintF(
+          stderr, "%s\n",
+          common::ErrnoMessage(errno, absl::StrCat("writing ", path)));
       return 1;
     }
     total_bytes += jpeg->size();

@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "batchd/v1/config.pb.h"
+#include "common/errno_status.h"
 #include "common/status_macros.h"
 #include "server/dataset/dataset.h"
 #include "server/decode/image_decoder.h"
@@ -195,8 +195,7 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
   out << text;
   out.close();
   if (!out) {
-    return absl::UnavailableError(
-        absl::StrCat("write '", path, "': ", strerror(errno)));
+    return common::ErrnoStatus(errno, absl::StrCat("write '", path, "'"));
   }
   return absl::OkStatus();
 }

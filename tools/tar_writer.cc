@@ -7,6 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/errno_status.h"
 
 namespace batchd::tools {
 namespace {
@@ -49,8 +50,7 @@ absl::StatusOr<std::unique_ptr<TarWriter>> TarWriter::Create(
     const std::string& path) {
   FILE* file = fopen(path.c_str(), "wb");
   if (file == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("create '", path, "': ", strerror(errno)));
+    return common::ErrnoStatus(errno, absl::StrCat("create '", path, "'"));
   }
   return std::unique_ptr<TarWriter>(new TarWriter(path, file));
 }
@@ -65,8 +65,7 @@ absl::Status TarWriter::Write(absl::string_view bytes) {
         absl::StrCat("'", path_, "' is closed"));
   }
   if (fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) {
-    return absl::UnavailableError(
-        absl::StrCat("write '", path_, "': ", strerror(errno)));
+    return common::ErrnoStatus(errno, absl::StrCat("write '", path_, "'"));
   }
   bytes_ += bytes.size();
   return absl::OkStatus();
@@ -133,8 +132,7 @@ absl::Status TarWriter::Close() {
   static const char kEnd[2 * kBlock] = {};
   absl::Status status = Write(absl::string_view(kEnd, sizeof(kEnd)));
   if (file_ != nullptr && fclose(file_) != 0 && status.ok()) {
-    status = absl::UnavailableError(
-        absl::StrCat("close '", path_, "': ", strerror(errno)));
+    status = common::ErrnoStatus(errno, absl::StrCat("close '", path_, "'"));
   }
   file_ = nullptr;
   return status;

@@ -22,8 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/errno_status.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
-#include "server/dataset/errno_status.h"
 #include "server/dataset/shard_source.h"
 #include "server/storage/object_store.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -41,7 +42,7 @@ absl::Status FilesystemStatus(const std::error_code& ec,
                               absl::string_view message) {
   if (ec.category() == std::system_category() ||
       ec.category() == std::generic_category()) {
-    return ErrnoStatus(ec.value(), message);
+    return common::ErrnoStatus(ec.value(), message);
   }
   return absl::UnavailableError(absl::StrCat(message, ": ", ec.message()));
 }
@@ -105,7 +106,8 @@ absl::Status CollectImages(const fs::path& directory,
                            std::vector<ImageFile>* images) {
   struct stat st;
   if (::stat(directory.c_str(), &st) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("stat '", directory.string(), "'"));
+    return common::ErrnoStatus(errno,
+                               absl::StrCat("stat '", directory.string(), "'"));
   }
   if (!visited->insert({st.st_dev, st.st_ino}).second) {
     return absl::OkStatus();  // a symlink cycle or a second link to it
@@ -165,11 +167,12 @@ bool IsShardFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
   char buffer[4096];
-  const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+  const absl::StatusOr<size_t> n = common::ReadFileRange(
+      fd, /*offset=*/0, sizeof(buffer), buffer, [&] { return path; });
   ::close(fd);
-  if (n <= 0) return false;
+  if (!n.ok() || *n == 0) return false;
   for (absl::string_view line :
-       absl::StrSplit(absl::string_view(buffer, static_cast<size_t>(n)), '\n')) {
+       absl::StrSplit(absl::string_view(buffer, *n), '\n')) {
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
     // A list file's line has two fields, "<path> <label>".
@@ -273,7 +276,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadImageFolder(
       return absl::NotFoundError(
           absl::StrCat("ImageFolder root '", root, "' does not exist"));
     }
-    return ErrnoStatus(error, absl::StrCat("ImageFolder root '", root, "'"));
+    return common::ErrnoStatus(error,
+                               absl::StrCat("ImageFolder root '", root, "'"));
   }
   if (!S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(
@@ -341,7 +345,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadListFile(
   } else {
     struct stat st;
     if (::stat(root.c_str(), &st) != 0) {
-      return ErrnoStatus(errno, absl::StrCat("list file root '", root, "'"));
+      return common::ErrnoStatus(errno,
+                                 absl::StrCat("list file root '", root, "'"));
     }
     if (!S_ISDIR(st.st_mode)) {
       return absl::InvalidArgumentError(
@@ -432,8 +437,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
         return absl::NotFoundError(absl::StrCat(
             prefix, "path '", config.path(), "' does not exist"));
       }
-      return ErrnoStatus(error,
-                         absl::StrCat(prefix, "path '", config.path(), "'"));
+      return common::ErrnoStatus(
+          error, absl::StrCat(prefix, "path '", config.path(), "'"));
     }
     if (S_ISDIR(st.st_mode)) {
       format = IsShardDirectory(config.path())
@@ -553,7 +558,7 @@ absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path) {
   // for regular files.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
-    return ErrnoStatus(errno, absl::StrCat("open '", path, "'"));
+    return common::ErrnoStatus(errno, absl::StrCat("open '", path, "'"));
   }
   struct Closer {
     int fd;
@@ -562,7 +567,7 @@ absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path) {
 
   struct stat st;
   if (::fstat(fd, &st) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("fstat '", path, "'"));
+    return common::ErrnoStatus(errno, absl::StrCat("fstat '", path, "'"));
   }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -577,17 +582,10 @@ absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path) {
   }
   FileBytes file;
   file.data_.reset(new uint8_t[std::max<uint64_t>(size, 1)]);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::read(fd, file.data_.get() + done, size - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, absl::StrCat("read '", path, "'"));
-    }
-    if (n == 0) break;  // the file shrank since fstat
-    done += static_cast<size_t>(n);
-  }
-  file.size_ = done;
+  auto what = [&] { return absl::StrCat("read '", path, "'"); };
+  // Fewer bytes than fstat said when the file shrank since.
+  ASSIGN_OR_RETURN(file.size_, common::ReadFileRange(fd, /*offset=*/0, size,
+                                                     file.data_.get(), what));
   return file;
 }
 

@@ -216,10 +216,11 @@ absl::StatusOr<batchd::v1::DaemonConfig> ReadConfigFile(
 absl::StatusOr<batchd::v1::DatasetConfig> ParseDatasetFlag(
     absl::string_view flag);
 
-// Reads a whole file. NOT_FOUND (ENOENT), PERMISSION_DENIED (EACCES) or
-// UNAVAILABLE (other errors), with the path and errno text; INVALID_ARGUMENT
-// for something that is not a regular file (a directory, a FIFO: never
-// blocks on one) or is larger than 4 GiB.
+// Reads a whole file. A failed open, fstat or read as common::ErrnoStatus
+// (NOT_FOUND for ENOENT, PERMISSION_DENIED for EACCES, UNAVAILABLE for EIO,
+// ...), with the path and errno text; INVALID_ARGUMENT for something that
+// is not a regular file (a directory, a FIFO: never blocks on one) or is
+// larger than 4 GiB.
 absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path);
 
 }  // namespace batchd::server

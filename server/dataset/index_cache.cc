@@ -9,9 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/errno_status.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "server/dataset/dataset.h"
-#include "server/dataset/errno_status.h"
 
 namespace batchd::server {
 namespace {
@@ -175,30 +176,27 @@ absl::Status WriteIndexCache(const std::string& path,
   const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
   const int fd =
       ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create '", temp, "'"));
+  if (fd < 0) {
+    return common::ErrnoStatus(errno, absl::StrCat("create '", temp, "'"));
+  }
   const std::string& bytes = out.out();
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const absl::Status status =
-          ErrnoStatus(errno, absl::StrCat("write '", temp, "'"));
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return status;
-    }
-    done += static_cast<size_t>(n);
+  const absl::Status written = common::WriteFileRange(
+      fd, /*offset=*/0, bytes.data(), bytes.size(),
+      [&] { return absl::StrCat("write '", temp, "'"); });
+  if (!written.ok()) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return written;
   }
   if (::close(fd) != 0) {
     const absl::Status status =
-        ErrnoStatus(errno, absl::StrCat("close '", temp, "'"));
+        common::ErrnoStatus(errno, absl::StrCat("close '", temp, "'"));
     ::unlink(temp.c_str());
     return status;
   }
   if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const absl::Status status =
-        ErrnoStatus(errno, absl::StrCat("rename '", temp, "' to '", path, "'"));
+    const absl::Status status = common::ErrnoStatus(
+        errno, absl::StrCat("rename '", temp, "' to '", path, "'"));
     ::unlink(temp.c_str());
     return status;
   }

@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/dataset/errno_status.h"
+#include "common/errno_status.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 
 namespace batchd::server {
 namespace {
@@ -53,7 +55,7 @@ ShardFiles::Acquire(uint32_t shard) const {
   const std::string& path = paths_[shard];
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return ErrnoStatus(errno, absl::StrCat("open shard '", path, "'"));
+    return common::ErrnoStatus(errno, absl::StrCat("open shard '", path, "'"));
   }
   auto file = std::make_shared<const OpenFile>(fd);
   // Evicted files are released after the lock (their close is I/O).
@@ -95,24 +97,18 @@ absl::StatusOr<FileBytes> ShardFiles::Read(uint32_t shard, uint64_t offset,
   if (!file.ok()) return file.status();
   FileBytes bytes;
   bytes.data_.reset(new uint8_t[std::max<uint64_t>(size, 1)]);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n =
-        ::pread((*file)->fd, bytes.data_.get() + done, size - done,
-                static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, absl::StrCat("read member '", member,
-                                             "' of shard '", paths_[shard],
-                                             "'"));
-    }
-    if (n == 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "shard '", paths_[shard], "' ends inside member '", member,
-          "' (read ", done, " of ", size, " bytes at offset ", offset,
-          "): it changed since it was indexed"));
-    }
-    done += static_cast<size_t>(n);
+  auto what = [&] {
+    return absl::StrCat("read member '", member, "' of shard '", paths_[shard],
+                        "'");
+  };
+  ASSIGN_OR_RETURN(const size_t done,
+                   common::ReadFileRange((*file)->fd, offset, size,
+                                         bytes.data_.get(), what));
+  if (done < size) {
+    return absl::UnavailableError(
+        absl::StrCat("shard '", paths_[shard], "' ends inside member '", member,
+                     "' (read ", done, " of ", size, " bytes at offset ",
+                     offset, "): it changed since it was indexed"));
   }
   bytes.size_ = done;
   return bytes;

@@ -37,10 +37,11 @@ class ShardFiles : public ShardSource {
   ShardFiles& operator=(const ShardFiles&) = delete;
 
   // The `size` bytes at `offset` of shard `shard` (`member` names them in
-  // messages). NOT_FOUND / PERMISSION_DENIED / UNAVAILABLE when the shard
-  // cannot be opened or read; UNAVAILABLE naming the shard and member when
-  // it ends before offset + size (it changed since it was indexed);
-  // INVALID_ARGUMENT for a shard number out of range or more than 4 GiB.
+  // messages). common::ErrnoStatus's code (NOT_FOUND, PERMISSION_DENIED,
+  // UNAVAILABLE, ...) when the shard cannot be opened or read; UNAVAILABLE
+  // naming the shard and member when it ends before offset + size (it
+  // changed since it was indexed); INVALID_ARGUMENT for a shard number out
+  // of range or more than 4 GiB.
   absl::StatusOr<FileBytes> Read(uint32_t shard, uint64_t offset,
                                  uint64_t size,
                                  absl::string_view member) const override;

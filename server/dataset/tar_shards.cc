@@ -21,9 +21,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/errno_status.h"
 #include "common/status_macros.h"
 #include "server/dataset/dataset.h"
-#include "server/dataset/errno_status.h"
 #include "server/dataset/index_cache.h"
 #include "server/dataset/shard_files.h"
 #include "server/dataset/remote_shards.h"
@@ -89,7 +89,7 @@ absl::StatusOr<std::vector<std::string>> DirectoryShards(
     }
   }
   if (ec) {
-    return ErrnoStatus(ec.value(), absl::StrCat("listing '", dir, "'"));
+    return common::ErrnoStatus(ec.value(), absl::StrCat("listing '", dir, "'"));
   }
   std::sort(shards.begin(), shards.end());
   if (shards.empty()) {
@@ -141,7 +141,7 @@ absl::StatusOr<std::vector<std::string>> ResolveShards(
     if (error == ENOENT) {
       return absl::NotFoundError(absl::StrCat("'", path, "' does not exist"));
     }
-    return ErrnoStatus(error, absl::StrCat("'", path, "'"));
+    return common::ErrnoStatus(error, absl::StrCat("'", path, "'"));
   }
   if (S_ISDIR(st.st_mode)) return DirectoryShards(path);
   if (!S_ISREG(st.st_mode)) {
@@ -201,14 +201,16 @@ absl::StatusOr<std::vector<std::string>> ReadClassNames(
 // Indexes one shard from scratch; fills size and mtime.
 absl::StatusOr<CachedShard> IndexShard(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open shard '", path, "'"));
+  if (fd < 0) {
+    return common::ErrnoStatus(errno, absl::StrCat("open shard '", path, "'"));
+  }
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st;
   if (::fstat(fd, &st) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("fstat shard '", path, "'"));
+    return common::ErrnoStatus(errno, absl::StrCat("fstat shard '", path, "'"));
   }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
@@ -525,7 +527,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
     if (it != cached.end()) {
       struct stat st;
       if (::stat(path.c_str(), &st) != 0) {
-        return ErrnoStatus(errno, absl::StrCat("stat shard '", path, "'"));
+        return common::ErrnoStatus(errno,
+                                   absl::StrCat("stat shard '", path, "'"));
       }
       const int64_t mtime_ns =
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +

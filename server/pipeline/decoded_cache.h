@@ -23,16 +23,13 @@
 
 #include <cstdint>
 #include <functional>
-#include <list>
-#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "server/decode/capped_image.h"
 #include "server/decode/decode_result.h"
+#include "server/pipeline/lru_cache.h"
 
 namespace batchd::server {
 
@@ -42,13 +39,9 @@ struct DecodedSample {
   std::shared_ptr<const CappedImage> image;  // set exactly when result.ok()
 };
 
-struct DecodedCacheCounts {
-  uint64_t hits = 0;       // served from the cache
-  uint64_t misses = 0;     // decoded
-  uint64_t coalesced = 0;  // waited for another caller's decode of the same
-  uint64_t evictions = 0;
-  uint64_t bytes = 0;      // held now
-};
+// hits: served from the cache; misses: decoded; coalesced: waited for
+// another caller's decode of the same key; bytes: charged (ChargeFor) now.
+using DecodedCacheCounts = LruCacheCounts;
 
 class DecodedCache {
  public:
@@ -59,39 +52,24 @@ class DecodedCache {
 
   // The image of `key` if it is cached (a hit), else nullptr (nothing
   // counted): lets a caller skip reading the file. Never blocks on a decode.
-  std::shared_ptr<const CappedImage> Lookup(const Key& key)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<const CappedImage> Lookup(const Key& key);
 
   // The image of `key`: cached, being decoded by another caller (waits for
   // that decode), or decoded now with `decode`, which must return an image
   // exactly when its result is ok().
   DecodedSample Get(const Key& key,
-                    const std::function<DecodedSample()>& decode)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                    const std::function<DecodedSample()>& decode);
 
-  uint64_t capacity_bytes() const { return capacity_bytes_; }
-  DecodedCacheCounts counts() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t capacity_bytes() const { return cache_.capacity_bytes(); }
+  DecodedCacheCounts counts() const { return cache_.counts(); }
 
   // What an entry is charged: its pixels and a fixed overhead for the key
   // and the bookkeeping.
   static uint64_t ChargeFor(const Key& key, const CappedImage& image);
 
  private:
-  // Shared with the callers waiting for its decode, so that evicting it
-  // never pulls it from under them.
-  struct Entry {
-    bool decoding = true;  // a caller is decoding it; the others wait
-    DecodedSample sample;
-    uint64_t charge = 0;           // once cached
-    std::list<Key>::iterator lru;  // once cached
-  };
-  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  const uint64_t capacity_bytes_;
-  mutable absl::Mutex mu_;
-  std::map<Key, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
-  std::list<Key> lru_ ABSL_GUARDED_BY(mu_);  // cached keys, oldest first
-  DecodedCacheCounts counts_ ABSL_GUARDED_BY(mu_);
+  // An image is charged ChargeFor; errors are not kept.
+  LruCache<Key, DecodedSample> cache_;
 };
 
 }  // namespace batchd::server

@@ -16,26 +16,18 @@
 
 #include <cstdint>
 #include <functional>
-#include <list>
-#include <map>
-#include <memory>
 #include <string>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "server/dataset/dataset.h"
+#include "server/pipeline/lru_cache.h"
 
 namespace batchd::server {
 
-struct ReadCacheCounts {
-  uint64_t hits = 0;       // served from the cache
-  uint64_t misses = 0;     // read from storage
-  uint64_t coalesced = 0;  // waited for another caller's read of the same
-  uint64_t evictions = 0;
-  uint64_t bytes = 0;      // held now
-};
+// hits: served from the cache; misses: read from storage; coalesced: waited
+// for another caller's read of the same sample; bytes: held now.
+using ReadCacheCounts = LruCacheCounts;
 
 class ReadCache {
  public:
@@ -47,27 +39,14 @@ class ReadCache {
   // The bytes of `key`: cached, being read by another caller (waits for
   // that read), or read now with `read`.
   absl::StatusOr<FileBytes> Read(
-      const Key& key, const std::function<absl::StatusOr<FileBytes>()>& read)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      const Key& key, const std::function<absl::StatusOr<FileBytes>()>& read);
 
-  uint64_t capacity_bytes() const { return capacity_bytes_; }
-  ReadCacheCounts counts() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t capacity_bytes() const { return cache_.capacity_bytes(); }
+  ReadCacheCounts counts() const { return cache_.counts(); }
 
  private:
-  // Shared with the callers waiting for its read, so that evicting it
-  // never pulls it from under them.
-  struct Entry {
-    bool reading = true;  // a caller is reading it; the others wait
-    absl::StatusOr<FileBytes> bytes;
-    std::list<Key>::iterator lru;  // once cached
-  };
-  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  const uint64_t capacity_bytes_;
-  mutable absl::Mutex mu_;
-  std::map<Key, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
-  std::list<Key> lru_ ABSL_GUARDED_BY(mu_);  // cached keys, oldest first
-  ReadCacheCounts counts_ ABSL_GUARDED_BY(mu_);
+  // A sample is charged its size; errors are not kept.
+  LruCache<Key, absl::StatusOr<FileBytes>> cache_;
 };
 
 }  // namespace batchd::server

@@ -18,6 +18,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "common/errno_status.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 
 namespace batchd::server {
 namespace {
@@ -26,18 +29,6 @@ namespace fs = std::filesystem;
 
 constexpr absl::string_view kShardSuffix = ".shard";
 constexpr absl::string_view kTempMarker = ".tmp.";
-
-absl::Status FileError(int error, absl::string_view what) {
-  const std::string message = absl::StrCat(what, ": ", std::strerror(error));
-  if (error == ENOENT) return absl::NotFoundError(message);
-  if (error == EACCES || error == EPERM) {
-    return absl::PermissionDeniedError(message);
-  }
-  if (error == ENOSPC || error == EDQUOT) {
-    return absl::ResourceExhaustedError(message);
-  }
-  return absl::UnavailableError(message);
-}
 
 uint64_t Fnv1a64(absl::string_view bytes, uint64_t hash) {
   for (unsigned char c : bytes) hash = (hash ^ c) * 0x100000001b3ull;
@@ -53,36 +44,16 @@ bool ParseFileName(absl::string_view name, uint64_t* size) {
   return absl::SimpleAtoi(name.substr(dash + 1), size);
 }
 
-absl::Status WriteFully(int fd, const uint8_t* data, size_t size,
-                        uint64_t offset, const std::string& path) {
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pwrite(fd, data + done, size - done,
-                               static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return FileError(errno, absl::StrCat("write '", path, "'"));
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
+// Reads all `size` bytes at `offset` of the cache file `path`: one that ends
+// sooner is damaged (DATA_LOSS).
 absl::Status ReadFully(int fd, uint8_t* data, size_t size, uint64_t offset,
                        const std::string& path) {
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, data + done, size - done,
-                              static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return FileError(errno, absl::StrCat("read '", path, "'"));
-    }
-    if (n == 0) {
-      return absl::DataLossError(absl::StrCat(
-          "cached shard '", path, "' is shorter than its name says"));
-    }
-    done += static_cast<size_t>(n);
+  auto what = [&] { return absl::StrCat("read '", path, "'"); };
+  ASSIGN_OR_RETURN(const size_t done,
+                   common::ReadFileRange(fd, offset, size, data, what));
+  if (done < size) {
+    return absl::DataLossError(absl::StrCat("cached shard '", path,
+                                            "' is shorter than its name says"));
   }
   return absl::OkStatus();
 }
@@ -146,8 +117,8 @@ absl::StatusOr<std::unique_ptr<ShardCache>> ShardCache::Open(
   std::error_code ec;
   fs::create_directories(options.dir, ec);
   if (ec) {
-    return FileError(ec.value(),
-                     absl::StrCat("create cache directory '", options.dir, "'"));
+    return common::ErrnoStatus(
+        ec.value(), absl::StrCat("create cache directory '", options.dir, "'"));
   }
   std::unique_ptr<ShardCache> cache(new ShardCache(std::move(options)));
   const ShardCacheOptions& opts = cache->options_;
@@ -180,8 +151,8 @@ absl::StatusOr<std::unique_ptr<ShardCache>> ShardCache::Open(
                      name, size});
   }
   if (ec) {
-    return FileError(ec.value(),
-                     absl::StrCat("list cache directory '", opts.dir, "'"));
+    return common::ErrnoStatus(
+        ec.value(), absl::StrCat("list cache directory '", opts.dir, "'"));
   }
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
     return a.mtime_ns != b.mtime_ns ? a.mtime_ns > b.mtime_ns
@@ -388,7 +359,9 @@ absl::Status ShardCache::Download(ObjectStore& store, const ObjectInfo& shard,
                                         temp_counter.fetch_add(1));
   const int fd =
       ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return FileError(errno, absl::StrCat("create '", temp, "'"));
+  if (fd < 0) {
+    return common::ErrnoStatus(errno, absl::StrCat("create '", temp, "'"));
+  }
 
   const uint64_t chunk = options_.chunk_bytes;
   const uint64_t chunks = (shard.size + chunk - 1) / chunk;
@@ -406,7 +379,9 @@ absl::Status ShardCache::Download(ObjectStore& store, const ObjectInfo& shard,
       buffer.resize(size);
       absl::Status status = store.ReadRange(shard, offset, size, buffer.data());
       if (status.ok()) {
-        status = WriteFully(fd, buffer.data(), size, offset, temp);
+        status = common::WriteFileRange(fd, offset, buffer.data(), size, [&] {
+          return absl::StrCat("write '", temp, "'");
+        });
       }
       if (!status.ok()) {
         absl::MutexLock lock(&error_mu);
@@ -436,10 +411,10 @@ absl::Status ShardCache::Download(ObjectStore& store, const ObjectInfo& shard,
     status = error;
   }
   if (::close(fd) != 0 && status.ok()) {
-    status = FileError(errno, absl::StrCat("close '", temp, "'"));
+    status = common::ErrnoStatus(errno, absl::StrCat("close '", temp, "'"));
   }
   if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    status = FileError(errno, absl::StrCat("rename '", temp, "'"));
+    status = common::ErrnoStatus(errno, absl::StrCat("rename '", temp, "'"));
   }
   if (!status.ok()) ::unlink(temp.c_str());
   return status;
@@ -451,7 +426,9 @@ absl::Status ShardCache::ReadFile(const std::string& name,
                                   std::string* whole) {
   const std::string path = PathOf(name);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return FileError(errno, absl::StrCat("open '", path, "'"));
+  if (fd < 0) {
+    return common::ErrnoStatus(errno, absl::StrCat("open '", path, "'"));
+  }
   absl::Status status;
   if (whole != nullptr) {
     whole->resize(shard.size);

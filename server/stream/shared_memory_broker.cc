@@ -11,13 +11,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/errno_status.h"
 
 namespace batchd::server {
 namespace {
@@ -44,8 +44,7 @@ absl::StatusOr<uid_t> PeerUid(int connection) {
   ucred cred{};
   socklen_t length = sizeof(cred);
   if (getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) {
-    return absl::InternalError(
-        absl::StrCat("SO_PEERCRED: ", std::strerror(errno)));
+    return common::ErrnoStatus(errno, "SO_PEERCRED");
   }
   return cred.uid;
 }
@@ -85,13 +84,12 @@ absl::StatusOr<std::unique_ptr<SharedMemoryBroker>> SharedMemoryBroker::Start(
   // Accepting never blocks the loop, which polls the listener.
   const int flags = fcntl(listener->get(), F_GETFL);
   if (flags < 0 || fcntl(listener->get(), F_SETFL, flags | O_NONBLOCK) != 0) {
-    return absl::InternalError(absl::StrCat(
-        "making the shared-memory socket non-blocking: ", std::strerror(errno)));
+    return common::ErrnoStatus(errno,
+                               "making the shared-memory socket non-blocking");
   }
   common::UniqueFd wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (wake.get() < 0) {
-    return absl::InternalError(
-        absl::StrCat("eventfd: ", std::strerror(errno)));
+    return common::ErrnoStatus(errno, "eventfd");
   }
   return std::unique_ptr<SharedMemoryBroker>(
       new SharedMemoryBroker(std::move(options), *std::move(listener),
@@ -154,8 +152,9 @@ void SharedMemoryBroker::Loop() {
     }
     const int ready = poll(polled.data(), polled.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
-      std::fprintf(stderr, "batchd: shared memory side channel: poll: %s\n",
-                   std::strerror(errno));
+      const std::string why = common::ErrnoMessage(errno, "poll");
+      std::fprintf(stderr, "batchd: shared memory side channel: %s\n",
+                   why.c_str());
       usleep(10'000);
       continue;
     }
