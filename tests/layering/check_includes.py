@@ -38,37 +38,26 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+[<"]([^">]+)[">]')
 SKIP_DIRS = {".git", "node_modules"}
 
 
-def read_edges(readme_path):
-    """Room -> set of rooms it may include, from docs/layout.md's block."""
+def read_edges(readme_path, heading="Allowed dependencies", required=True):
+    """Name -> set of names it may include, from the fenced block after
+    `heading` in docs/layout.md: the rooms' block ("Allowed dependencies")
+    or the sub-rooms' ("Sub-room order", where 'server/pipeline' maps to
+    sibling sub-rooms). An absent optional block is empty."""
     text = open(readme_path, encoding="utf-8").read()
-    match = re.search(r"Allowed dependencies.*?```[a-z]*\n(.*?)```", text,
+    match = re.search(re.escape(heading) + r".*?```[a-z]*\n(.*?)```", text,
                       re.S)
     if not match:
-        sys.exit(f"{readme_path}: no fenced block after 'Allowed "
-                 "dependencies' (the Layout section must keep it)")
+        if required:
+            sys.exit(f"{readme_path}: no fenced block after '{heading}' "
+                     "(the Layout section must keep it)")
+        return {}
     edges = {}
     for line in match.group(1).splitlines():
         if "->" not in line:
             continue
-        room, targets = line.split("->", 1)
+        name, targets = line.split("->", 1)
         targets = re.sub(r"\(.*?\)", "", targets).split()
-        edges[room.strip()] = set(targets)
-    return edges
-
-
-def read_sub_edges(readme_path):
-    """'server/pipeline' -> set of sibling sub-rooms it may include, from
-    docs/layout.md's "Sub-room order" block (empty when there is none)."""
-    text = open(readme_path, encoding="utf-8").read()
-    match = re.search(r"Sub-room order.*?```[a-z]*\n(.*?)```", text, re.S)
-    edges = {}
-    if match:
-        for line in match.group(1).splitlines():
-            if "->" not in line:
-                continue
-            sub, targets = line.split("->", 1)
-            targets = re.sub(r"\(.*?\)", "", targets).split()
-            edges[sub.strip()] = set(targets)
+        edges[name.strip()] = set(targets)
     return edges
 
 
@@ -104,7 +93,8 @@ def room_of_include(path, rooms):
 
 def violations(root):
     edges = read_edges(os.path.join(root, "docs", "layout.md"))
-    sub_edges = read_sub_edges(os.path.join(root, "docs", "layout.md"))
+    sub_edges = read_edges(os.path.join(root, "docs", "layout.md"),
+                           heading="Sub-room order", required=False)
     rooms = set(edges)
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
