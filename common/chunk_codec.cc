@@ -188,13 +188,6 @@ grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& message) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
-bool DecodeMessage(const grpc::ByteBuffer& buffer,
-                   google::protobuf::MessageLite* message) {
-  grpc::Slice bytes;
-  return buffer.DumpToSingleSlice(&bytes).ok() &&
-         message->ParseFromArray(bytes.begin(), static_cast<int>(bytes.size()));
-}
-
 grpc::ByteBuffer EncodeChunk(uint64_t epoch, uint64_t batch_index,
                              uint64_t offset, const uint8_t* data,
                              size_t length, std::shared_ptr<const void> owner) {

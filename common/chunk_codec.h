@@ -30,10 +30,9 @@
 namespace batchd::common {
 
 // Serializes `message` into a ByteBuffer (copies; for small messages).
+// The daemon parses its requests with ParseRequest
+// (server/service/parse_request.h).
 grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& message);
-// Parses `buffer` into `message`; false when the bytes are not one.
-bool DecodeMessage(const grpc::ByteBuffer& buffer,
-                   google::protobuf::MessageLite* message);
 
 // The serialized StreamResponse chunk, with `data` not copied. `owner` keeps
 // the memory alive until gRPC no longer needs it.

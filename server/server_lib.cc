@@ -14,6 +14,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/service/protobuf_log_filter.h"
 #include "server/service/transport_security.h"
 #include "server/web/web_assets.h"
 
@@ -124,7 +125,9 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
       options.reflection && !server->authorizer_->required();
   server->metrics_ = std::make_unique<ServerMetrics>();
   // gRPC logs one line per failed TLS handshake: counted, and a few logged.
+  // Its other error lines, and libprotobuf's, are rate-limited too.
   InstallGrpcLogFilter(&server->metrics_->tls_handshake_failures());
+  InstallProtobufLogFilter();
   server->metrics_->SetJobLimits(options.service.daemon_info);
   options.pipeline.metrics = server->metrics_.get();
   server->shard_cache_ = options.pipeline.shard_cache;

@@ -8,6 +8,7 @@
 #include "common/local_address.h"
 #include "common/tsan_handoff.h"
 #include "grpcpp/support/status.h"
+#include "server/service/parse_request.h"
 
 namespace batchd::server {
 
@@ -60,17 +61,22 @@ void BatchStream::OnReadDone(bool ok) {
   TakeFromGrpc();
   if (session_.ReadDone(ok)) {
     absl::Status handled;
-    request_.Clear();
-    if (!common::DecodeMessage(request_bytes_, &request_)) {
+    if (absl::Status parsed = ParseRequest(request_bytes_, &request_);
+        !parsed.ok()) {
       request_.Clear();
-      handled = session_.Fail(absl::InvalidArgumentError(
-          "the request is not a batchd.v1.StreamRequest"));
+      handled = session_.Fail(std::move(parsed));
     } else {
       handled = session_.Handle(request_, std::make_shared<Ref>(this),
                                 absl::Now());
-      // Whatever became of it, the plan arrived: the open deadline no
-      // longer applies.
-      if (request_.has_open()) context_.registry->PlanArrived(this);
+    }
+    // Whatever became of it, the plan arrived, or the stream is ending
+    // (a request it could not handle): either way it no longer waits for
+    // a plan, so the open deadline and its host's count of planless
+    // streams no longer apply. (Until OnDone, which may come late on a
+    // loaded daemon, a refused stream would otherwise hold its host's
+    // place.)
+    if (!handled.ok() || request_.has_open()) {
+      context_.registry->PlanArrived(this);
     }
     if (handled.ok() && !session_.PauseReading()) StartNextRead();
   }

@@ -47,8 +47,8 @@ class StreamRegistry : public StreamAdmission {
   // --max-planless-streams-per-peer reached).
   virtual absl::Status AddStream(BatchStream* stream,
                                  const std::string& peer_host) = 0;
-  // The stream's first `open` arrived: it no longer waits for its plan.
-  // Idempotent.
+  // The stream's first `open` arrived, or a request ended the stream: it
+  // no longer waits for its plan. Idempotent.
   virtual void PlanArrived(BatchStream* stream) = 0;
   virtual void RemoveStream(BatchStream* stream) = 0;
 };

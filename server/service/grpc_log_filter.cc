@@ -19,9 +19,15 @@ namespace {
 
 std::atomic<Counter*> g_counter{nullptr};
 
-common::LogLimiter& Limiter() {
+common::LogLimiter& HandshakeLimiter() {
   static common::LogLimiter* limiter =
       new common::LogLimiter(kTlsLogBurst, kTlsLogInterval);
+  return *limiter;
+}
+
+common::LogLimiter& ErrorLimiter() {
+  static common::LogLimiter* limiter =
+      new common::LogLimiter(kGrpcErrorLogBurst, kGrpcErrorLogInterval);
   return *limiter;
 }
 
@@ -50,16 +56,23 @@ void Write(const gpr_log_func_args* args, absl::string_view suffix) {
 }
 
 void Filter(gpr_log_func_args* args) {
+  uint64_t dropped = 0;
   if (!IsHandshakeFailure(args->file == nullptr ? "" : args->file,
                           args->message == nullptr ? "" : args->message)) {
-    Write(args, "");
+    if (args->severity != GPR_LOG_SEVERITY_ERROR) {
+      Write(args, "");
+    } else if (ErrorLimiter().Allow(absl::Now(), &dropped)) {
+      Write(args, dropped == 0 ? std::string()
+                               : absl::StrCat(" (", dropped,
+                                              " more gRPC error lines not "
+                                              "logged)"));
+    }
     return;
   }
   if (Counter* counter = g_counter.load(std::memory_order_acquire)) {
     counter->Increment();
   }
-  uint64_t dropped = 0;
-  if (!Limiter().Allow(absl::Now(), &dropped)) return;
+  if (!HandshakeLimiter().Allow(absl::Now(), &dropped)) return;
   Write(args, dropped == 0
                   ? std::string()
                   : absl::StrCat(" (", dropped,

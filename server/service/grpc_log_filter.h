@@ -6,7 +6,11 @@
 // reach the port could otherwise fill the log. Such lines are counted in
 // batchd_tls_handshake_failures_total and at most kTlsLogBurst of them are
 // written per kTlsLogInterval, the next one saying how many were left out.
-// Every other line is written as gRPC writes it.
+// gRPC's other ERROR lines share a second limit, kGrpcErrorLogBurst per
+// kGrpcErrorLogInterval, so that no other line a peer can cause fills the
+// log either. DEBUG and INFO lines (only with GRPC_VERBOSITY set to ask
+// for them) are written as gRPC writes them. libprotobuf's lines have
+// their own filter (protobuf_log_filter.h).
 //
 // The filter is process-wide, as gRPC's logging is. Thread-safe.
 #ifndef BATCHD_SERVER_SERVICE_GRPC_LOG_FILTER_H_
@@ -20,6 +24,8 @@ namespace batchd::server {
 
 inline constexpr int kTlsLogBurst = 5;
 inline constexpr absl::Duration kTlsLogInterval = absl::Seconds(10);
+inline constexpr int kGrpcErrorLogBurst = 10;
+inline constexpr absl::Duration kGrpcErrorLogInterval = absl::Seconds(10);
 
 // Installs the filter (once per process; later calls only change the
 // counter) and counts failed TLS handshakes in `tls_handshake_failures`

@@ -34,7 +34,7 @@ TEST(GrpcLogFilterTest, RecognisesHandshakeFailures) {
   EXPECT_FALSE(IsHandshakeFailure(kSslFile, "Invalid private key."));
 }
 
-TEST(GrpcLogFilterTest, CountsEveryFailedHandshakeAndLogsAFew) {
+TEST(GrpcLogFilterTest, CountsEveryFailedHandshakeAndLogsAFewOfEachKind) {
   grpc_init();  // reads GRPC_VERBOSITY, as in the daemon
   Counter failures;
   InstallGrpcLogFilter(&failures);
@@ -43,15 +43,29 @@ TEST(GrpcLogFilterTest, CountsEveryFailedHandshakeAndLogsAFew) {
     gpr_log(kSslFile, 1501, GPR_LOG_SEVERITY_ERROR,
             "Handshake failed with fatal error SSL_ERROR_SSL: %d", i);
   }
-  gpr_log("src/core/lib/surface/server.cc", 7, GPR_LOG_SEVERITY_ERROR,
-          "something else %d", 42);
+  // gRPC's other error lines share their own limit.
+  for (int i = 0; i < 100; ++i) {
+    gpr_log("src/core/lib/surface/server.cc", 7, GPR_LOG_SEVERITY_ERROR,
+            "something else %d", 42 + i);
+  }
+  // Lines below ERROR, written only when GRPC_VERBOSITY asks for them,
+  // all pass.
+  gpr_set_log_verbosity(GPR_LOG_SEVERITY_DEBUG);
+  for (int i = 0; i < 30; ++i) {
+    gpr_log("src/core/lib/surface/server.cc", 9, GPR_LOG_SEVERITY_INFO,
+            "asked for %d", i);
+  }
+  gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
   const std::string log = ::testing::internal::GetCapturedStderr();
   RemoveGrpcLogCounter(&failures);
   EXPECT_EQ(failures.value(), 200u);
   EXPECT_EQ(Lines(log, "Handshake failed"), static_cast<size_t>(kTlsLogBurst))
       << log;
-  // Other lines pass as gRPC writes them.
+  // Other lines are written as gRPC writes them, a few of a flood.
   EXPECT_THAT(log, HasSubstr("server.cc:7] something else 42\n"));
+  EXPECT_EQ(Lines(log, "something else"),
+            static_cast<size_t>(kGrpcErrorLogBurst));
+  EXPECT_EQ(Lines(log, "] asked for "), 30u);
   // Not counted once removed.
   gpr_log(kSslFile, 1501, GPR_LOG_SEVERITY_ERROR, "Handshake failed: late");
   EXPECT_EQ(failures.value(), 200u);

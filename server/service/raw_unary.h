@@ -1,8 +1,9 @@
 // ServeRawUnary: one unary call of a method served raw (ByteBuffer in and
 // out), so that a request body that does not parse is answered
-// INVALID_ARGUMENT naming the message it should have been; gRPC's typed
-// handler answers UNIMPLEMENTED with no message, which reads as "no such
-// method".
+// INVALID_ARGUMENT naming the message it should have been, or the string
+// field that is not UTF-8 (ParseRequest); gRPC's typed handler answers
+// UNIMPLEMENTED with no message, which reads as "no such method", and
+// libprotobuf logs a line for each such string.
 //
 //   grpc::ServerUnaryReactor* AdminServiceImpl::GetStatus(
 //       grpc::CallbackServerContext* context, const grpc::ByteBuffer* in,
@@ -19,17 +20,17 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "common/chunk_codec.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
+#include "server/service/parse_request.h"
 
 namespace batchd::server {
 
 // Finishes the call at once: with `allowed` when it is an error (the caller
 // is checked before the body is looked at), INVALID_ARGUMENT when `in` is
-// not a Request, else with what `handle(request, &response)` returns (and
+// not a Request (ParseRequest), else with what `handle(request, &response)` returns (and
 // the response, when OK).
 template <typename Request, typename Response, typename Handler>
 grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
@@ -44,11 +45,9 @@ grpc::ServerUnaryReactor* ServeRawUnary(grpc::CallbackServerContext* context,
   if (!allowed.ok()) {
     status = grpc::Status(static_cast<grpc::StatusCode>(allowed.code()),
                           std::string(allowed.message()));
-  } else if (!common::DecodeMessage(in, &request)) {
-    status = grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("the request is not a ", request.GetTypeName(),
-                     "; check the client against batchd's .proto files"));
+  } else if (absl::Status parsed = ParseRequest(in, &request); !parsed.ok()) {
+    status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          std::string(parsed.message()));
   } else {
     status = handle(request, &response);
     if (status.ok()) *out = common::EncodeMessage(response);
