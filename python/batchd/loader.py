@@ -15,6 +15,7 @@ from .diagnosis import Diagnosis
 from .diagnosis import log_line as _log_diagnosis
 from ._native import LoaderArgs, NativeLoader
 from .state import STATE_VERSION as _STATE_VERSION
+from .state import check_epoch as _check_epoch
 from .state import global_position as _global_position
 from .state import resume_point as _resume_point
 
@@ -345,9 +346,11 @@ class Loader:
         Without it every iteration repeats the same epoch (same order and
         augmentation). A position loaded by load_state_dict() for this epoch
         is kept; for another epoch the iteration starts at batch 0.
+
+        Raises TypeError unless `epoch` is an int, ValueError unless it is
+        in 0..2^32-1 (the epochs the daemon serves).
         """
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, not {epoch}")
+        epoch = _check_epoch(epoch)
         if epoch != self._epoch:
             self._start = 0
             self._position = None
@@ -531,8 +534,13 @@ class Loader:
         with the world size if the global batch (``batch_size *
         world_size``) stays the same.
 
-        Raises ValueError when ``state`` is from another plan (dataset,
-        seed, shuffle, shuffle_window_shards, batch size) or out of range.
+        Raises TypeError when ``state`` is not a dict or one of its fields
+        has the wrong type (an epoch of 1.9, a drop_last of "no"), and
+        ValueError when a field is missing or out of range (an epoch past
+        2^32-1, a world_size of 0) or ``state`` is from another plan
+        (dataset, seed, shuffle, shuffle_window_shards, batch size); each
+        error names the field and what it may be (batchd.state.check_state).
+        Nothing changes when it raises.
         """
         epoch, position, old_world = _resume_point(
             state, plan={"dataset": self.dataset, "seed": self.seed,
