@@ -89,23 +89,28 @@ size_t ValidUtf8Prefix(absl::string_view text) {
     // The length of the character `b` starts, and the range its second
     // byte must be in (the others are 0x80..0xbf): RFC 3629's table.
     size_t length = 0;
-    uint8_t low = 0x80, high = 0xbf;
+    uint8_t low = 0x80;
+    uint8_t high = 0xbf;
     if (b >= 0xc2 && b <= 0xdf) {
       length = 2;
     } else if (b == 0xe0) {
-      length = 3, low = 0xa0;
+      length = 3;
+      low = 0xa0;  // no overlong forms
     } else if ((b >= 0xe1 && b <= 0xec) || b == 0xee || b == 0xef) {
       length = 3;
     } else if (b == 0xed) {
-      length = 3, high = 0x9f;  // no surrogates
+      length = 3;
+      high = 0x9f;  // no surrogates
     } else if (b == 0xf0) {
-      length = 4, low = 0x90;
+      length = 4;
+      low = 0x90;  // no overlong forms
     } else if (b >= 0xf1 && b <= 0xf3) {
       length = 4;
     } else if (b == 0xf4) {
-      length = 4, high = 0x8f;  // nothing above U+10FFFF
+      length = 4;
+      high = 0x8f;  // nothing above U+10FFFF
     } else {
-      return i;  // a continuation byte, 0xc0, 0xc1 or 0xf5..0xff
+      return i;  // a continuation byte, 0xc0, 0xc1 (overlong) or 0xf5..0xff
     }
     if (n - i < length || s[i + 1] < low || s[i + 1] > high) return i;
     for (size_t k = 2; k < length; ++k) {

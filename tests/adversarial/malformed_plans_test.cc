@@ -121,9 +121,16 @@ TEST_F(MalformedPlansTest, InvalidUtf8PlansAreRefusedWithoutFillingTheLog) {
   const std::string dir = MakeTempDir("adv-utf8");
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
+      // As many planless streams per host as callers: a refused stream
+      // gives its place back before its status reaches the caller, so the
+      // callers' next calls are never refused for want of one (before,
+      // each refused stream held its place until gRPC's OnDone, and with
+      // the default of 64 a loaded daemon refused some with
+      // RESOURCE_EXHAUSTED).
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "1",
-                            "--metrics-port", "0", "--metrics-port-file",
-                            dir + "/metrics-port"}));
+                            "--max-planless-streams-per-peer",
+                            std::to_string(kCallers), "--metrics-port", "0",
+                            "--metrics-port-file", dir + "/metrics-port"}));
   const std::string metrics_port = ReadPortFile(dir + "/metrics-port");
   ASSERT_FALSE(metrics_port.empty()) << daemon->Log();
   const std::string request = BadOpenBytes();
