@@ -39,8 +39,7 @@ std::string OpenBytes(const std::string& job) {
   v1::StreamRequest request;
   request.mutable_open()->mutable_plan()->set_dataset("d");
   request.mutable_open()->mutable_plan()->set_job(job);
-  std::string bytes = request.SerializeAsString();
-  return bytes;
+  return request.SerializeAsString();
 }
 
 TEST(ParseRequestTest, ParsesAGoodRequest) {
