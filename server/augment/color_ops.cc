@@ -1,0 +1,3 @@
+#include "server/augment/color_ops.h"
+
+namespace batchd::server::augment {}  // namespace batchd::server::augment

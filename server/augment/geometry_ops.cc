@@ -1,0 +1,3 @@
+#include "server/augment/geometry_ops.h"
+
+namespace batchd::server::augment {}  // namespace batchd::server::augment
