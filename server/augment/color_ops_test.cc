@@ -1,0 +1,3 @@
+#include "server/augment/color_ops.h"
+
+#include "gtest/gtest.h"
