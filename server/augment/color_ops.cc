@@ -115,6 +115,214 @@ inline float RoundHalfEven(float v) {
   return (v + kMagic) - kMagic;
 }
 
+// `condition ? a : b` computed with bit masks, which the compiler cannot
+// turn back into branches (a chain of ?: on one integer becomes a switch,
+// and a loop with a switch does not vectorise).
+inline float BitSelect(bool condition, float a, float b) {
+  uint32_t bits_a, bits_b;
+  std::memcpy(&bits_a, &a, sizeof(a));
+  std::memcpy(&bits_b, &b, sizeof(b));
+  const uint32_t mask = 0u - static_cast<uint32_t>(condition);
+  const uint32_t bits = (bits_a & mask) | (bits_b & ~mask);
+  float result;
+  std::memcpy(&result, &bits, sizeof(result));
+  return result;
+}
+
+// torch.max / torch.min of two values (neither is NaN here).
+inline float Max(float a, float b) { return BitSelect(a < b, b, a); }
+inline float Min(float a, float b) { return BitSelect(b < a, b, a); }
+
+// The per-pixel loops are compiled twice, for AVX2 and for the baseline,
+// and the loader picks one by the CPU (an ifunc). Baseline x86-64 (SSE2)
+// has no byte shuffle, so the compiler leaves loops over interleaved RGB
+// scalar there; AVX2's shuffles vectorise them. The clones compute the
+// same IEEE float32 operations (AVX2 does not bring FMA), so they give the
+// same bytes.
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define BATCHD_PIXEL_LOOP __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef BATCHD_PIXEL_LOOP
+#define BATCHD_PIXEL_LOOP
+#endif
+
+// Sum over `pixels` RGB pixels of rgb_to_grayscale's truncated value.
+BATCHD_PIXEL_LOOP uint32_t GraySum(const uint8_t* p, int pixels) {
+  uint32_t sum = 0;
+  for (int i = 0; i < pixels; ++i) {
+    const float gray = GrayFloat(p[3 * i], p[3 * i + 1], p[3 * i + 2]);
+    sum += static_cast<uint32_t>(static_cast<int>(gray));
+  }
+  return sum;
+}
+
+BATCHD_PIXEL_LOOP void GrayscaleRow(uint8_t* p, int pixels) {
+  for (int i = 0; i < pixels; ++i) {
+    const float r = p[3 * i], g = p[3 * i + 1], b = p[3 * i + 2];
+    const uint8_t gray =
+        static_cast<uint8_t>(static_cast<int>(GrayFloat(r, g, b)));
+    p[3 * i + 0] = gray;
+    p[3 * i + 1] = gray;
+    p[3 * i + 2] = gray;
+  }
+}
+
+BATCHD_PIXEL_LOOP void SaturationRow(uint8_t* p, int pixels, float own,
+                                     float other) {
+  for (int i = 0; i < pixels; ++i) {
+    const float r = p[3 * i], g = p[3 * i + 1], b = p[3 * i + 2];
+    const float gray =
+        static_cast<float>(static_cast<int>(GrayFloat(r, g, b)));
+    const float other_term = other * gray;
+    p[3 * i + 0] = ClampTruncate(own * r + other_term);
+    p[3 * i + 1] = ClampTruncate(own * g + other_term);
+    p[3 * i + 2] = ClampTruncate(own * b + other_term);
+  }
+}
+
+// adjust_hue on one row, with bit-mask selects so that it vectorises.
+// Every expression is torchvision's, in its order; where torchvision calls
+// fmod, floor or a modulo, the comment gives the range that makes the
+// simpler expression here exact.
+BATCHD_PIXEL_LOOP void HueRow(uint8_t* p, int pixels, float hue_factor) {
+  for (int i = 0; i < pixels; ++i) {
+    // img.to(float32) / 255.0.
+    const float r = static_cast<float>(p[3 * i]) / 255.0f;
+    const float g = static_cast<float>(p[3 * i + 1]) / 255.0f;
+    const float b = static_cast<float>(p[3 * i + 2]) / 255.0f;
+    // _rgb2hsv.
+    const float maxc = Max(Max(r, g), b);
+    const float minc = Min(Min(r, g), b);
+    const bool eqc = maxc == minc;
+    const float cr = maxc - minc;
+    const float s = cr / BitSelect(eqc, 1.0f, maxc);
+    const float cr_divisor = BitSelect(eqc, 1.0f, cr);
+    const float rc = (maxc - r) / cr_divisor;
+    const float gc = (maxc - g) / cr_divisor;
+    const float bc = (maxc - b) / cr_divisor;
+    // The masks are 0 or 1; a masked-out term adds only a zero.
+    const bool is_r = maxc == r, is_g = maxc == g;
+    const float hr = BitSelect(is_r, bc - gc, 0.0f);
+    const float hg = BitSelect(is_g & !is_r, 2.0f + rc - bc, 0.0f);
+    const float hb = BitSelect(!is_g & !is_r, 4.0f + gc - rc, 0.0f);
+    const float h0 = hr + hg + hb;
+    // fmod(h0 / 6.0 + 1.0, 1.0): the sum lies in [5/6, 11/6], and for a
+    // in [1, 2) a - 1 is exact (Sterbenz), as fmod is.
+    const float a = h0 / 6.0f + 1.0f;
+    const float h1 = BitSelect(a >= 1.0f, a - 1.0f, a);
+    // (h1 + hue_factor) % 1.0 (torch.remainder: fmod, plus 1 when
+    // negative); the sum lies in [-0.5, 1.5).
+    const float sum = h1 + hue_factor;
+    const float h = BitSelect(sum >= 1.0f, sum - 1.0f,
+                              BitSelect(sum < 0.0f, sum + 1.0f, sum));
+    // _hsv2rgb. h * 6 lies in [0, 6], where floor is truncation.
+    const float v = maxc;
+    const float h6 = h * 6.0f;
+    const int sector = static_cast<int>(h6);
+    const float f = h6 - static_cast<float>(sector);
+    const float pv = Min(Max(v * (1.0f - s), 0.0f), 1.0f);
+    const float qv = Min(Max(v * (1.0f - s * f), 0.0f), 1.0f);
+    const float tv = Min(Max(v * (1.0f - s * (1.0f - f)), 0.0f), 1.0f);
+    // i % 6 with i in [0, 6]: sector 6 is sector 0. Sector i takes
+    // (r, g, b) from (v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v),
+    // (v, p, q).
+    const bool s0 = (sector == 0) | (sector == 6), s1 = sector == 1,
+               s2 = sector == 2, s3 = sector == 3, s4 = sector == 4,
+               s5 = sector == 5;
+    const float out_r =
+        BitSelect(s0 | s5, v, BitSelect(s1, qv, BitSelect(s4, tv, pv)));
+    const float out_g =
+        BitSelect(s1 | s2, v, BitSelect(s0, tv, BitSelect(s3, qv, pv)));
+    const float out_b =
+        BitSelect(s3 | s4, v, BitSelect(s2, tv, BitSelect(s5, qv, pv)));
+    // (img * 255.0).to(torch.uint8).
+    p[3 * i + 0] = static_cast<uint8_t>(static_cast<int>(out_r * 255.0f));
+    p[3 * i + 1] = static_cast<uint8_t>(static_cast<int>(out_g * 255.0f));
+    p[3 * i + 2] = static_cast<uint8_t>(static_cast<int>(out_b * 255.0f));
+  }
+}
+
+// Per-channel minimum and maximum over `pixels` pixels, folded into
+// `lo` and `hi`.
+BATCHD_PIXEL_LOOP void MinMaxRow(const uint8_t* p, int pixels, uint8_t* lo,
+                                 uint8_t* hi) {
+  uint8_t lo0 = lo[0], lo1 = lo[1], lo2 = lo[2];
+  uint8_t hi0 = hi[0], hi1 = hi[1], hi2 = hi[2];
+  for (int i = 0; i < pixels; ++i) {
+    lo0 = std::min(lo0, p[3 * i]);
+    hi0 = std::max(hi0, p[3 * i]);
+    lo1 = std::min(lo1, p[3 * i + 1]);
+    hi1 = std::max(hi1, p[3 * i + 1]);
+    lo2 = std::min(lo2, p[3 * i + 2]);
+    hi2 = std::max(hi2, p[3 * i + 2]);
+  }
+  lo[0] = lo0, lo[1] = lo1, lo[2] = lo2;
+  hi[0] = hi0, hi[1] = hi1, hi[2] = hi2;
+}
+
+// _blend(x, x, ...) for `n` values: the sharpness blend where the
+// degenerate image is the image itself.
+BATCHD_PIXEL_LOOP void BlendSelf(uint8_t* p, size_t n, float own,
+                                 float other) {
+  for (size_t i = 0; i < n; ++i) {
+    const float x = p[i];
+    p[i] = ClampTruncate(own * x + other * x);
+  }
+}
+
+// adjust_sharpness on the interior values [3, n - 3) of one row: `out`
+// gets the blend of `here` (the row's original values) with the 3x3
+// smoothing of `above`, `here` and `below`.
+BATCHD_PIXEL_LOOP void SharpnessRow(uint8_t* out, const uint8_t* above,
+                                    const uint8_t* here, const uint8_t* below,
+                                    size_t n, float own, float other) {
+  for (size_t i = 3; i + 3 < n; ++i) {
+    // conv2d with [[1,1,1],[1,5,1],[1,1,1]] / 13 is k / 13 for the
+    // integer k below; torch.round of it never meets a tie (k / 13 is at
+    // least 1/26 from n + 0.5, far beyond float error), so the float32
+    // conv rounds to floor((2k + 13) / 26).
+    const int k = above[i - 3] + above[i] + above[i + 3] + here[i - 3] +
+                  5 * here[i] + here[i + 3] + below[i - 3] + below[i] +
+                  below[i + 3];
+    const float blurred = static_cast<float>((2 * k + 13) / 26);
+    out[i] = ClampTruncate(own * static_cast<float>(here[i]) +
+                           other * blurred);
+  }
+}
+
+// dst[i] = sum over taps j of kernel[j] * src[i + 3 j], i < n.
+BATCHD_PIXEL_LOOP void ConvolveRow(const float* src, const float* kernel,
+                                   int taps, int n, float* dst) {
+  for (int i = 0; i < n; ++i) dst[i] = kernel[0] * src[i];
+  for (int j = 1; j < taps; ++j) {
+    const float k = kernel[j];
+    const float* in = src + 3 * j;
+    for (int i = 0; i < n; ++i) dst[i] += k * in[i];
+  }
+}
+
+// acc[i] (+)= k * src[i], i < n.
+BATCHD_PIXEL_LOOP void ScaleRow(const float* src, float k, int n, float* acc) {
+  for (int i = 0; i < n; ++i) acc[i] = k * src[i];
+}
+BATCHD_PIXEL_LOOP void AccumulateRow(const float* src, float k, int n,
+                                     float* acc) {
+  for (int i = 0; i < n; ++i) acc[i] += k * src[i];
+}
+
+BATCHD_PIXEL_LOOP void RoundRow(const float* acc, int n, uint8_t* out) {
+  for (int i = 0; i < n; ++i) {
+    const float v = std::min(std::max(RoundHalfEven(acc[i]), 0.0f), 255.0f);
+    out[i] = static_cast<uint8_t>(static_cast<int>(v));
+  }
+}
+
+BATCHD_PIXEL_LOOP void WidenRow(const uint8_t* src, int n, float* dst) {
+  for (int i = 0; i < n; ++i) dst[i] = src[i];
+}
+
 }  // namespace
 
 void AdjustBrightness(Image image, double factor) {
@@ -132,16 +340,15 @@ void AdjustContrast(Image image, double factor) {
   if (image.width <= 0 || image.height <= 0) return;
   // mean(rgb_to_grayscale(img).to(float32)): torch sums the truncated
   // grays in float32, exactly while the sum stays under 2^24 (images up
-  // to 65,793 pixels); the integer sum is that exact value.
+  // to 65,793 pixels); the integer sum is that exact value. Then
+  // sum / N in float32.
   uint64_t sum = 0;
   ForEachRow(image, [&sum](const uint8_t* p, int pixels) {
-    uint32_t row_sum = 0;
-    for (int i = 0; i < pixels; ++i) {
-      const float gray =
-          GrayFloat(p[3 * i], p[3 * i + 1], p[3 * i + 2]);
-      row_sum += static_cast<uint32_t>(static_cast<int>(gray));
+    // 2^24 pixels of at most 255 fit a uint32_t partial sum.
+    constexpr int kChunk = 1 << 24;
+    for (int start = 0; start < pixels; start += kChunk) {
+      sum += GraySum(p + size_t{3} * start, std::min(kChunk, pixels - start));
     }
-    sum += row_sum;
   });
   const float mean = static_cast<float>(sum) /
                      static_cast<float>(int64_t{image.width} * image.height);
@@ -157,68 +364,13 @@ void AdjustContrast(Image image, double factor) {
 void AdjustSaturation(Image image, double factor) {
   const BlendWeights w(factor);
   ForEachRow(image, [w](uint8_t* p, int pixels) {
-    for (int i = 0; i < pixels; ++i) {
-      const float r = p[3 * i], g = p[3 * i + 1], b = p[3 * i + 2];
-      const float gray = static_cast<float>(static_cast<int>(GrayFloat(r, g, b)));
-      const float other = w.other * gray;
-      p[3 * i + 0] = ClampTruncate(w.own * r + other);
-      p[3 * i + 1] = ClampTruncate(w.own * g + other);
-      p[3 * i + 2] = ClampTruncate(w.own * b + other);
-    }
+    SaturationRow(p, pixels, w.own, w.other);
   });
 }
 
 void AdjustHue(Image image, float hue_factor) {
-  // img.to(float32) / 255.0, per value.
-  float unit[256];
-  for (int x = 0; x < 256; ++x) unit[x] = static_cast<float>(x) / 255.0f;
-  ForEachRow(image, [&unit, hue_factor](uint8_t* p, int pixels) {
-    for (int i = 0; i < pixels; ++i) {
-      const float r = unit[p[3 * i]];
-      const float g = unit[p[3 * i + 1]];
-      const float b = unit[p[3 * i + 2]];
-      // _rgb2hsv.
-      const float maxc = std::max(std::max(r, g), b);
-      const float minc = std::min(std::min(r, g), b);
-      const bool eqc = maxc == minc;
-      const float cr = maxc - minc;
-      const float s = cr / (eqc ? 1.0f : maxc);
-      const float cr_divisor = eqc ? 1.0f : cr;
-      const float rc = (maxc - r) / cr_divisor;
-      const float gc = (maxc - g) / cr_divisor;
-      const float bc = (maxc - b) / cr_divisor;
-      // The masks are 0 or 1; 0 * x adds only a zero.
-      const float hr = maxc == r ? bc - gc : 0.0f;
-      const float hg = (maxc == g && maxc != r) ? 2.0f + rc - bc : 0.0f;
-      const float hb = (maxc != g && maxc != r) ? 4.0f + gc - rc : 0.0f;
-      float h = hr + hg + hb;
-      h = std::fmod(h / 6.0f + 1.0f, 1.0f);
-      // (h + hue_factor) % 1.0: torch.remainder.
-      h = std::fmod(h + hue_factor, 1.0f);
-      if (h < 0.0f) h += 1.0f;
-      // _hsv2rgb.
-      const float v = maxc;
-      const float h6 = h * 6.0f;
-      const float fi = std::floor(h6);
-      const float f = h6 - fi;
-      const float pv = std::min(std::max(v * (1.0f - s), 0.0f), 1.0f);
-      const float qv = std::min(std::max(v * (1.0f - s * f), 0.0f), 1.0f);
-      const float tv =
-          std::min(std::max(v * (1.0f - s * (1.0f - f)), 0.0f), 1.0f);
-      float out_r, out_g, out_b;
-      switch (static_cast<int>(fi) % 6) {
-        case 0: out_r = v; out_g = tv; out_b = pv; break;
-        case 1: out_r = qv; out_g = v; out_b = pv; break;
-        case 2: out_r = pv; out_g = v; out_b = tv; break;
-        case 3: out_r = pv; out_g = qv; out_b = v; break;
-        case 4: out_r = tv; out_g = pv; out_b = v; break;
-        default: out_r = v; out_g = pv; out_b = qv; break;
-      }
-      // (img * 255.0).to(torch.uint8).
-      p[3 * i + 0] = static_cast<uint8_t>(static_cast<int>(out_r * 255.0f));
-      p[3 * i + 1] = static_cast<uint8_t>(static_cast<int>(out_g * 255.0f));
-      p[3 * i + 2] = static_cast<uint8_t>(static_cast<int>(out_b * 255.0f));
-    }
+  ForEachRow(image, [hue_factor](uint8_t* p, int pixels) {
+    HueRow(p, pixels, hue_factor);
   });
 }
 
@@ -228,50 +380,24 @@ void AdjustSharpness(Image image, double factor,
   if (width <= 2 || height <= 2) return;
   const BlendWeights w(factor);
   const size_t row_bytes = size_t{3} * width;
-  // The unmodified rows y - 1 and y, since rows are blended in place.
+  // The original rows y - 1 and y, since rows are blended in place.
   scratch->resize(2 * row_bytes);
   uint8_t* above = scratch->data();
   uint8_t* here = above + row_bytes;
+  // The degenerate image keeps the border: those pixels blend with
+  // themselves.
   std::memcpy(here, image.row(0), row_bytes);
-  // Border pixels blend with themselves (the degenerate image keeps them).
-  auto blend_row = [w](uint8_t* p, const uint8_t* blurred, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      p[i] = ClampTruncate(w.own * static_cast<float>(p[i]) +
-                           w.other * static_cast<float>(blurred[i]));
-    }
-  };
-  blend_row(image.row(0), here, row_bytes);
+  BlendSelf(image.row(0), row_bytes, w.own, w.other);
   for (int y = 1; y < height - 1; ++y) {
     std::swap(above, here);
     uint8_t* p = image.row(y);
     std::memcpy(here, p, row_bytes);
-    const uint8_t* below = image.row(y + 1);
-    const size_t last = row_bytes - 3;
-    p[0] = ClampTruncate(w.own * static_cast<float>(here[0]) +
-                         w.other * static_cast<float>(here[0]));
-    p[1] = ClampTruncate(w.own * static_cast<float>(here[1]) +
-                         w.other * static_cast<float>(here[1]));
-    p[2] = ClampTruncate(w.own * static_cast<float>(here[2]) +
-                         w.other * static_cast<float>(here[2]));
-    for (size_t i = 3; i < last; ++i) {
-      // conv2d with [[1,1,1],[1,5,1],[1,1,1]] / 13 is k / 13 for the
-      // integer k below; torch.round of it never meets a tie (k / 13 is
-      // at least 1/26 away from n + 0.5), so the float32 conv rounds to
-      // floor((2k + 13) / 26).
-      const int k = above[i - 3] + above[i] + above[i + 3] + here[i - 3] +
-                    5 * here[i] + here[i + 3] + below[i - 3] + below[i] +
-                    below[i + 3];
-      const int blurred = (2 * k + 13) / 26;
-      p[i] = ClampTruncate(w.own * static_cast<float>(here[i]) +
-                           w.other * static_cast<float>(blurred));
-    }
-    for (size_t i = last; i < row_bytes; ++i) {
-      p[i] = ClampTruncate(w.own * static_cast<float>(here[i]) +
-                           w.other * static_cast<float>(here[i]));
-    }
+    SharpnessRow(p, above, here, image.row(y + 1), row_bytes, w.own,
+                 w.other);
+    BlendSelf(p, 3, w.own, w.other);
+    BlendSelf(p + row_bytes - 3, 3, w.own, w.other);
   }
-  uint8_t* bottom = image.row(height - 1);
-  blend_row(bottom, bottom, row_bytes);
+  BlendSelf(image.row(height - 1), row_bytes, w.own, w.other);
 }
 
 void Posterize(Image image, int bits) {
@@ -283,8 +409,8 @@ void Posterize(Image image, int bits) {
 }
 
 void Solarize(Image image, float threshold) {
-  // `img >= threshold` compares in float32: the first integer at or
-  // above the threshold is where inversion starts.
+  // `img >= threshold` compares in float32: inversion starts at the first
+  // integer at or above the threshold.
   int first = 0;
   while (first < 256 && !(static_cast<float>(first) >= threshold)) ++first;
   if (first == 256) return;
@@ -305,24 +431,13 @@ void Invert(Image image) {
 void Autocontrast(Image image) {
   uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
   ForEachRow(image, [&lo, &hi](const uint8_t* p, int pixels) {
-    uint8_t lo0 = lo[0], lo1 = lo[1], lo2 = lo[2];
-    uint8_t hi0 = hi[0], hi1 = hi[1], hi2 = hi[2];
-    for (int i = 0; i < pixels; ++i) {
-      lo0 = std::min(lo0, p[3 * i]);
-      hi0 = std::max(hi0, p[3 * i]);
-      lo1 = std::min(lo1, p[3 * i + 1]);
-      hi1 = std::max(hi1, p[3 * i + 1]);
-      lo2 = std::min(lo2, p[3 * i + 2]);
-      hi2 = std::max(hi2, p[3 * i + 2]);
-    }
-    lo[0] = lo0, lo[1] = lo1, lo[2] = lo2;
-    hi[0] = hi0, hi[1] = hi1, hi[2] = hi2;
+    MinMaxRow(p, pixels, lo, hi);
   });
   uint8_t luts[3][256];
   bool identity = true;
   for (int c = 0; c < 3; ++c) {
     if (hi[c] <= lo[c]) {
-      // scale = 255 / 0 is not finite: minimum 0, scale 1.
+      // scale = 255 / 0 is not finite: minimum 0, scale 1, the identity.
       for (int x = 0; x < 256; ++x) luts[c][x] = static_cast<uint8_t>(x);
       continue;
     }
@@ -340,23 +455,38 @@ void Autocontrast(Image image) {
 }
 
 void Equalize(Image image) {
-  uint32_t hist[3][256] = {};
+  // Two histograms per channel, for even and odd pixels, so that runs of
+  // equal values do not serialise on one counter.
+  uint32_t hist[2][3][256] = {};
   ForEachRow(image, [&hist](const uint8_t* p, int pixels) {
-    for (int i = 0; i < pixels; ++i) {
-      ++hist[0][p[3 * i]];
-      ++hist[1][p[3 * i + 1]];
-      ++hist[2][p[3 * i + 2]];
+    int i = 0;
+    for (; i + 1 < pixels; i += 2) {
+      ++hist[0][0][p[3 * i]];
+      ++hist[0][1][p[3 * i + 1]];
+      ++hist[0][2][p[3 * i + 2]];
+      ++hist[1][0][p[3 * i + 3]];
+      ++hist[1][1][p[3 * i + 4]];
+      ++hist[1][2][p[3 * i + 5]];
+    }
+    if (i < pixels) {
+      ++hist[0][0][p[3 * i]];
+      ++hist[0][1][p[3 * i + 1]];
+      ++hist[0][2][p[3 * i + 2]];
     }
   });
   uint8_t luts[3][256];
   bool identity = true;
   for (int c = 0; c < 3; ++c) {
+    uint64_t channel[256];
+    for (int x = 0; x < 256; ++x) {
+      channel[x] = uint64_t{hist[0][c][x]} + hist[1][c][x];
+    }
     // _scale_channel: step = (sum of the histogram without its last
     // non-zero bin) // 255.
     int last = 255;
-    while (last >= 0 && hist[c][last] == 0) --last;
+    while (last >= 0 && channel[last] == 0) --last;
     uint64_t total = 0;
-    for (int x = 0; x < last; ++x) total += hist[c][x];
+    for (int x = 0; x < last; ++x) total += channel[x];
     const uint64_t step = total / 255;
     if (step == 0) {
       for (int x = 0; x < 256; ++x) luts[c][x] = static_cast<uint8_t>(x);
@@ -368,7 +498,7 @@ void Equalize(Image image) {
     uint64_t cumsum = 0;
     luts[c][0] = 0;
     for (int x = 1; x < 256; ++x) {
-      cumsum += hist[c][x - 1];
+      cumsum += channel[x - 1];
       luts[c][x] = static_cast<uint8_t>(
           std::min<uint64_t>((cumsum + step / 2) / step, 255));
     }
@@ -377,16 +507,7 @@ void Equalize(Image image) {
 }
 
 void Grayscale(Image image) {
-  ForEachRow(image, [](uint8_t* p, int pixels) {
-    for (int i = 0; i < pixels; ++i) {
-      const float r = p[3 * i], g = p[3 * i + 1], b = p[3 * i + 2];
-      const uint8_t gray =
-          static_cast<uint8_t>(static_cast<int>(GrayFloat(r, g, b)));
-      p[3 * i + 0] = gray;
-      p[3 * i + 1] = gray;
-      p[3 * i + 2] = gray;
-    }
-  });
+  ForEachRow(image, [](uint8_t* p, int pixels) { GrayscaleRow(p, pixels); });
 }
 
 void GaussianBlur(Image image, int kernel_x, int kernel_y, float sigma_x,
@@ -412,35 +533,29 @@ void GaussianBlur(Image image, int kernel_x, int kernel_y, float sigma_x,
   // Horizontal pass: each row, reflect-padded, into `rows` as float.
   for (int y = 0; y < height; ++y) {
     const uint8_t* src = image.row(y);
-    for (int x = -half_x; x < width + half_x; ++x) {
-      const uint8_t* pixel = src + 3 * Reflect(x, width);
-      float* out = padded + 3 * (x + half_x);
-      out[0] = pixel[0];
-      out[1] = pixel[1];
-      out[2] = pixel[2];
+    WidenRow(src, row_values, padded + 3 * half_x);
+    for (int x = 1; x <= half_x; ++x) {
+      const int left = Reflect(-x, width), right = Reflect(width - 1 + x, width);
+      for (int c = 0; c < 3; ++c) {
+        padded[3 * (half_x - x) + c] = src[3 * left + c];
+        padded[3 * (half_x + width - 1 + x) + c] = src[3 * right + c];
+      }
     }
-    float* dst = rows + static_cast<size_t>(row_values) * y;
-    for (int i = 0; i < row_values; ++i) dst[i] = 0.0f;
-    for (int j = 0; j < kernel_x; ++j) {
-      const float k = kx[j];
-      const float* in = padded + 3 * j;
-      for (int i = 0; i < row_values; ++i) dst[i] += k * in[i];
-    }
+    ConvolveRow(padded, kx, kernel_x, row_values,
+                rows + static_cast<size_t>(row_values) * y);
   }
   // Vertical pass into the image, rounded as torch rounds before the cast.
   for (int y = 0; y < height; ++y) {
-    for (int i = 0; i < row_values; ++i) acc[i] = 0.0f;
     for (int j = 0; j < kernel_y; ++j) {
-      const float k = ky[j];
-      const float* in =
-          rows + static_cast<size_t>(row_values) * Reflect(y + j - half_y, height);
-      for (int i = 0; i < row_values; ++i) acc[i] += k * in[i];
+      const float* in = rows + static_cast<size_t>(row_values) *
+                                   Reflect(y + j - half_y, height);
+      if (j == 0) {
+        ScaleRow(in, ky[j], row_values, acc);
+      } else {
+        AccumulateRow(in, ky[j], row_values, acc);
+      }
     }
-    uint8_t* out = image.row(y);
-    for (int i = 0; i < row_values; ++i) {
-      const float v = std::min(std::max(RoundHalfEven(acc[i]), 0.0f), 255.0f);
-      out[i] = static_cast<uint8_t>(static_cast<int>(v));
-    }
+    RoundRow(acc, row_values, image.row(y));
   }
 }
 
