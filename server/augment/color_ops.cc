@@ -298,24 +298,29 @@ BATCHD_PIXEL_LOOP void SharpnessRow(uint8_t* out, const uint8_t* above,
   }
 }
 
-// dst[i] = sum over taps j of kernel[j] * src[i + 3 j], i < n.
-BATCHD_PIXEL_LOOP void ConvolveRow(const float* src, const float* kernel,
-                                   int taps, int n, float* dst) {
-  for (int i = 0; i < n; ++i) dst[i] = kernel[0] * src[i];
-  for (int j = 1; j < taps; ++j) {
-    const float k = kernel[j];
-    const float* in = src + 3 * j;
-    for (int i = 0; i < n; ++i) dst[i] += k * in[i];
+// dst[i] = sum over taps j of kernel[j] * src[i + j * step], i < n,
+// summed in tap order. Blocks of 32 outputs stay in registers across the
+// taps.
+BATCHD_PIXEL_LOOP void Convolve(const float* src, ptrdiff_t step,
+                                const float* kernel, int taps, int n,
+                                float* dst) {
+  constexpr int kBlock = 32;
+  int i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    float acc[kBlock];
+    for (int t = 0; t < kBlock; ++t) acc[t] = kernel[0] * src[i + t];
+    for (int j = 1; j < taps; ++j) {
+      const float k = kernel[j];
+      const float* in = src + j * step + i;
+      for (int t = 0; t < kBlock; ++t) acc[t] += k * in[t];
+    }
+    for (int t = 0; t < kBlock; ++t) dst[i + t] = acc[t];
   }
-}
-
-// acc[i] (+)= k * src[i], i < n.
-BATCHD_PIXEL_LOOP void ScaleRow(const float* src, float k, int n, float* acc) {
-  for (int i = 0; i < n; ++i) acc[i] = k * src[i];
-}
-BATCHD_PIXEL_LOOP void AccumulateRow(const float* src, float k, int n,
-                                     float* acc) {
-  for (int i = 0; i < n; ++i) acc[i] += k * src[i];
+  for (; i < n; ++i) {
+    float acc = kernel[0] * src[i];
+    for (int j = 1; j < taps; ++j) acc += kernel[j] * src[i + j * step];
+    dst[i] = acc;
+  }
 }
 
 BATCHD_PIXEL_LOOP void RoundRow(const float* acc, int n, uint8_t* out) {
@@ -521,16 +526,20 @@ void GaussianBlur(Image image, int kernel_x, int kernel_y, float sigma_x,
   const int half_x = kernel_x / 2, half_y = kernel_y / 2;
   const int row_values = 3 * width;
   const int padded_values = 3 * (width + 2 * half_x);
-  // Scratch: the kernels, one padded source row, one accumulator row and
-  // the horizontally blurred image.
+  const int padded_rows = height + 2 * half_y;
+  // Scratch: the kernels, one padded source row, one output row and the
+  // horizontally blurred image with half_y reflected rows above and below.
   scratch->resize(static_cast<size_t>(kernel_x + kernel_y + padded_values +
                                       row_values) +
-                  static_cast<size_t>(row_values) * height);
+                  static_cast<size_t>(row_values) * padded_rows);
   float* kx = scratch->data();
   float* ky = kx + kernel_x;
   float* padded = ky + kernel_y;
-  float* acc = padded + padded_values;
-  float* rows = acc + row_values;
+  float* out_row = padded + padded_values;
+  float* rows = out_row + row_values;
+  auto blurred_row = [rows, row_values, half_y](int y) {
+    return rows + static_cast<ptrdiff_t>(row_values) * (y + half_y);
+  };
   GaussianKernel(kernel_x, sigma_x, kx);
   GaussianKernel(kernel_y, sigma_y, ky);
 
@@ -545,21 +554,19 @@ void GaussianBlur(Image image, int kernel_x, int kernel_y, float sigma_x,
         padded[3 * (half_x + width - 1 + x) + c] = src[3 * right + c];
       }
     }
-    ConvolveRow(padded, kx, kernel_x, row_values,
-                rows + static_cast<size_t>(row_values) * y);
+    Convolve(padded, 3, kx, kernel_x, row_values, blurred_row(y));
+  }
+  const size_t row_bytes = sizeof(float) * row_values;
+  for (int y = 1; y <= half_y; ++y) {
+    std::memcpy(blurred_row(-y), blurred_row(Reflect(-y, height)), row_bytes);
+    std::memcpy(blurred_row(height - 1 + y),
+                blurred_row(Reflect(height - 1 + y, height)), row_bytes);
   }
   // Vertical pass into the image, rounded as torch rounds before the cast.
   for (int y = 0; y < height; ++y) {
-    for (int j = 0; j < kernel_y; ++j) {
-      const float* in = rows + static_cast<size_t>(row_values) *
-                                   Reflect(y + j - half_y, height);
-      if (j == 0) {
-        ScaleRow(in, ky[j], row_values, acc);
-      } else {
-        AccumulateRow(in, ky[j], row_values, acc);
-      }
-    }
-    RoundRow(acc, row_values, image.row(y));
+    Convolve(blurred_row(y - half_y), row_values, ky, kernel_y, row_values,
+             out_row);
+    RoundRow(out_row, row_values, image.row(y));
   }
 }
 
