@@ -31,7 +31,8 @@ void ForEachRun(Image image, Fn fn) {
   for (int y = 0; y < image.height; ++y) fn(image.row(y), row_bytes);
 }
 
-// Calls `fn(row, width)` for each row; `row` holds 3 * width bytes.
+// Calls `fn(pixels, count)` on runs of whole RGB pixels: once for the
+// whole image when its rows are contiguous, else once per row.
 template <typename Fn>
 void ForEachRow(Image image, Fn fn) {
   if (image.stride == ptrdiff_t{3} * image.width) {
