@@ -188,38 +188,53 @@ void AffineBilinear(Image image, const Grid& g, const Scratch& s,
       const float n = sy - static_cast<float>(iy);
       const float so = 1.0f - n;
       const float nw = so * e, ne = so * we, sw = n * e, se = n * we;
-      // The four neighbours, 0 outside the image (zero padding).
-      const bool west_in = ix >= 0 && ix < w;
-      const bool east_in = ix + 1 >= 0 && ix + 1 < w;
-      const bool north_in = iy >= 0 && iy < h;
-      const bool south_in = iy + 1 >= 0 && iy + 1 < h;
-      const bool in[4] = {north_in && west_in, north_in && east_in,
-                          south_in && west_in, south_in && east_in};
-      // Offsets of the neighbours; read only where `in`.
+      // The four neighbours as lanes R, G, B and the fill's mask channel
+      // (1 inside the image), 0 outside the image (zero padding).
+      float v[4][4];
       const ptrdiff_t at = iy * src_row + ix * 3;
-      const ptrdiff_t corner[4] = {at, at + 3, at + src_row, at + src_row + 3};
+      if (ix >= 0 && ix + 1 < w && iy >= 0 && iy + 1 < h) {
+        const uint8_t* p = s.src + at;
+        const uint8_t* q = p + src_row;
+        for (int c = 0; c < 3; ++c) {
+          v[0][c] = p[c];
+          v[1][c] = p[c + 3];
+          v[2][c] = q[c];
+          v[3][c] = q[c + 3];
+        }
+        v[0][3] = v[1][3] = v[2][3] = v[3][3] = 1.0f;
+      } else {
+        const bool west_in = ix >= 0 && ix < w;
+        const bool east_in = ix + 1 >= 0 && ix + 1 < w;
+        const bool north_in = iy >= 0 && iy < h;
+        const bool south_in = iy + 1 >= 0 && iy + 1 < h;
+        const bool in[4] = {north_in && west_in, north_in && east_in,
+                            south_in && west_in, south_in && east_in};
+        const ptrdiff_t corner[4] = {at, at + 3, at + src_row,
+                                     at + src_row + 3};
+        for (int k = 0; k < 4; ++k) {
+          for (int c = 0; c < 3; ++c) {
+            v[k][c] = in[k] ? s.src[corner[k] + c] : 0.0f;
+          }
+          v[k][3] = in[k] ? 1.0f : 0.0f;
+        }
+      }
       // PyTorch's vectorised kernel sums nw, ne, sw, se with fused
       // multiply-adds.
-      float mask = 0;
-      if (blend_fill) {
-        mask = Fma(in[3] ? 1.0f : 0.0f, se,
-                   Fma(in[2] ? 1.0f : 0.0f, sw,
-                       Fma(in[1] ? 1.0f : 0.0f, ne,
-                           (in[0] ? 1.0f : 0.0f) * nw)));
+      float sum[4];
+      for (int c = 0; c < 4; ++c) {
+        sum[c] = Fma(v[3][c], se, Fma(v[2][c], sw, Fma(v[1][c], ne,
+                                                        v[0][c] * nw)));
       }
-      for (int ch = 0; ch < 3; ++ch) {
-        const float v0 = in[0] ? s.src[corner[0] + ch] : 0.0f;
-        const float v1 = in[1] ? s.src[corner[1] + ch] : 0.0f;
-        const float v2 = in[2] ? s.src[corner[2] + ch] : 0.0f;
-        const float v3 = in[3] ? s.src[corner[3] + ch] : 0.0f;
-        float v = Fma(v3, se, Fma(v2, sw, Fma(v1, ne, v0 * nw)));
+      const float mask = sum[3];
+      for (int c = 0; c < 3; ++c) {
+        float value = sum[c];
         if (blend_fill) {
           // img * mask + (1.0 - mask) * fill_img, one tensor op at a time.
-          const float kept = v * mask;
-          const float filled = (1.0f - mask) * fill_f[ch];
-          v = kept + filled;
+          const float kept = value * mask;
+          const float filled = (1.0f - mask) * fill_f[c];
+          value = kept + filled;
         }
-        out[ch] = ToByte(RoundHalfEven(v));
+        out[c] = ToByte(RoundHalfEven(value));
       }
     }
   }
