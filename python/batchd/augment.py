@@ -25,6 +25,7 @@ arguments. docs/augment.md lists every op, its parameters and the recipes.
 import collections
 import math
 import numbers
+import struct
 
 __all__ = ["Op", "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix",
            "ColorJitter", "RandomGrayscale", "GaussianBlur", "RandomSolarize",
@@ -117,9 +118,16 @@ def _fill(value):
 
 
 def _float_text(value):
-    value = float(value)
-    # As protobuf prints floats: 30, not 30.0.
-    return str(int(value)) if value.is_integer() else repr(value)
+    """The shortest decimal that is `value` as a float field (32 bits)
+    holds it: 0.4 for 1.4 - 1.0, 30 for 30.0."""
+    if float(value).is_integer() and abs(value) < 1e7:
+        return str(int(value))
+    single = struct.pack("<f", value)
+    for digits in range(1, 10):
+        text = f"{value:.{digits}g}"
+        if struct.pack("<f", float(text)) == single:
+            return text
+    return repr(float(value))
 
 
 # -- The ops -----------------------------------------------------------------
@@ -333,8 +341,7 @@ class _Probability(Op):
 
     default_p = 0.5
 
-    def __init__(self, p=None):
-        p = self.default_p if p is None else p
+    def __init__(self, p):
         super().__init__(p=p)
         self._set_float("p", _probability(p), self.default_p)
 
