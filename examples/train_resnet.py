@@ -255,10 +255,11 @@ def main(argv):
     data = ensure_dataset(args)
     num_classes = sum(1 for p in data.iterdir() if p.is_dir())
     normalize = batchd.IMAGENET_NORMALIZE
-    print(f"ResNet-18 on {args.device}, crop {args.train_crop_size}, "
-          f"{args.interpolation}, auto-augment {args.auto_augment}, "
-          f"batch {args.batch_size}, {args.steps} timed steps after "
-          f"{args.warmup} warmup; torch threads {torch.get_num_threads()}",
+    crop = args.train_crop_size
+    print(f"ResNet-18 on {args.device}, {crop}x{crop}, batch "
+          f"{args.batch_size}, {args.steps} timed steps after {args.warmup} "
+          f"warmup; torch threads {torch.get_num_threads()}; "
+          f"{args.interpolation}, auto-augment {args.auto_augment or 'none'}",
           flush=True)
     for name in args.loaders.split(","):
         if name == "batchd":
