@@ -216,7 +216,9 @@ def main():
 
     def median(recipe, loader):
         runs = results[(recipe, loader)]
-        return statistics.median(r["images_per_s"] for r in runs) if runs else None
+        if not runs:
+            return None
+        return statistics.median(r["images_per_s"] for r in runs)
 
     def ratio(a, b):
         return f"{a / b:.2f}x" if a and b else "-"

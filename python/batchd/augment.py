@@ -23,6 +23,7 @@ equal ops write equal plans (and a daemon shares their batches).
 arguments. docs/augment.md lists every op, its parameters and the recipes.
 """
 import collections
+import collections.abc
 import math
 import numbers
 import struct
@@ -582,8 +583,8 @@ def _reference_policy(name, interpolation, ra_magnitude, augmix_severity):
         return AugMix(severity=augmix_severity, interpolation=interpolation)
     if name in _AUTO_AUGMENT_POLICIES:
         return AutoAugment(policy=name, interpolation=interpolation)
-    raise ValueError(f"auto_augment must be one of {', '.join(REFERENCE_POLICIES)}"
-                     f" or None, not {name!r}")
+    raise ValueError(f"auto_augment must be one of "
+                     f"{', '.join(REFERENCE_POLICIES)} or None, not {name!r}")
 
 
 def reference_recipe(args):
@@ -615,7 +616,10 @@ def reference_recipe(args):
     """
     from .loader import IMAGENET_NORMALIZE
 
-    values = dict(args) if isinstance(args, collections.abc.Mapping) else vars(args)
+    if isinstance(args, collections.abc.Mapping):
+        values = dict(args)
+    else:
+        values = vars(args)
 
     def get(name, default):
         value = values.get(name)

@@ -170,7 +170,7 @@ def test_to_text_joins_entries_and_refuses_what_is_not_an_op():
         A.to_text([A.RandomInvert(), "random_invert"])
 
 
-# -- reference_recipe ----------------------------------------------------------
+# -- reference_recipe ------------------------------------------------------
 
 def reference_args(**flags):
     """The reference's parsed flags with its defaults
@@ -259,7 +259,7 @@ def test_reference_recipe_errors(flags, message):
         A.reference_recipe(reference_args(**flags))
 
 
-# -- The plans the native side builds ---------------------------------------------
+# -- The plans the native side builds --------------------------------------
 
 def pipeline_tail(plan):
     """The plan's pipeline from its interpolation on (text format)."""
