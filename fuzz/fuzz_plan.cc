@@ -1,7 +1,8 @@
 // Fuzz target: plan validation and resolution from arbitrary Plan protos
 // (raw serialized bytes), then the plan arithmetic a stream does with a
 // resolved plan: batches per epoch, the shape, a batch's sample order and
-// each sample's crop.
+// each sample's crop, and the sample's augmentation calls (Pipeline.augment)
+// drawn, described and applied to a small image.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "batchd/v1/data.pb.h"
 #include "common/sampler.h"
+#include "server/augment/op_call.h"
 #include "server/dataset/dataset.h"
 #include "server/plan/resolved_plan.h"
 
@@ -58,6 +60,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (uint64_t sample : samples) {
       (void)p.Crop(epoch, sample, /*width=*/1 + sample % 777,
                    /*height=*/1 + sample % 555);
+      if (p.augment.empty()) continue;
+      const int width = 1 + static_cast<int>(sample % 13);
+      const int height = 1 + static_cast<int>(sample % 7);
+      const std::vector<batchd::server::augment::OpCall> calls =
+          p.AugmentCalls(epoch, sample, width, height);
+      (void)batchd::server::augment::Describe(calls);
+      std::vector<uint8_t> pixels(static_cast<size_t>(3 * width * height),
+                                  static_cast<uint8_t>(sample * 37));
+      thread_local batchd::server::augment::Scratch scratch;
+      batchd::server::augment::Apply(
+          calls, {pixels.data(), width, height, ptrdiff_t{3} * width},
+          &scratch);
     }
   }
   return 0;
