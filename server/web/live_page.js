@@ -77,16 +77,17 @@ const SPECS = [
   },
   {
     id: "stages", title: "Time per image in each stage, ms",
-    help: "wall-clock per thread over each second: read, decode and " +
-          "transform per decoded image, send per image sent",
+    help: "wall-clock per thread over each second: read, decode, " +
+          "transform and augment per decoded image, send per image sent",
     build(d) {
       const s = d.stage_ms_per_image;
       return {
         series: [{label: "read", stroke: color(0)},
                  {label: "decode", stroke: color(1)},
                  {label: "transform", stroke: color(2)},
+                 {label: "augment", stroke: color(4)},
                  {label: "send", stroke: color(3)}],
-        cols: [s.read, s.decode, s.transform, s.send],
+        cols: [s.read, s.decode, s.transform, s.augment, s.send],
       };
     },
   },
