@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -40,7 +40,9 @@ constexpr char kOps[] = R"pb(
   augment { color_jitter { brightness: 0.3 contrast: 0.3 hue: 0.05 p: 0.8 } }
   augment { random_grayscale { p: 0.2 } }
   augment { gaussian_blur { kernel_size: 3 p: 0.5 } }
-  augment { random_affine { degrees_min: -10 degrees_max: 10 translate_x: 0.1 } }
+  augment {
+    random_affine { degrees_min: -10 degrees_max: 10 translate_x: 0.1 }
+  }
   augment { random_posterize { bits: 3 p: 0.5 } }
   augment { random_invert { p: 0.5 } }
   augment { random_vertical_flip { p: 0.5 } }
@@ -64,8 +66,8 @@ class AugmentTest : public DatasetSuite<kImages, /*classes=*/4, /*seed=*/57> {
  protected:
   static std::unique_ptr<DaemonProcess> Start(
       int workers, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--dataset", "d=" + *dataset_,
-                                     "--workers", std::to_string(workers)};
+    std::vector<std::string> args = {"--dataset", "d=" + *dataset_, "--workers",
+                                     std::to_string(workers)};
     args.insert(args.end(), extra.begin(), extra.end());
     absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon =
         DaemonProcess::Start(args);
@@ -84,9 +86,9 @@ TEST_F(AugmentTest, SameBytesForWorkersRestartsAndTheDecodedCache) {
   ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
                        ReadEpochs(one->endpoint(), plan, 0, 2));
   ASSERT_EQ(reference.size(), 2u * kImages / kBatch);
-  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> plain,
-                       ReadEpochs(one->endpoint(),
-                                  TrainPlan("d", kBatch, kSize, 5), 0, 2));
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<BatchRecord> plain,
+      ReadEpochs(one->endpoint(), TrainPlan("d", kBatch, kSize, 5), 0, 2));
   ASSERT_EQ(plain.size(), reference.size());
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_EQ(plain[i].sample_indices, reference[i].sample_indices);
@@ -186,9 +188,9 @@ TEST_F(AugmentTest, TwoJobsShareTheAugmentedBuilds) {
   }
   // Plans that differ only in their augmentation never share: a plain job
   // is a second plan of its own.
-  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> plain,
-                       ReadEpochs(daemon->endpoint(),
-                                  TrainPlan("d", kBatch, kSize, 5), 0, 1));
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<BatchRecord> plain,
+      ReadEpochs(daemon->endpoint(), TrainPlan("d", kBatch, kSize, 5), 0, 1));
   ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
                        GetServerStatus(daemon->endpoint()));
   ASSERT_EQ(status.shared_batches().plans_size(), 2);
@@ -242,8 +244,9 @@ TEST_F(AugmentTest, OpsThatNeverRunLeaveTheBytesUnchanged) {
       plain.mutable_pipeline()->set_layout(layout);
       plain.mutable_pipeline()->set_decoded_max_side(cap);
       const v1::Plan idle =
-          WithOps(plain, "augment { random_invert { p: 0 } } "
-                         "augment { color_jitter { brightness: 0.5 p: 0 } }");
+          WithOps(plain,
+                  "augment { random_invert { p: 0 } } "
+                  "augment { color_jitter { brightness: 0.5 p: 0 } }");
       ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> a,
                            ReadEpochs(daemon->endpoint(), plain, 0));
       ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> b,
@@ -258,9 +261,10 @@ TEST_F(AugmentTest, LogAugmentSampleWritesTheDrawnCalls) {
   std::unique_ptr<DaemonProcess> daemon =
       Start(2, {"--log-augment-sample", "7"});
   ASSERT_NE(daemon, nullptr);
-  const v1::Plan plan = WithOps(TrainPlan("d", kBatch, kSize, 5),
-                                "augment { random_invert { p: 1 } } "
-                                "augment { random_posterize { bits: 2 p: 1 } }");
+  const v1::Plan plan =
+      WithOps(TrainPlan("d", kBatch, kSize, 5),
+              "augment { random_invert { p: 1 } } "
+              "augment { random_posterize { bits: 2 p: 1 } }");
   ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> epochs,
                        ReadEpochs(daemon->endpoint(), plan, 0, 2));
   std::vector<std::string> lines;

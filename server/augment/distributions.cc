@@ -57,14 +57,14 @@ double Gamma(common::SampleRandom& rng, double shape) {
     // Gamma(a) = Gamma(a + 1) * U^(1/a), computed in logarithms so that a
     // small shape underflows to the clamp below rather than to NaN.
     const double boosted = GammaAtLeastOne(rng, shape + 1.0);
-    value = std::exp(std::log(boosted) +
-                     std::log(OpenZeroUniform(rng)) / shape);
+    value =
+        std::exp(std::log(boosted) + std::log(OpenZeroUniform(rng)) / shape);
   }
   return value > DBL_MIN ? value : DBL_MIN;
 }
 
-std::vector<double> SymmetricDirichlet(common::SampleRandom& rng,
-                                       double alpha, int n) {
+std::vector<double> SymmetricDirichlet(common::SampleRandom& rng, double alpha,
+                                       int n) {
   std::vector<double> out(static_cast<size_t>(n));
   double sum = 0;
   for (double& x : out) {
@@ -79,7 +79,8 @@ std::vector<int> Permutation(common::SampleRandom& rng, int n) {
   std::vector<int> out(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) out[static_cast<size_t>(i)] = i;
   for (int i = n - 1; i > 0; --i) {
-    const int j = static_cast<int>(rng.UniformInt(static_cast<uint64_t>(i) + 1));
+    const int j =
+        static_cast<int>(rng.UniformInt(static_cast<uint64_t>(i) + 1));
     std::swap(out[static_cast<size_t>(i)], out[static_cast<size_t>(j)]);
   }
   return out;

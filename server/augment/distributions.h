@@ -38,8 +38,8 @@ double Gamma(common::SampleRandom& rng, double shape);
 // Dirichlet(alpha, ..., alpha) of `n` components: n Gamma(alpha) draws over
 // their sum (torch._sample_dirichlet). Beta(a, a) is the first component of
 // a 2-component one. REQUIRES: alpha > 0, n >= 1.
-std::vector<double> SymmetricDirichlet(common::SampleRandom& rng,
-                                       double alpha, int n);
+std::vector<double> SymmetricDirichlet(common::SampleRandom& rng, double alpha,
+                                       int n);
 
 // torch.randperm(n): a uniform permutation of 0..n-1 (Fisher-Yates).
 std::vector<int> Permutation(common::SampleRandom& rng, int n);

@@ -43,8 +43,8 @@ void ApplyAugMix(const OpCall& call, Image image, Scratch* scratch) {
     const Image chain_image{chain.data(), image.width, image.height,
                             static_cast<ptrdiff_t>(row)};
     for (const OpCall& op : call.chains[c]) ApplyOne(op, chain_image, scratch);
-    const float w = c + 1 < call.mix_weights.size() ? call.mix_weights[c + 1]
-                                                    : 0.0f;
+    const float w =
+        c + 1 < call.mix_weights.size() ? call.mix_weights[c + 1] : 0.0f;
     for (size_t i = 0; i < n; ++i) {
       const float term = w * static_cast<float>(chain[i]);
       mix[i] = mix[i] + term;
@@ -137,8 +137,8 @@ const char* InterpolationName(Interpolation interpolation) {
 
 std::string Fill(const OpCall& call) {
   if (call.fill_none) return "None";
-  return absl::StrCat("[", call.affine.fill[0], ", ", call.affine.fill[1],
-                      ", ", call.affine.fill[2], "]");
+  return absl::StrCat("[", call.affine.fill[0], ", ", call.affine.fill[1], ", ",
+                      call.affine.fill[2], "]");
 }
 
 std::string DescribeOne(const OpCall& call) {
@@ -157,21 +157,21 @@ std::string DescribeOne(const OpCall& call) {
           ", interpolation=", InterpolationName(a.interpolation),
           ", fill=", Fill(call), ")");
     case OpFn::kRotate:
-      return absl::StrCat("rotate(angle=", F32(a.angle),
-                          ", interpolation=", InterpolationName(a.interpolation),
+      return absl::StrCat("rotate(angle=", F32(a.angle), ", interpolation=",
+                          InterpolationName(a.interpolation),
                           ", fill=", Fill(call), ")");
     case OpFn::kAdjustBrightness:
-      return absl::StrCat("adjust_brightness(brightness_factor=",
-                          F64(call.factor), ")");
+      return absl::StrCat(
+          "adjust_brightness(brightness_factor=", F64(call.factor), ")");
     case OpFn::kAdjustSaturation:
-      return absl::StrCat("adjust_saturation(saturation_factor=",
-                          F64(call.factor), ")");
+      return absl::StrCat(
+          "adjust_saturation(saturation_factor=", F64(call.factor), ")");
     case OpFn::kAdjustContrast:
       return absl::StrCat("adjust_contrast(contrast_factor=", F64(call.factor),
                           ")");
     case OpFn::kAdjustSharpness:
-      return absl::StrCat("adjust_sharpness(sharpness_factor=",
-                          F64(call.factor), ")");
+      return absl::StrCat(
+          "adjust_sharpness(sharpness_factor=", F64(call.factor), ")");
     case OpFn::kAdjustHue:
       return absl::StrCat("adjust_hue(hue_factor=", F64(call.factor), ")");
     case OpFn::kPosterize:
@@ -200,9 +200,7 @@ std::string DescribeOne(const OpCall& call) {
       return absl::StrCat(
           "augmix(weights=[",
           absl::StrJoin(call.mix_weights, ", ",
-                        [](std::string* out, float w) {
-                          out->append(F32(w));
-                        }),
+                        [](std::string* out, float w) { out->append(F32(w)); }),
           "], chains=[", absl::StrJoin(chains, ", "), "])");
     }
   }

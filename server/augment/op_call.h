@@ -127,9 +127,9 @@ void Apply(const std::vector<OpCall>& calls, Image image, Scratch* scratch);
 // translate=[-5, 0], scale=1, shear=[0, 0], center=None,
 // interpolation=nearest, fill=None)"; an AugMix is "augmix(weights=[...],
 // chains=[[...], ...])". The text is a list of Python call expressions
-// (tests/augment/replay.py parses it); float32 parameters are written with 9 significant digits and
-// doubles with 17, so they read back exactly. No calls: the empty
-// string.
+// (tests/augment/replay.py parses it); float32 parameters are written with 9
+// significant digits and doubles with 17, so they read back exactly. No calls:
+// the empty string.
 std::string Describe(const std::vector<OpCall>& calls);
 
 }  // namespace batchd::server::augment

@@ -20,26 +20,25 @@ float Linspace(double start, double end, int steps, int i) {
 // the division in float32, round half to even.
 int PosterizeBits(int top, double divisor, int num_bins, int bin) {
   const float step = static_cast<float>((num_bins - 1) / divisor);
-  return top - static_cast<int>(
-                   std::nearbyint(static_cast<float>(bin) / step));
+  return top - static_cast<int>(std::nearbyint(static_cast<float>(bin) / step));
 }
 
 }  // namespace
 
 const char* PolicyOpName(PolicyOp op) {
   static const char* const kNames[] = {
-      "Identity",   "ShearX",   "ShearY",    "TranslateX",   "TranslateY",
-      "Rotate",     "Brightness", "Color",   "Contrast",     "Sharpness",
-      "Posterize",  "Solarize", "AutoContrast", "Equalize",  "Invert",
-      "None"};
+      "Identity",     "ShearX",    "ShearY",     "TranslateX",
+      "TranslateY",   "Rotate",    "Brightness", "Color",
+      "Contrast",     "Sharpness", "Posterize",  "Solarize",
+      "AutoContrast", "Equalize",  "Invert",     "None"};
   return kNames[static_cast<int>(op)];
 }
 
 const std::vector<PolicyOp>& SpaceOps(OpSpace space, bool all_ops) {
   static const auto* const kRand = new std::vector<PolicyOp>{
-      P::kIdentity,   P::kShearX,    P::kShearY,   P::kTranslateX,
-      P::kTranslateY, P::kRotate,    P::kBrightness, P::kColor,
-      P::kContrast,   P::kSharpness, P::kPosterize, P::kSolarize,
+      P::kIdentity,     P::kShearX,    P::kShearY,     P::kTranslateX,
+      P::kTranslateY,   P::kRotate,    P::kBrightness, P::kColor,
+      P::kContrast,     P::kSharpness, P::kPosterize,  P::kSolarize,
       P::kAutoContrast, P::kEqualize};
   static const auto* const kAuto = new std::vector<PolicyOp>{
       P::kShearX,    P::kShearY,     P::kTranslateX, P::kTranslateY,
@@ -47,12 +46,12 @@ const std::vector<PolicyOp>& SpaceOps(OpSpace space, bool all_ops) {
       P::kSharpness, P::kPosterize,  P::kSolarize,   P::kAutoContrast,
       P::kEqualize,  P::kInvert};
   static const auto* const kAugMixAll = new std::vector<PolicyOp>{
-      P::kShearX,     P::kShearY,   P::kTranslateX,   P::kTranslateY,
-      P::kRotate,     P::kPosterize, P::kSolarize,    P::kAutoContrast,
-      P::kEqualize,   P::kBrightness, P::kColor,      P::kContrast,
+      P::kShearX,   P::kShearY,     P::kTranslateX, P::kTranslateY,
+      P::kRotate,   P::kPosterize,  P::kSolarize,   P::kAutoContrast,
+      P::kEqualize, P::kBrightness, P::kColor,      P::kContrast,
       P::kSharpness};
-  static const auto* const kAugMixSome = new std::vector<PolicyOp>(
-      kAugMixAll->begin(), kAugMixAll->begin() + 9);
+  static const auto* const kAugMixSome =
+      new std::vector<PolicyOp>(kAugMixAll->begin(), kAugMixAll->begin() + 9);
   switch (space) {
     case OpSpace::kTrivialAugmentWide:
     case OpSpace::kRandAugment:
@@ -122,8 +121,8 @@ float Magnitude(OpSpace space, PolicyOp op, int num_bins, int bin, int width,
   }
 }
 
-double FractionalMagnitude(OpSpace space, PolicyOp op, int num_bins,
-                           double bin, int width, int height) {
+double FractionalMagnitude(OpSpace space, PolicyOp op, int num_bins, double bin,
+                           int width, int height) {
   const int low = static_cast<int>(std::floor(bin));
   const double t = bin - low;
   const double a = Magnitude(space, op, num_bins, low, width, height);

@@ -6,7 +6,8 @@
 //
 // Magnitude tables are torch.linspace float32 tensors in torchvision; here
 // each entry is the float32 nearest to start + (end - start) * i / (n - 1)
-// (torch.linspace agrees to within one float32 ulp; docs/augment.md).
+// (torch.linspace agrees to within one float32 ulp;
+// docs/augment-policies.md).
 // Posterize's tables are computed as torchvision computes them (float32
 // division, round half to even, int).
 //
@@ -55,8 +56,8 @@ float Magnitude(OpSpace space, PolicyOp op, int num_bins, int bin, int width,
 // as timm draws it): linear between the two nearest bins' entries, so an
 // integral `bin` gives Magnitude's entry exactly. REQUIRES: 0 <= bin <=
 // num_bins - 1.
-double FractionalMagnitude(OpSpace space, PolicyOp op, int num_bins,
-                           double bin, int width, int height);
+double FractionalMagnitude(OpSpace space, PolicyOp op, int num_bins, double bin,
+                           int width, int height);
 
 // One op of an AutoAugment sub-policy: applied with `probability`, at
 // magnitude bin `bin` of the 10-bin table (-1: the op has none).

@@ -78,9 +78,10 @@ class Checker {
                  AugmentOp* op) {
     if (fill.empty()) return;
     if (fill.size() != 3) {
-      Fail("fill", absl::StrCat(fill.size(), " values; give none (black, "
-                                             "torchvision's fill=None) or 3 "
-                                             "(R, G, B)"));
+      Fail("fill", absl::StrCat(fill.size(),
+                                " values; give none (black, "
+                                "torchvision's fill=None) or 3 "
+                                "(R, G, B)"));
       return;
     }
     for (int i = 0; i < 3; ++i) {
@@ -160,8 +161,7 @@ void Resolve(const v1::AugMix& in, Checker& c, AugmentOp* op) {
   const uint32_t width = in.has_mixture_width() ? in.mixture_width() : 3u;
   c.Range("severity", severity, 1u, static_cast<uint32_t>(kAugMixBins));
   c.Range("mixture_width", width, 1u, 16u);
-  c.Range("chain_depth", in.chain_depth(), 0u, 16u,
-          "0 draws 1..3 per chain");
+  c.Range("chain_depth", in.chain_depth(), 0u, 16u, "0 draws 1..3 per chain");
   op->severity = static_cast<int>(severity);
   op->mixture_width = static_cast<int>(width);
   op->chain_depth = static_cast<int>(in.chain_depth());
@@ -198,15 +198,18 @@ void Resolve(const v1::GaussianBlur& in, Checker& c, AugmentOp* op) {
   const uint32_t kx = in.kernel_size();
   const uint32_t ky = in.has_kernel_size_y() ? in.kernel_size_y() : kx;
   c.Range("kernel_size", kx, 1u, 255u);
-  if (c.status().ok() && kx % 2 == 0) c.Fail("kernel_size", absl::StrCat(kx, " is even; give an odd size"));
+  if (c.status().ok() && kx % 2 == 0)
+    c.Fail("kernel_size", absl::StrCat(kx, " is even; give an odd size"));
   c.Range("kernel_size_y", ky, 1u, 255u);
-  if (c.status().ok() && ky % 2 == 0) c.Fail("kernel_size_y", absl::StrCat(ky, " is even; give an odd size"));
+  if (c.status().ok() && ky % 2 == 0)
+    c.Fail("kernel_size_y", absl::StrCat(ky, " is even; give an odd size"));
   op->kernel_x = static_cast<int>(kx);
   op->kernel_y = static_cast<int>(ky);
   op->sigma_min = Or(in.has_sigma_min(), in.sigma_min(), 0.1);
   op->sigma_max = Or(in.has_sigma_max(), in.sigma_max(), 2.0);
   if (c.status().ok() && !(op->sigma_min > 0 && op->sigma_min <= 100)) {
-    c.Fail("sigma_min", absl::StrCat(op->sigma_min, " is out of range (0, 100]"));
+    c.Fail("sigma_min",
+           absl::StrCat(op->sigma_min, " is out of range (0, 100]"));
   }
   c.Range("sigma_max", op->sigma_max, 0.0, 100.0);
   c.Ordered("sigma_min", op->sigma_min, "sigma_max", op->sigma_max);
@@ -238,7 +241,8 @@ void Resolve(const v1::RandomAffine& in, Checker& c, AugmentOp* op) {
     op->scale_min = in.scale_min();
     op->scale_max = in.scale_max();
     if (c.status().ok() && !(op->scale_min > 0 && op->scale_min <= 100)) {
-      c.Fail("scale_min", absl::StrCat(op->scale_min, " is out of range (0, 100]"));
+      c.Fail("scale_min",
+             absl::StrCat(op->scale_min, " is out of range (0, 100]"));
     }
     c.Range("scale_max", op->scale_max, 0.0, 100.0);
     c.Ordered("scale_min", op->scale_min, "scale_max", op->scale_max);
@@ -306,7 +310,8 @@ absl::Status ResolveOne(const v1::Augment& in, const std::string& path,
       break;
     }
     case v1::Augment::kRandomAutocontrast:
-      op->p = Or(in.random_autocontrast().has_p(), in.random_autocontrast().p(), 0.5);
+      op->p = Or(in.random_autocontrast().has_p(), in.random_autocontrast().p(),
+                 0.5);
       c.Probability("p", op->p);
       break;
     case v1::Augment::kRandomEqualize:
@@ -318,7 +323,8 @@ absl::Status ResolveOne(const v1::Augment& in, const std::string& path,
       c.Probability("p", op->p);
       break;
     case v1::Augment::kRandomVerticalFlip:
-      op->p = Or(in.random_vertical_flip().has_p(), in.random_vertical_flip().p(), 0.5);
+      op->p = Or(in.random_vertical_flip().has_p(),
+                 in.random_vertical_flip().p(), 0.5);
       c.Probability("p", op->p);
       break;
     case v1::Augment::kRandomRotation: {
@@ -351,12 +357,11 @@ std::string Fingerprint(const AugmentOp& op) {
   return absl::StrCat(
       static_cast<int>(op.kind), "{i=", static_cast<int>(op.interpolation),
       " fill=", op.fill_none ? "none" : absl::StrJoin(op.fill, ","),
-      " bins=", op.num_magnitude_bins, " ops=", op.num_ops,
-      " m=", op.magnitude, " mstd=", d(op.magnitude_std),
-      " policy=", static_cast<int>(op.policy), " severity=", op.severity,
-      " width=", op.mixture_width, " depth=", op.chain_depth,
-      " alpha=", d(op.alpha), " all=", op.all_ops, " jitter=", jitter,
-      " p=", d(op.p), " k=", op.kernel_x, "x", op.kernel_y,
+      " bins=", op.num_magnitude_bins, " ops=", op.num_ops, " m=", op.magnitude,
+      " mstd=", d(op.magnitude_std), " policy=", static_cast<int>(op.policy),
+      " severity=", op.severity, " width=", op.mixture_width,
+      " depth=", op.chain_depth, " alpha=", d(op.alpha), " all=", op.all_ops,
+      " jitter=", jitter, " p=", d(op.p), " k=", op.kernel_x, "x", op.kernel_y,
       " sigma=", d(op.sigma_min), "..", d(op.sigma_max),
       " threshold=", d(op.threshold), " bits=", op.bits,
       " degrees=", d(op.degrees_min), "..", d(op.degrees_max),
@@ -381,9 +386,10 @@ absl::StatusOr<AugmentPlan> AugmentPlan::Create(
   for (int i = 0; i < ops.size(); ++i) {
     const v1::Augment& in = ops.Get(i);
     if (in.op_case() == v1::Augment::OP_NOT_SET) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, "[", i, "]: no op is set; set one of the Augment oneof "
-          "(e.g. trivial_augment_wide, color_jitter)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "[", i,
+                       "]: no op is set; set one of the Augment oneof "
+                       "(e.g. trivial_augment_wide, color_jitter)"));
     }
     const std::string path = absl::StrCat(
         field, "[", i, "].",

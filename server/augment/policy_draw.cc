@@ -15,8 +15,7 @@ using common::SampleRandom;
 // torch.randint(2, (1,)): true negates a signed op's magnitude.
 bool Negate(SampleRandom& rng) { return rng.UniformInt(2) == 1; }
 
-OpCall Call(const AugmentOp& op, PolicyOp which, double bin,
-            double magnitude) {
+OpCall Call(const AugmentOp& op, PolicyOp which, double bin, double magnitude) {
   OpCall call =
       PolicyCall(which, magnitude, op.interpolation, op.fill, op.fill_none);
   call.bin = bin;
@@ -52,15 +51,15 @@ void DrawRandAugment(const AugmentOp& op, SampleRandom& rng, int width,
       bin = op.magnitude;
       if (op.magnitude_std > 0) {
         // timm's mstd: a fresh bin per op, clipped to the table.
-        bin = std::clamp(
-            op.magnitude + op.magnitude_std * StandardNormal(rng), 0.0, top);
-        magnitude = FractionalMagnitude(OpSpace::kRandAugment, which,
-                                        op.num_magnitude_bins, bin, width,
-                                        height);
+        bin = std::clamp(op.magnitude + op.magnitude_std * StandardNormal(rng),
+                         0.0, top);
+        magnitude =
+            FractionalMagnitude(OpSpace::kRandAugment, which,
+                                op.num_magnitude_bins, bin, width, height);
       } else {
-        magnitude = Magnitude(OpSpace::kRandAugment, which,
-                              op.num_magnitude_bins, op.magnitude, width,
-                              height);
+        magnitude =
+            Magnitude(OpSpace::kRandAugment, which, op.num_magnitude_bins,
+                      op.magnitude, width, height);
       }
     }
     if (IsSigned(which) && Negate(rng)) magnitude = -magnitude;
@@ -117,8 +116,8 @@ void DrawAugMix(const AugmentOp& op, SampleRandom& rng, int width, int height,
       if (HasMagnitudes(which)) {
         bin = static_cast<int>(
             rng.UniformInt(static_cast<uint64_t>(op.severity)));
-        magnitude = Magnitude(OpSpace::kAugMix, which, kAugMixBins, bin,
-                              width, height);
+        magnitude =
+            Magnitude(OpSpace::kAugMix, which, kAugMixBins, bin, width, height);
       }
       if (IsSigned(which) && Negate(rng)) magnitude = -magnitude;
       chain.push_back(Call(op, which, bin, magnitude));
@@ -163,10 +162,10 @@ void DrawRandomAffine(const AugmentOp& op, SampleRandom& rng, int width,
     // int(round(uniform_(-max_d, max_d))): Python's round, half to even.
     const double max_dx = op.translate_x * width;
     const double max_dy = op.translate_y * height;
-    a.translate_x = static_cast<float>(
-        std::nearbyint(UniformFloat(rng, -max_dx, max_dx)));
-    a.translate_y = static_cast<float>(
-        std::nearbyint(UniformFloat(rng, -max_dy, max_dy)));
+    a.translate_x =
+        static_cast<float>(std::nearbyint(UniformFloat(rng, -max_dx, max_dx)));
+    a.translate_y =
+        static_cast<float>(std::nearbyint(UniformFloat(rng, -max_dy, max_dy)));
   }
   if (op.scale_set) a.scale = UniformFloat(rng, op.scale_min, op.scale_max);
   const bool shear_y = op.shear_y_min != 0 || op.shear_y_max != 0;

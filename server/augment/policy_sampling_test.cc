@@ -79,7 +79,8 @@ void ExpectUniform(const std::vector<double>& values, double lo, double hi,
   for (double v : values) {
     ASSERT_GE(v, lo) << what;
     ASSERT_LE(v, hi) << what;
-    bins[std::min<size_t>(19, static_cast<size_t>((v - lo) / (hi - lo) * 20))]++;
+    bins[std::min<size_t>(19,
+                          static_cast<size_t>((v - lo) / (hi - lo) * 20))]++;
   }
   ExpectFits(bins, Uniform(20), what);
 }
@@ -164,8 +165,8 @@ TEST(SamplingTest, RandAugmentOpsAndMagnitudeNoise) {
 
 TEST(SamplingTest, AutoAugmentSubPoliciesAndProbabilities) {
   for (auto [name, policy] :
-       {std::pair<const char*, AutoAugmentPolicy>{
-            "POLICY_IMAGENET", AutoAugmentPolicy::kImageNet},
+       {std::pair<const char*, AutoAugmentPolicy>{"POLICY_IMAGENET",
+                                                  AutoAugmentPolicy::kImageNet},
         {"POLICY_CIFAR10", AutoAugmentPolicy::kCifar10},
         {"POLICY_SVHN", AutoAugmentPolicy::kSvhn}}) {
     SCOPED_TRACE(name);

@@ -24,8 +24,7 @@ google::protobuf::RepeatedPtrField<batchd::v1::Augment> Ops(
     const std::vector<std::string>& texts) {
   google::protobuf::RepeatedPtrField<batchd::v1::Augment> ops;
   for (const std::string& text : texts) {
-    EXPECT_TRUE(
-        google::protobuf::TextFormat::ParseFromString(text, ops.Add()))
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, ops.Add()))
         << text;
   }
   return ops;
@@ -122,9 +121,8 @@ TEST(AugmentPlanTest, RefusesEachBadFieldNamingIt) {
   };
   for (const Refusal& refusal : refusals) {
     SCOPED_TRACE(refusal.message);
-    EXPECT_THAT(Make(refusal.ops),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr(refusal.message)));
+    EXPECT_THAT(Make(refusal.ops), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr(refusal.message)));
   }
   std::vector<std::string> seventeen(17, "random_invert {}");
   EXPECT_THAT(Make(seventeen),
@@ -136,10 +134,13 @@ TEST(AugmentPlanTest, RefusesEachBadFieldNamingIt) {
 TEST(AugmentPlanTest, FillsInTorchvisionDefaults) {
   ASSERT_OK_AND_ASSIGN(
       AugmentPlan plan,
-      Make({"rand_augment {}", "aug_mix {}", "color_jitter { brightness: 0.4 "
-            "hue: 0.1 }", "random_grayscale {}", "gaussian_blur { "
-            "kernel_size: 5 }", "random_affine { fill: [1, 2, 3] }",
-            "random_rotation {}"}));
+      Make({"rand_augment {}", "aug_mix {}",
+            "color_jitter { brightness: 0.4 "
+            "hue: 0.1 }",
+            "random_grayscale {}",
+            "gaussian_blur { "
+            "kernel_size: 5 }",
+            "random_affine { fill: [1, 2, 3] }", "random_rotation {}"}));
   ASSERT_EQ(plan.ops().size(), 7u);
   const AugmentOp& rand = plan.ops()[0];
   EXPECT_EQ(rand.num_ops, 2);
@@ -190,26 +191,46 @@ TEST(AugmentPlanTest, FingerprintSaysWhatDecidesTheCalls) {
     ASSERT_OK_AND_ASSIGN(AugmentPlan plan, Make({other}));
     EXPECT_NE(plan.fingerprint(), implicit.fingerprint()) << other;
   }
-  ASSERT_OK_AND_ASSIGN(AugmentPlan ab, Make({"random_invert {}",
-                                             "random_equalize {}"}));
-  ASSERT_OK_AND_ASSIGN(AugmentPlan ba, Make({"random_equalize {}",
-                                             "random_invert {}"}));
+  ASSERT_OK_AND_ASSIGN(AugmentPlan ab,
+                       Make({"random_invert {}", "random_equalize {}"}));
+  ASSERT_OK_AND_ASSIGN(AugmentPlan ba,
+                       Make({"random_equalize {}", "random_invert {}"}));
   EXPECT_NE(ab.fingerprint(), ba.fingerprint());
 }
 
 // Entries printed by torch 1.13 / torchvision 0.14 (_augmentation_space).
 TEST(OpSpaceTest, MagnitudeTablesAreTorchvisions) {
-  const std::vector<double> wide_translate = {
-      0.0, 1.0666667222976685, 2.133333444595337, 3.200000286102295,
-      4.266666889190674, 5.333333492279053, 6.40000057220459,
-      7.466667175292969, 8.533333778381348, 9.600000381469727,
-      10.666666984558105, 11.733333587646484, 12.80000114440918,
-      13.866666793823242, 14.933334350585938, 16.0, 17.066665649414062,
-      18.133333206176758, 19.19999885559082, 20.266666412353516,
-      21.333332061767578, 22.399999618530273, 23.46666717529297,
-      24.53333282470703, 25.600000381469727, 26.66666603088379,
-      27.733333587646484, 28.799999237060547, 29.866666793823242,
-      30.933332443237305, 32.0};
+  const std::vector<double> wide_translate = {0.0,
+                                              1.0666667222976685,
+                                              2.133333444595337,
+                                              3.200000286102295,
+                                              4.266666889190674,
+                                              5.333333492279053,
+                                              6.40000057220459,
+                                              7.466667175292969,
+                                              8.533333778381348,
+                                              9.600000381469727,
+                                              10.666666984558105,
+                                              11.733333587646484,
+                                              12.80000114440918,
+                                              13.866666793823242,
+                                              14.933334350585938,
+                                              16.0,
+                                              17.066665649414062,
+                                              18.133333206176758,
+                                              19.19999885559082,
+                                              20.266666412353516,
+                                              21.333332061767578,
+                                              22.399999618530273,
+                                              23.46666717529297,
+                                              24.53333282470703,
+                                              25.600000381469727,
+                                              26.66666603088379,
+                                              27.733333587646484,
+                                              28.799999237060547,
+                                              29.866666793823242,
+                                              30.933332443237305,
+                                              32.0};
   const std::vector<int> wide_posterize = {8, 8, 8, 7, 7, 7, 7, 7, 6, 6, 6,
                                            6, 6, 5, 5, 5, 5, 5, 4, 4, 4, 4,
                                            4, 3, 3, 3, 3, 3, 2, 2, 2};
@@ -222,40 +243,54 @@ TEST(OpSpaceTest, MagnitudeTablesAreTorchvisions) {
                                       PolicyOp::kTranslateX, 31, i, 224, 160);
     // Within one float32 ulp, and the same after int().
     EXPECT_NEAR(translate, wide_translate[i], 4e-6) << i;
-    EXPECT_EQ(static_cast<int>(translate),
-              static_cast<int>(wide_translate[i])) << i;
-    EXPECT_EQ(Magnitude(OpSpace::kTrivialAugmentWide, PolicyOp::kPosterize,
-                        31, i, 1, 1), wide_posterize[i]) << i;
-    EXPECT_EQ(Magnitude(OpSpace::kRandAugment, PolicyOp::kPosterize, 31, i,
-                        1, 1), rand_posterize[i]) << i;
+    EXPECT_EQ(static_cast<int>(translate), static_cast<int>(wide_translate[i]))
+        << i;
+    EXPECT_EQ(Magnitude(OpSpace::kTrivialAugmentWide, PolicyOp::kPosterize, 31,
+                        i, 1, 1),
+              wide_posterize[i])
+        << i;
+    EXPECT_EQ(
+        Magnitude(OpSpace::kRandAugment, PolicyOp::kPosterize, 31, i, 1, 1),
+        rand_posterize[i])
+        << i;
   }
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(Magnitude(OpSpace::kAugMix, PolicyOp::kPosterize, 10, i, 1, 1),
-              augmix_posterize[i]) << i;
+              augmix_posterize[i])
+        << i;
   }
   // 224 wide, 160 high: TranslateX scales with the width.
-  EXPECT_FLOAT_EQ(Magnitude(OpSpace::kRandAugment, PolicyOp::kTranslateX, 31,
-                            9, 224, 160), 30.45317268371582f);
-  EXPECT_FLOAT_EQ(Magnitude(OpSpace::kRandAugment, PolicyOp::kTranslateY, 31,
-                            9, 224, 160), 21.75226593017578f);
-  EXPECT_FLOAT_EQ(Magnitude(OpSpace::kAutoAugment, PolicyOp::kTranslateX, 10,
-                            9, 224, 160), 101.51057434082031f);
-  EXPECT_FLOAT_EQ(Magnitude(OpSpace::kAugMix, PolicyOp::kTranslateX, 10, 1,
-                            224, 160), 8.296296119689941f);
-  EXPECT_FLOAT_EQ(Magnitude(OpSpace::kAugMix, PolicyOp::kTranslateY, 10, 9,
-                            224, 160), 53.33333206176758f);
-  EXPECT_FLOAT_EQ(Magnitude(OpSpace::kTrivialAugmentWide, PolicyOp::kSolarize,
-                            31, 1, 1, 1), 246.5f);
-  EXPECT_FLOAT_EQ(Magnitude(OpSpace::kRandAugment, PolicyOp::kShearX, 31, 9,
-                            1, 1), 0.09000000357627869f);
-  EXPECT_FLOAT_EQ(Magnitude(OpSpace::kTrivialAugmentWide, PolicyOp::kRotate,
-                            31, 7, 1, 1), 31.5f);
+  EXPECT_FLOAT_EQ(
+      Magnitude(OpSpace::kRandAugment, PolicyOp::kTranslateX, 31, 9, 224, 160),
+      30.45317268371582f);
+  EXPECT_FLOAT_EQ(
+      Magnitude(OpSpace::kRandAugment, PolicyOp::kTranslateY, 31, 9, 224, 160),
+      21.75226593017578f);
+  EXPECT_FLOAT_EQ(
+      Magnitude(OpSpace::kAutoAugment, PolicyOp::kTranslateX, 10, 9, 224, 160),
+      101.51057434082031f);
+  EXPECT_FLOAT_EQ(
+      Magnitude(OpSpace::kAugMix, PolicyOp::kTranslateX, 10, 1, 224, 160),
+      8.296296119689941f);
+  EXPECT_FLOAT_EQ(
+      Magnitude(OpSpace::kAugMix, PolicyOp::kTranslateY, 10, 9, 224, 160),
+      53.33333206176758f);
+  EXPECT_FLOAT_EQ(
+      Magnitude(OpSpace::kTrivialAugmentWide, PolicyOp::kSolarize, 31, 1, 1, 1),
+      246.5f);
+  EXPECT_FLOAT_EQ(
+      Magnitude(OpSpace::kRandAugment, PolicyOp::kShearX, 31, 9, 1, 1),
+      0.09000000357627869f);
+  EXPECT_FLOAT_EQ(
+      Magnitude(OpSpace::kTrivialAugmentWide, PolicyOp::kRotate, 31, 7, 1, 1),
+      31.5f);
   // A fractional bin lies between its neighbours; an integral one is exact.
   EXPECT_EQ(FractionalMagnitude(OpSpace::kRandAugment, PolicyOp::kRotate, 31,
                                 9.0, 1, 1),
             Magnitude(OpSpace::kRandAugment, PolicyOp::kRotate, 31, 9, 1, 1));
-  EXPECT_NEAR(FractionalMagnitude(OpSpace::kRandAugment, PolicyOp::kRotate,
-                                  31, 9.25, 1, 1), 9.25, 1e-5);
+  EXPECT_NEAR(FractionalMagnitude(OpSpace::kRandAugment, PolicyOp::kRotate, 31,
+                                  9.25, 1, 1),
+              9.25, 1e-5);
 }
 
 TEST(OpSpaceTest, ApplyOpMakesTorchvisionsCalls) {
@@ -264,17 +299,23 @@ TEST(OpSpaceTest, ApplyOpMakesTorchvisionsCalls) {
                             fill, /*fill_none=*/true);
   EXPECT_EQ(shear.fn, OpFn::kAffine);
   EXPECT_FLOAT_EQ(shear.affine.shear_x, -16.69924423f);  // degrees(atan(.3))
-  EXPECT_TRUE(shear.affine.center_set);  // center=[0, 0]
-  OpCall translate = PolicyCall(PolicyOp::kTranslateY, -30.9, 
+  EXPECT_TRUE(shear.affine.center_set);                  // center=[0, 0]
+  OpCall translate = PolicyCall(PolicyOp::kTranslateY, -30.9,
                                 Interpolation::kBilinear, fill, true);
   EXPECT_EQ(translate.affine.translate_y, -30.0f);  // int(): toward zero
   EXPECT_FALSE(translate.affine.center_set);
-  EXPECT_EQ(PolicyCall(PolicyOp::kPosterize, 6.0, Interpolation::kNearest,
-                       fill, true).bits, 6);
+  EXPECT_EQ(
+      PolicyCall(PolicyOp::kPosterize, 6.0, Interpolation::kNearest, fill, true)
+          .bits,
+      6);
   EXPECT_EQ(PolicyCall(PolicyOp::kSolarize, 246.5, Interpolation::kNearest,
-                       fill, true).threshold, 246.5);
-  EXPECT_EQ(PolicyCall(PolicyOp::kColor, -0.5, Interpolation::kNearest, fill,
-                       true).factor, 0.5);
+                       fill, true)
+                .threshold,
+            246.5);
+  EXPECT_EQ(
+      PolicyCall(PolicyOp::kColor, -0.5, Interpolation::kNearest, fill, true)
+          .factor,
+      0.5);
 }
 
 TEST(AugmentPlanTest, DrawIsAPureFunctionOfTheGenerator) {
@@ -283,11 +324,13 @@ TEST(AugmentPlanTest, DrawIsAPureFunctionOfTheGenerator) {
       Make({"trivial_augment_wide {}", "rand_augment { magnitude_std: 1 }",
             "auto_augment { policy: POLICY_SVHN }", "aug_mix {}",
             "color_jitter { brightness: 0.4 contrast: 0.4 saturation: 0.4 "
-            "hue: 0.1 p: 0.8 }", "random_grayscale { p: 0.2 }",
-            "gaussian_blur { kernel_size: 9 }", "random_affine { "
+            "hue: 0.1 p: 0.8 }",
+            "random_grayscale { p: 0.2 }", "gaussian_blur { kernel_size: 9 }",
+            "random_affine { "
             "degrees_min: -10 degrees_max: 10 translate_x: 0.1 translate_y: "
             "0.1 scale_min: 0.9 scale_max: 1.1 shear_x_min: -5 shear_x_max: "
-            "5 }", "random_rotation { degrees_min: -20 degrees_max: 20 }"}));
+            "5 }",
+            "random_rotation { degrees_min: -20 degrees_max: 20 }"}));
   std::vector<std::string> first;
   for (uint64_t sample = 0; sample < 200; ++sample) {
     common::SampleRandom a = Rng(sample);
