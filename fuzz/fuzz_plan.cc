@@ -2,7 +2,7 @@
 // (raw serialized bytes), then the plan arithmetic a stream does with a
 // resolved plan: batches per epoch, the shape, a batch's sample order and
 // each sample's crop, and the sample's augmentation calls (Pipeline.augment)
-// drawn, described and applied to a small image.
+// drawn, described and applied to the output image when it is small.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -61,17 +61,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)p.Crop(epoch, sample, /*width=*/1 + sample % 777,
                    /*height=*/1 + sample % 555);
       if (p.augment.empty()) continue;
-      const int width = 1 + static_cast<int>(sample % 13);
-      const int height = 1 + static_cast<int>(sample % 7);
+      // The ops run on the square output; small ones are applied (the
+      // plan's checks, e.g. the blur's kernel, hold for that side).
+      const int side = p.output_size();
       const std::vector<batchd::server::augment::OpCall> calls =
-          p.AugmentCalls(epoch, sample, width, height);
+          p.AugmentCalls(epoch, sample, side, side);
       (void)batchd::server::augment::Describe(calls);
-      std::vector<uint8_t> pixels(static_cast<size_t>(3 * width * height),
+      if (side > 48) continue;
+      std::vector<uint8_t> pixels(static_cast<size_t>(3 * side * side),
                                   static_cast<uint8_t>(sample * 37));
       thread_local batchd::server::augment::Scratch scratch;
       batchd::server::augment::Apply(
-          calls, {pixels.data(), width, height, ptrdiff_t{3} * width},
-          &scratch);
+          calls, {pixels.data(), side, side, ptrdiff_t{3} * side}, &scratch);
     }
   }
   return 0;

@@ -2,6 +2,7 @@
 // fingerprint. Draw is in policy_draw.cc.
 #include "server/augment/policy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -194,13 +195,23 @@ void Resolve(const v1::ColorJitter& in, Checker& c, AugmentOp* op) {
   c.Probability("p", op->p);
 }
 
-void Resolve(const v1::GaussianBlur& in, Checker& c, AugmentOp* op) {
+void Resolve(const v1::GaussianBlur& in, int image_side, Checker& c,
+             AugmentOp* op) {
   const uint32_t kx = in.kernel_size();
   const uint32_t ky = in.has_kernel_size_y() ? in.kernel_size_y() : kx;
-  c.Range("kernel_size", kx, 1u, 255u);
+  // Reflect padding of (size - 1) / 2 needs fewer pixels than the side.
+  const uint32_t most =
+      image_side > 0
+          ? std::min(255u, 2u * static_cast<uint32_t>(image_side) - 1)
+          : 255u;
+  const std::string note =
+      most < 255 ? absl::StrCat("at most 2 * the ", image_side,
+                                "-pixel output - 1, for reflect padding")
+                 : "";
+  c.Range("kernel_size", kx, 1u, most, note.c_str());
   if (c.status().ok() && kx % 2 == 0)
     c.Fail("kernel_size", absl::StrCat(kx, " is even; give an odd size"));
-  c.Range("kernel_size_y", ky, 1u, 255u);
+  c.Range("kernel_size_y", ky, 1u, most, note.c_str());
   if (c.status().ok() && ky % 2 == 0)
     c.Fail("kernel_size_y", absl::StrCat(ky, " is even; give an odd size"));
   op->kernel_x = static_cast<int>(kx);
@@ -266,7 +277,7 @@ void Resolve(const v1::RandomAffine& in, Checker& c, AugmentOp* op) {
 
 // One entry. REQUIRES: `in` has an op (checked by the caller).
 absl::Status ResolveOne(const v1::Augment& in, const std::string& path,
-                        AugmentOp* op) {
+                        int image_side, AugmentOp* op) {
   Checker c(path);
   op->kind = in.op_case();
   switch (in.op_case()) {
@@ -290,7 +301,7 @@ absl::Status ResolveOne(const v1::Augment& in, const std::string& path,
       c.Probability("p", op->p);
       break;
     case v1::Augment::kGaussianBlur:
-      Resolve(in.gaussian_blur(), c, op);
+      Resolve(in.gaussian_blur(), image_side, c, op);
       break;
     case v1::Augment::kRandomSolarize: {
       const v1::RandomSolarize& s = in.random_solarize();
@@ -375,7 +386,7 @@ std::string Fingerprint(const AugmentOp& op) {
 
 absl::StatusOr<AugmentPlan> AugmentPlan::Create(
     const google::protobuf::RepeatedPtrField<batchd::v1::Augment>& ops,
-    const std::string& field) {
+    const std::string& field, int image_side) {
   if (ops.size() > kMaxAugmentOps) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " has ", ops.size(), " ops; at most ",
@@ -395,7 +406,9 @@ absl::StatusOr<AugmentPlan> AugmentPlan::Create(
         field, "[", i, "].",
         v1::Augment::descriptor()->FindFieldByNumber(in.op_case())->name());
     AugmentOp op;
-    if (absl::Status s = ResolveOne(in, path, &op); !s.ok()) return s;
+    if (absl::Status s = ResolveOne(in, path, image_side, &op); !s.ok()) {
+      return s;
+    }
     texts.push_back(Fingerprint(op));
     plan.ops_.push_back(op);
   }

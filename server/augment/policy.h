@@ -113,10 +113,12 @@ class AugmentPlan {
   // Checks and resolves `ops`. INVALID_ARGUMENT naming the entry by its
   // position and op and the field, under `field` (the path of the repeated
   // field), e.g. "pipeline.augment[1].rand_augment.magnitude: 40 is out of
-  // range 0..30 (num_magnitude_bins - 1)".
+  // range 0..30 (num_magnitude_bins - 1)". With `image_side` > 0 (the
+  // square output's side, pixels), a GaussianBlur kernel must fit it as
+  // torchvision's reflect padding needs: (size - 1) / 2 < side.
   static absl::StatusOr<AugmentPlan> Create(
       const google::protobuf::RepeatedPtrField<batchd::v1::Augment>& ops,
-      const std::string& field = "pipeline.augment");
+      const std::string& field = "pipeline.augment", int image_side = 0);
 
   bool empty() const { return ops_.empty(); }
   const std::vector<AugmentOp>& ops() const { return ops_; }

@@ -124,6 +124,17 @@ TEST(AugmentPlanTest, RefusesEachBadFieldNamingIt) {
     EXPECT_THAT(Make(refusal.ops), StatusIs(absl::StatusCode::kInvalidArgument,
                                             HasSubstr(refusal.message)));
   }
+  // A kernel wider than reflect padding allows on the output.
+  EXPECT_THAT(
+      AugmentPlan::Create(Ops({"gaussian_blur { kernel_size: 65 }"}),
+                          "pipeline.augment", /*image_side=*/32),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("pipeline.augment[0].gaussian_blur.kernel_size: 65 "
+                         "is out of range 1..63 (at most 2 * the 32-pixel "
+                         "output - 1, for reflect padding)")));
+  EXPECT_TRUE(AugmentPlan::Create(Ops({"gaussian_blur { kernel_size: 63 }"}),
+                                  "pipeline.augment", 32)
+                  .ok());
   std::vector<std::string> seventeen(17, "random_invert {}");
   EXPECT_THAT(Make(seventeen),
               StatusIs(absl::StatusCode::kInvalidArgument,

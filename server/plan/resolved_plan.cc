@@ -343,7 +343,8 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
           " is unknown; use INTERPOLATION_BILINEAR or INTERPOLATION_BICUBIC"));
   }
   absl::StatusOr<augment::AugmentPlan> augment =
-      augment::AugmentPlan::Create(pipeline.augment(), "pipeline.augment");
+      augment::AugmentPlan::Create(pipeline.augment(), "pipeline.augment",
+                                   resolved->output_size());
   if (!augment.ok()) return augment.status();
   resolved->augment = *std::move(augment);
   resolved->job = plan.job().empty() ? "default" : plan.job();
