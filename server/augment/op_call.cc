@@ -12,13 +12,6 @@
 namespace batchd::server::augment {
 namespace {
 
-// The kernel's integer threshold for torchvision's float one: a uint8
-// value v is inverted when v >= threshold, i.e. v >= ceil(threshold).
-int SolarizeThreshold(double threshold) {
-  const double t = std::ceil(threshold);
-  return static_cast<int>(std::clamp(t, 0.0, 256.0));
-}
-
 void ApplyOne(const OpCall& call, Image image, Scratch* scratch);
 
 // AugMix's mixing: float32 throughout, in torchvision's order of
@@ -62,37 +55,48 @@ void ApplyAugMix(const OpCall& call, Image image, Scratch* scratch) {
 }
 
 void ApplyOne(const OpCall& call, Image image, Scratch* scratch) {
-  const float factor = static_cast<float>(call.factor);
   switch (call.fn) {
     case OpFn::kIdentity:
       return;
-    case OpFn::kAffine:
-      Affine(image, call.affine, &scratch->bytes);
+    case OpFn::kAffine: {
+      AffineParams params = call.affine;
+      params.fill_none = call.fill_none;
+      Affine(image, params, &scratch->bytes);
       return;
-    case OpFn::kRotate:
-      Rotate(image, call.affine.angle, call.affine.interpolation,
-             call.affine.fill, &scratch->bytes);
+    }
+    case OpFn::kRotate: {
+      // F.rotate is F.affine with the angle negated, about the centre
+      // (Rotate() itself has no fill=None).
+      AffineParams params;
+      params.angle = -call.affine.angle;
+      params.interpolation = call.affine.interpolation;
+      params.fill = call.affine.fill;
+      params.fill_none = call.fill_none;
+      Affine(image, params, &scratch->bytes);
       return;
+    }
+    // The factors stay in double, as torchvision computes 1 - factor in
+    // double before the float32 blend.
     case OpFn::kAdjustBrightness:
-      AdjustBrightness(image, factor);
+      AdjustBrightness(image, call.factor);
       return;
     case OpFn::kAdjustSaturation:
-      AdjustSaturation(image, factor);
+      AdjustSaturation(image, call.factor);
       return;
     case OpFn::kAdjustContrast:
-      AdjustContrast(image, factor);
+      AdjustContrast(image, call.factor);
       return;
     case OpFn::kAdjustSharpness:
-      AdjustSharpness(image, factor, &scratch->bytes);
+      AdjustSharpness(image, call.factor, &scratch->bytes);
       return;
     case OpFn::kAdjustHue:
-      AdjustHue(image, factor);
+      AdjustHue(image, static_cast<float>(call.factor));
       return;
     case OpFn::kPosterize:
       Posterize(image, call.bits);
       return;
     case OpFn::kSolarize:
-      Solarize(image, SolarizeThreshold(call.threshold));
+      Solarize(image, static_cast<float>(call.threshold));
       return;
     case OpFn::kAutocontrast:
       Autocontrast(image);

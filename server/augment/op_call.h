@@ -75,7 +75,7 @@ struct OpCall {
   // kPosterize: bits kept, 0..8.
   int bits = 8;
   // kSolarize: torchvision's threshold (a float); values >= it are
-  // inverted, i.e. the kernel's integer threshold is ceil(threshold).
+  // inverted.
   double threshold = 256;
   // kAffine: every field; kRotate: angle, interpolation and fill.
   AffineParams affine;

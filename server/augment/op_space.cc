@@ -242,8 +242,7 @@ OpCall PolicyCall(PolicyOp op, double magnitude, Interpolation interpolation,
     case P::kShearY: {
       // torchvision shears by atan(magnitude) in degrees, about the
       // top-left corner (center=[0, 0]).
-      const float shear =
-          static_cast<float>(std::atan(magnitude) * 180.0 / kPi);
+      const double shear = std::atan(magnitude) * 180.0 / kPi;
       call.fn = OpFn::kAffine;
       (op == P::kShearX ? call.affine.shear_x : call.affine.shear_y) = shear;
       call.affine.center_set = true;

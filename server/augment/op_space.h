@@ -7,7 +7,7 @@
 // Magnitude tables are torch.linspace float32 tensors in torchvision; here
 // each entry is the float32 nearest to start + (end - start) * i / (n - 1)
 // (torch.linspace agrees to within one float32 ulp;
-// docs/augment-policies.md).
+// docs/augment.md).
 // Posterize's tables are computed as torchvision computes them (float32
 // division, round half to even, int).
 //

@@ -37,17 +37,6 @@ struct RgbView {
   ptrdiff_t stride = 0;  // bytes between row starts, >= 3 * width
 };
 
-// The resize's interpolation kernel, as torchvision's
-// F.resize(..., antialias=True) on a tensor (torch.nn.functional.interpolate
-// with align_corners=False, antialias=True) defines it.
-enum class ResizeFilter {
-  // The triangle, radius 1: InterpolationMode.BILINEAR.
-  kBilinear,
-  // Keys' cubic convolution with a = -0.5, radius 2: InterpolationMode.
-  // BICUBIC. Overshoots at edges are clamped to 0..255.
-  kBicubic,
-};
-
 // Where in `src` to read and what to write.
 struct ResizeRequest {
   // Window in continuous source coordinates of the view (0 = its left edge).

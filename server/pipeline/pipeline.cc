@@ -353,10 +353,6 @@ DecodeResult Pipeline::DecodeCrop(const ResolvedPlan& plan, uint64_t epoch,
                                   const FileBytes* bytes,
                                   std::shared_ptr<const CappedImage> image,
                                   PixelLayout layout, uint8_t* out) {
-  // The resize is bilinear for every plan for now: plan.interpolation
-  // (Pipeline.interpolation, bilinear or bicubic) is to be passed to
-  // TransformCapped and the decoder below once server/decode/resize.h has
-  // its bicubic filter. It is already part of the plan's fingerprint.
   if (plan.decoded_max_side > 0) {
     if (image == nullptr) {
       DecodedSample sample = CappedImageOf(plan, sample_index, bytes);

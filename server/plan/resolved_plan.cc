@@ -95,10 +95,18 @@ std::vector<uint64_t> ResolvedPlan::shape(uint64_t samples) const {
 
 CropSpec ResolvedPlan::Crop(uint64_t epoch, uint64_t sample_index, int width,
                             int height) const {
-  if (!train) return CenterCropSpec(width, height, eval_transform);
-  common::SampleRandom rng(shard.seed, epoch, sample_index,
-                           common::RandomPurpose::kAugment);
-  return RandomResizedCropSpec(width, height, train_transform, rng);
+  CropSpec crop;
+  if (train) {
+    common::SampleRandom rng(shard.seed, epoch, sample_index,
+                             common::RandomPurpose::kAugment);
+    crop = RandomResizedCropSpec(width, height, train_transform, rng);
+  } else {
+    crop = CenterCropSpec(width, height, eval_transform);
+  }
+  crop.filter = interpolation == augment::Interpolation::kBicubic
+                    ? ResizeFilter::kBicubic
+                    : ResizeFilter::kBilinear;
+  return crop;
 }
 
 std::vector<augment::OpCall> ResolvedPlan::AugmentCalls(
