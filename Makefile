@@ -6,7 +6,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libgtest-dev libgmock-dev \
   libbenchmark-dev libcpp-httplib-dev libyuv-dev \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
-  python3-torchvision python3-pil python3-prometheus-client python3-matplotlib \
+  python3-torchvision python3-pil python3-skimage python3-prometheus-client python3-matplotlib \
   python3-yaml prometheus python3-venv python3-pip python3-setuptools python3-wheel \
   util-linux openssl libcurl4-openssl-dev curl nginx \
   clang libclang-rt-14-dev \

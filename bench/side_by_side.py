@@ -91,10 +91,13 @@ TRANSPORTS = {"shared memory": (False, True, "shared-memory"),
               "unix bytes": (True, False, "unix"),
               "tcp bytes": (False, False, "tcp")}
 TRANSPORT_RE = re.compile(r"transport (\S+)")
+AUGMENT_STAGE_RE = re.compile(r"^daemon stages .*, augment ([\d.]+),", re.M)
 
 
-def batchd(build, data, workers, cores, epochs, transport="shared memory"):
-    """Daemon + CLI client on one host, both pinned to `cores`."""
+def batchd(build, data, workers, cores, epochs, transport="shared memory",
+           client_flags=()):
+    """Daemon + CLI client on one host, both pinned to `cores`;
+    `client_flags` go after the defaults (a later flag wins)."""
     over_unix, shm, expected = TRANSPORTS[transport]
     with Daemon(daemon_binary(build), {"bench": data},
                 ["--workers", str(workers)],
@@ -103,7 +106,7 @@ def batchd(build, data, workers, cores, epochs, transport="shared memory"):
             os.path.join(build, "client", "batchd-client"),
             "--endpoint", daemon.unix_endpoint if over_unix else daemon.endpoint,
             "--dataset", "bench", "--batch_size", "64", "--size", "224",
-            "--prefetch", "8", f"--shm={str(shm).lower()}"]
+            "--prefetch", "8", f"--shm={str(shm).lower()}", *client_flags]
         run(client + ["--epochs", "1", "--first_epoch", "0"])  # warm-up
         daemon_cpu = proc_cpu_seconds(daemon.pid)
         out, _ = run(client + ["--epochs", str(epochs), "--first_epoch", "1"])
@@ -121,7 +124,10 @@ def batchd(build, data, workers, cores, epochs, transport="shared memory"):
     client_cpu = sum(float(m.group(4)) for m in matches if m)
     if len(rates) != epochs or images == 0:
         raise RuntimeError(f"unexpected batchd-client output:\n{out}")
+    # The daemon's augmentation stage, when it reports one (ms per image).
+    augment = AUGMENT_STAGE_RE.search(out)
     return {"images_per_s": statistics.median(rates),
+            "daemon_augment_ms": float(augment.group(1)) if augment else None,
             "cpu_per_image": (daemon_cpu + client_cpu) / images,
             "daemon_cpu_per_image": daemon_cpu / images,
             "client_cpu_per_image": client_cpu / images}

@@ -5,6 +5,8 @@
 //   batchd-client --endpoint=localhost:7070 --dataset=imagenet-val \
 //       --batch_size=64 --epochs=2 --verify --dump=/tmp/run1.txt
 //   batchd-client --list
+//   batchd-client --dataset=imagenet --auto_augment=ta_wide --size=176 \
+//       --print_plan      # the plan the flags make, without a daemon
 //
 // Exit status: 0 on success, 1 on an error (the message is printed), 2 when
 // --verify finds a coverage mismatch.
@@ -33,12 +35,14 @@
 #include "absl/time/time.h"
 #include "batchd/v1/admin.pb.h"
 #include "batchd/v1/data.pb.h"
+#include "client/augment_options.h"
 #include "client/daemon_status.h"
 #include "client/diagnosis.h"
 #include "client/endpoints.h"
 #include "client/loader.h"
 #include "client/security_flags.h"
 #include "client/shard_coverage.h"
+#include "google/protobuf/text_format.h"
 
 ABSL_FLAG(std::string, endpoint, "localhost:7070",
           "the daemons: host:port or unix:/path, a comma-separated list of "
@@ -62,6 +66,23 @@ ABSL_FLAG(uint32_t, decoded_max_side, 0,
           "decode each image at capped resolution (longer side at most "
           "this, pixels) and crop that: lets jobs with different seeds "
           "share the daemon's --decoded-cache-bytes; 0: off");
+ABSL_FLAG(std::string, interpolation, "bilinear",
+          "how the crop is resized to --size: bilinear or bicubic");
+ABSL_FLAG(std::string, auto_augment, "",
+          "torchvision's classification-reference policy after the crop and "
+          "flip: ta_wide, ra, augmix, imagenet, cifar10 or svhn (bilinear, "
+          "as the reference passes --interpolation to it); empty: none");
+ABSL_FLAG(uint32_t, ra_magnitude, batchd::client::kDefaultRaMagnitude,
+          "RandAugment's magnitude with --auto_augment=ra, 0..30");
+ABSL_FLAG(uint32_t, augmix_severity, batchd::client::kDefaultAugmixSeverity,
+          "AugMix's severity with --auto_augment=augmix, 1..10");
+ABSL_FLAG(std::string, augment, "",
+          "augmentation ops after --auto_augment's policy, in order, as "
+          "text-format Pipeline.augment entries (docs/augment.md), e.g. "
+          "'augment { color_jitter { brightness: 0.4 p: 0.8 } } augment { "
+          "random_grayscale { p: 0.2 } }'");
+ABSL_FLAG(bool, print_plan, false,
+          "print the plan the flags make (protobuf text format) and exit");
 ABSL_FLAG(uint64_t, seed, 0, "seed for the order and augmentation");
 ABSL_FLAG(bool, shuffle, true, "shuffle the order each epoch");
 ABSL_FLAG(uint32_t, shuffle_window_shards, 0,
@@ -152,6 +173,18 @@ absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--layout must be nhwc or nchw, not '", layout, "'"));
   }
+  AugmentOptions augment;
+  augment.interpolation = absl::GetFlag(FLAGS_interpolation);
+  augment.auto_augment = absl::GetFlag(FLAGS_auto_augment);
+  augment.ra_magnitude = absl::GetFlag(FLAGS_ra_magnitude);
+  augment.augmix_severity = absl::GetFlag(FLAGS_augmix_severity);
+  augment.augment = absl::GetFlag(FLAGS_augment);
+  if (absl::Status status =
+          ApplyAugmentOptions(augment, plan.mutable_pipeline());
+      !status.ok()) {
+    // The message starts with the option's name, the flag's.
+    return absl::InvalidArgumentError(absl::StrCat("--", status.message()));
+  }
   return plan;
 }
 
@@ -167,12 +200,18 @@ void PrintStageBreakdown(const batchd::v1::ServerStatus& before,
     denominator = "received";
   }
   const double per_image_ms = images == 0 ? 0.0 : 1e3 / images;
+  // Augmentation shows once the daemon has spent time on it.
+  const std::string augment =
+      b.augment() > 0
+          ? absl::StrFormat(", augment %.3f",
+                            (b.augment() - a.augment()) * per_image_ms)
+          : std::string();
   absl::PrintF(
       "daemon stages (all jobs, ms per %s image over %d images): read %.3f, "
-      "decode %.3f, transform %.3f, send %.3f\n",
+      "decode %.3f, transform %.3f%s, send %.3f\n",
       denominator, images, (b.read() - a.read()) * per_image_ms,
       (b.decode() - a.decode()) * per_image_ms,
-      (b.transform() - a.transform()) * per_image_ms,
+      (b.transform() - a.transform()) * per_image_ms, augment,
       (b.send() - a.send()) * per_image_ms);
   const double alive =
       after.worker_alive_seconds() - before.worker_alive_seconds();
@@ -225,6 +264,12 @@ int Run() {
   if (!plan.ok()) {
     absl::FPrintF(stderr, "error: %s\n", plan.status().message());
     return kExitError;
+  }
+  if (absl::GetFlag(FLAGS_print_plan)) {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(*plan, &text);
+    absl::PrintF("%s", text);
+    return 0;
   }
 
   std::optional<ShardCoverage> expectation;

@@ -58,19 +58,21 @@ std::string FormatBytesPerSecond(double rate) {
 
 namespace {
 
-// The daemon's read share over the interval: the stage times' growth
-// between the two statuses, or their totals with only `after`.
-double IntervalReadShare(const batchd::v1::ServerStatus* before,
-                         const batchd::v1::ServerStatus* after) {
-  if (after == nullptr) return 0;
+// The daemon's stage times over the interval: their growth between the
+// two statuses, or their totals with only `after`; zero without `after`.
+batchd::v1::StageSeconds IntervalStages(
+    const batchd::v1::ServerStatus* before,
+    const batchd::v1::ServerStatus* after) {
+  if (after == nullptr) return batchd::v1::StageSeconds();
   batchd::v1::StageSeconds stages = after->stage_seconds();
   if (before != nullptr) {
-    stages.set_read(stages.read() - before->stage_seconds().read());
-    stages.set_decode(stages.decode() - before->stage_seconds().decode());
-    stages.set_transform(stages.transform() -
-                         before->stage_seconds().transform());
+    const batchd::v1::StageSeconds& then = before->stage_seconds();
+    stages.set_read(stages.read() - then.read());
+    stages.set_decode(stages.decode() - then.decode());
+    stages.set_transform(stages.transform() - then.transform());
+    stages.set_augment(stages.augment() - then.augment());
   }
-  return common::ReadShare(stages);
+  return stages;
 }
 
 // Rules 1-7 of the header, over the input as a whole.
@@ -83,6 +85,9 @@ Diagnosis DiagnoseInput(const LoaderStats& interval,
   d.daemon_busy_fraction = BusyFraction(daemon_before, daemon_after);
   d.daemon_workers = daemon_after == nullptr ? 0 : daemon_after->workers();
   d.stream_bytes_per_second = interval.received_bytes_per_second();
+  const batchd::v1::StageSeconds stages =
+      IntervalStages(daemon_before, daemon_after);
+  d.daemon_augment_share = common::AugmentShare(stages);
 
   const std::string waited =
       absl::StrFormat("waited %s of wall time", Percent(d.waited_fraction));
@@ -122,13 +127,20 @@ Diagnosis DiagnoseInput(const LoaderStats& interval,
   }
   if (d.daemon_busy_fraction >= kSaturatedBusyFraction) {
     d.verdict = Verdict::kInputBound;
-    d.line = absl::StrFormat("input-bound: %s; %s → %s", waited, workers,
-                             InputBoundAdvice(*daemon_after));
+    const bool augmentation = common::AugmentationMakesInputBound(
+        d.daemon_augment_share, d.waited_fraction);
+    d.line = absl::StrFormat(
+        "input-bound: %s; %s%s → %s", waited, workers,
+        augmentation
+            ? absl::StrCat("; ", common::AugmentationNote(
+                                     d.daemon_augment_share))
+            : std::string(),
+        InputBoundAdvice(*daemon_after, augmentation));
     return d;
   }
   // Reads overlap (a thread per sample in flight): their share says
   // something only when the workers wait for them.
-  const double read_share = IntervalReadShare(daemon_before, daemon_after);
+  const double read_share = common::ReadShare(stages);
   if (read_share >= common::kStorageBoundReadShare) {
     d.verdict = Verdict::kStorageBound;
     d.line = absl::StrFormat(

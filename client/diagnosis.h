@@ -21,7 +21,10 @@
 //      "add workers or a daemon"; under --workers auto, "--workers auto is
 //      adding workers" below its --max-workers, and "add a daemon" at them
 //      or when the trainers ask more than they can decode
-//      (ServerStatus.capacity_demand_ratio > 1)
+//      (ServerStatus.capacity_demand_ratio > 1). When the plan's
+//      augmentation takes enough of the workers' time to explain the wait
+//      (common::AugmentationMakesInputBound, over the interval), the line
+//      says its share and adds "or a lighter augmentation policy"
 //   6. the daemon's samples spent >= kStorageBoundReadShare of their time
 //      being read (over the interval)          → storage-bound, with
 //      common::StorageAdvice
@@ -83,6 +86,10 @@ struct Diagnosis {
   // Daemon worker busy fraction over the interval; < 0 when unknown.
   double daemon_busy_fraction = -1;
   uint32_t daemon_workers = 0;
+  // Share of the daemon workers' sample time spent in the plan's
+  // augmentation ops over the interval (common::AugmentShare); 0 when
+  // unknown or without augmentation.
+  double daemon_augment_share = 0;
   // Pixel bytes per second received by the client over the interval.
   double stream_bytes_per_second = 0;
   // With several daemons: the endpoint of the slow one (see

@@ -79,6 +79,44 @@ TEST(DiagnosisTest, UnderAutoscalingSaysWhetherWorkersOrDaemonsAreNeeded) {
                                 "ask 1.8x what those decode"));
 }
 
+TEST(DiagnosisTest, SaturatedWorkersSpendingTheirTimeAugmentingNameIt) {
+  auto before = Daemon(1, 100, 100);
+  auto after = Daemon(1, 110, 110);
+  // Before the interval: a plan without augmentation (excluded).
+  before.mutable_stage_seconds()->set_decode(80);
+  before.mutable_stage_seconds()->set_read(20);
+  // Over it: 6 of 10 worker seconds augmenting.
+  after.mutable_stage_seconds()->set_decode(83);
+  after.mutable_stage_seconds()->set_read(21);
+  after.mutable_stage_seconds()->set_augment(6);
+  Diagnosis d = Diagnose(Interval(10, 4.3), &before, &after);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  EXPECT_DOUBLE_EQ(d.daemon_augment_share, 0.6);
+  EXPECT_EQ(d.line,
+            "input-bound: waited 43 % of wall time; daemon workers 100 % busy "
+            "(1 worker); augmentation takes 60 % of the workers' time per "
+            "image → add workers or a daemon, or a lighter augmentation "
+            "policy");
+  // 1 of 5 s (20 %) does not explain a 43 % wait: the plain line.
+  after.mutable_stage_seconds()->set_augment(1);
+  d = Diagnose(Interval(10, 4.3), &before, &after);
+  EXPECT_DOUBLE_EQ(d.daemon_augment_share, 0.2);
+  EXPECT_EQ(d.line,
+            "input-bound: waited 43 % of wall time; daemon workers 100 % busy "
+            "(1 worker) → add workers or a daemon");
+  // It does a 15 % one.
+  d = Diagnose(Interval(10, 1.5), &before, &after);
+  EXPECT_THAT(d.line, HasSubstr("(1 worker); augmentation takes 20 % of the "
+                                "workers' time per image → add workers or a "
+                                "daemon, or a lighter augmentation policy"));
+  // Workers with time to spare: augmentation is not the limit.
+  after.set_worker_busy_seconds(102);
+  after.mutable_stage_seconds()->set_augment(6);
+  d = Diagnose(Interval(10, 4.3), &before, &after);
+  EXPECT_EQ(d.verdict, Verdict::kNetworkBound);
+  EXPECT_THAT(d.line, ::testing::Not(HasSubstr("augmentation")));
+}
+
 TEST(DiagnosisTest, WaitingWithIdleWorkersIsNetworkBound) {
   const auto before = Daemon(8, 0, 0);
   const auto after = Daemon(8, 28, 80);

@@ -24,8 +24,9 @@ const ServerStatus* FindPrevious(const std::vector<DaemonSample>* previous,
   return nullptr;
 }
 
-// Milliseconds per image (read, decode, transform) and per batch (send),
-// over the interval since `before` when it shows progress, else since start.
+// Milliseconds per image (read, decode, transform, and augment once the
+// daemon has augmented) and per batch (send), over the interval since
+// `before` when it shows progress, else since start.
 std::string StageLine(const ServerStatus& now, const ServerStatus* before) {
   const batchd::v1::StageSeconds& b = now.stage_seconds();
   batchd::v1::StageSeconds a;
@@ -47,6 +48,10 @@ std::string StageLine(const ServerStatus& now, const ServerStatus* before) {
       "  ms/img read %.2f decode %.2f transform %.2f", (b.read() - a.read()) *
       per_image, (b.decode() - a.decode()) * per_image,
       (b.transform() - a.transform()) * per_image);
+  if (b.augment() > 0) {
+    absl::StrAppendFormat(&line, " augment %.2f",
+                          (b.augment() - a.augment()) * per_image);
+  }
   if (batches > 0) {
     absl::StrAppendFormat(&line, "  ms/batch send %.2f",
                           (b.send() - a.send()) * 1e3 / batches);

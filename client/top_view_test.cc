@@ -122,6 +122,25 @@ TEST(TopViewTest, StageTimesUseThePreviousPoll) {
   EXPECT_THAT(lines[3], HasSubstr("send 1.00 (now)"));
 }
 
+TEST(TopViewTest, ShowsTheAugmentStageOnceTheDaemonAugments) {
+  batchd::v1::ServerStatus old_status = Status(1000, 1.0, 10);
+  old_status.mutable_stage_seconds()->set_transform(0.5);
+  old_status.mutable_stage_seconds()->set_augment(1.5);
+  batchd::v1::ServerStatus new_status = Status(1500, 3.0, 20);
+  new_status.mutable_stage_seconds()->set_transform(1.0);
+  new_status.mutable_stage_seconds()->set_augment(4.0);
+  std::vector<DaemonSample> before = {{"d", old_status, absl::Now()}};
+  std::vector<DaemonSample> now = {{"d", new_status, absl::Now()}};
+  // 2.5 s of augmentation over the poll's 500 images; since start, 1.5 s
+  // over 1000.
+  EXPECT_EQ(RenderTop(now, &before, 100, 24)[3],
+            "  ms/img read 4.00 decode 8.00 transform 1.00 augment 5.00  "
+            "ms/batch send 1.00 (now)");
+  EXPECT_EQ(RenderTop(before, nullptr, 100, 24)[3],
+            "  ms/img read 1.00 decode 2.00 transform 0.50 augment 1.50  "
+            "ms/batch send 1.00 (avg)");
+}
+
 TEST(TopViewTest, FitsTheTerminal) {
   std::vector<DaemonSample> samples;
   for (int i = 0; i < 10; ++i) {

@@ -34,9 +34,33 @@ std::string AutoscaleAdvice(const batchd::v1::ServerStatus& status) {
 
 }  // namespace
 
+namespace {
+
+double SampleSeconds(const batchd::v1::StageSeconds& stages) {
+  return stages.read() + stages.decode() + stages.transform() +
+         stages.augment();
+}
+
+}  // namespace
+
 double ReadShare(const batchd::v1::StageSeconds& stages) {
-  const double total = stages.read() + stages.decode() + stages.transform();
+  const double total = SampleSeconds(stages);
   return total > 0 ? stages.read() / total : 0.0;
+}
+
+double AugmentShare(const batchd::v1::StageSeconds& stages) {
+  const double total = SampleSeconds(stages);
+  return total > 0 ? stages.augment() / total : 0.0;
+}
+
+bool AugmentationMakesInputBound(double augment_share, double wait_fraction) {
+  return augment_share > 0 && (augment_share >= wait_fraction ||
+                               augment_share >= kAugmentNamedShare);
+}
+
+std::string AugmentationNote(double augment_share) {
+  return absl::StrCat("augmentation takes ", FormatPercent(augment_share),
+                      " of the workers' time per image");
 }
 
 std::string FormatPercent(double fraction) {
@@ -45,7 +69,8 @@ std::string FormatPercent(double fraction) {
                       : absl::StrFormat("%.0f %%", percent);
 }
 
-std::string InputBoundAdvice(const batchd::v1::ServerStatus& status) {
+std::string InputBoundAdvice(const batchd::v1::ServerStatus& status,
+                             bool augmentation) {
   // Several plans of one dataset decode it several times: a sweep whose
   // jobs differ only in what does not change the bytes would share.
   const std::string plans =
@@ -55,7 +80,8 @@ std::string InputBoundAdvice(const batchd::v1::ServerStatus& status) {
                 "same dataset, pipeline and seed share them)",
                 status.shared_batches().plans_size())
           : std::string();
-  return AutoscaleAdvice(status) + plans;
+  return AutoscaleAdvice(status) +
+         (augmentation ? ", or a lighter augmentation policy" : "") + plans;
 }
 
 std::string StorageAdvice(const batchd::v1::ServerStatus& status) {
@@ -123,8 +149,13 @@ DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status) {
     v.line = absl::StrCat("compute-bound: ", job_waits, Workers(status));
   } else if (status.busy_fraction() >= kSaturatedBusyFraction) {
     v.kind = "input-bound";
-    v.line = absl::StrCat("input-bound: ", job_waits, Workers(status),
-                          " → ", InputBoundAdvice(status));
+    const double augment_share = AugmentShare(status.stage_seconds());
+    const bool augmentation = AugmentationMakesInputBound(augment_share, wait);
+    v.line = absl::StrCat(
+        "input-bound: ", job_waits, Workers(status),
+        augmentation ? absl::StrCat("; ", AugmentationNote(augment_share))
+                     : std::string(),
+        " → ", InputBoundAdvice(status, augmentation));
   } else if (ReadShare(status.stage_seconds()) >= kStorageBoundReadShare) {
     // Reads overlap (one thread per sample in flight), so their share
     // only says something when the workers wait for them.

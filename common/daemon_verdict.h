@@ -9,6 +9,10 @@
 //   DaemonVerdict v = JudgeDaemon(status);
 //   // v.line: "input-bound: job \"resnet\" waits 43 %; workers 97 % busy
 //   //          (2 workers) → add workers or a daemon"
+//   // or, when the plan's augmentation is what the workers spend their
+//   // time on: "...; workers 97 % busy (2 workers); augmentation takes
+//   //          62 % of the workers' time per image → add workers or a
+//   //          daemon, or a lighter augmentation policy"
 //
 // Pure functions; thread-safe.
 #ifndef BATCHD_COMMON_DAEMON_VERDICT_H_
@@ -27,9 +31,13 @@ inline constexpr double kInputBoundWaitFraction = 0.10;
 // are the limit.
 inline constexpr double kSaturatedBusyFraction = 0.75;
 // The workers spent at least this share of their sample time (read +
-// decode + transform, since the daemon started) reading samples: they wait
-// on the disk or the object store more than they decode.
+// decode + transform + augment, since the daemon started) reading samples:
+// they wait on the disk or the object store more than they decode.
 inline constexpr double kStorageBoundReadShare = 0.5;
+// Saturated workers that spend at least this share of their sample time in
+// the plan's augmentation ops name it, even where dropping it would not
+// quite cover the trainers' wait (AugmentationMakesInputBound).
+inline constexpr double kAugmentNamedShare = 0.25;
 
 struct DaemonVerdict {
   // "idle", "unknown", "compute-bound", "storage-bound", "input-bound",
@@ -45,7 +53,9 @@ struct DaemonVerdict {
 //   no job's trainers report (old clients)     → unknown
 //   the most-waiting job waits < kInputBoundWaitFraction → compute-bound
 //   workers busy >= kSaturatedBusyFraction     → input-bound, with
-//                                                InputBoundAdvice
+//                                                InputBoundAdvice; naming
+//     the augmentation's share of the workers' time, and a lighter policy
+//     as a remedy, when AugmentationMakesInputBound
 //   reads >= kStorageBoundReadShare of the sample time → storage-bound,
 //     with StorageAdvice: the workers wait for the bytes
 //   otherwise (spare workers, trainers wait)   → network-bound: the bytes
@@ -55,12 +65,29 @@ DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status);
 
 // What to do about saturated workers: under --workers auto the daemon adds
 // them itself until its --max-workers; past that, or when the trainers ask
-// more than that many could decode, only another daemon helps.
-std::string InputBoundAdvice(const batchd::v1::ServerStatus& status);
+// more than that many could decode, only another daemon helps. With
+// `augmentation` (AugmentationMakesInputBound), a lighter augmentation
+// policy helps too.
+std::string InputBoundAdvice(const batchd::v1::ServerStatus& status,
+                             bool augmentation = false);
 
-// The share of the workers' sample time (read + decode + transform) spent
-// reading; 0 before any sample.
+// The share of the workers' sample time (read + decode + transform +
+// augment) spent reading; 0 before any sample.
 double ReadShare(const batchd::v1::StageSeconds& stages);
+
+// The share of the workers' sample time spent in the plan's augmentation
+// ops (StageSeconds.augment); 0 before any sample or without augmentation.
+double AugmentShare(const batchd::v1::StageSeconds& stages);
+
+// Whether saturated workers' augmentation is what keeps trainers waiting
+// `wait_fraction` of their time: true when it takes at least that share of
+// the workers' time (without it they would give 1 / (1 - share) times the
+// images, and the trainers take 1 / (1 - wait) times what they get), or at
+// least kAugmentNamedShare of it.
+bool AugmentationMakesInputBound(double augment_share, double wait_fraction);
+
+// "augmentation takes 62 % of the workers' time per image".
+std::string AugmentationNote(double augment_share);
 
 // What to do about workers waiting on reads: for remote shards, fetch
 // ahead and keep more (the shard cache's flags, the shard-aware shuffle);

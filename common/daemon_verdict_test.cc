@@ -88,6 +88,60 @@ TEST(DaemonVerdictTest, WorkersWaitingOnReadsAreStorageBound) {
   EXPECT_EQ(JudgeDaemon(status).kind, "compute-bound");
 }
 
+TEST(DaemonVerdictTest, SaturatedWorkersThatMostlyAugmentNameAugmentation) {
+  batchd::v1::ServerStatus status = Status(0.97, 1);
+  AddJob(&status, "a", 1, 1, 0.43);
+  batchd::v1::StageSeconds* stages = status.mutable_stage_seconds();
+  stages->set_read(0.5);
+  stages->set_decode(3.0);
+  stages->set_transform(0.5);
+  // No augmentation: the line is the plain input-bound one.
+  EXPECT_EQ(JudgeDaemon(status).line,
+            "input-bound: job \"a\" waits 43 %; workers 97 % busy (1 "
+            "worker) → add workers or a daemon");
+  // 6 s of 10 augmenting: dropping it would more than cover the wait.
+  stages->set_augment(6.0);
+  EXPECT_DOUBLE_EQ(AugmentShare(*stages), 0.6);
+  EXPECT_DOUBLE_EQ(ReadShare(*stages), 0.05);
+  DaemonVerdict v = JudgeDaemon(status);
+  EXPECT_EQ(v.kind, "input-bound");
+  EXPECT_EQ(v.line,
+            "input-bound: job \"a\" waits 43 %; workers 97 % busy (1 "
+            "worker); augmentation takes 60 % of the workers' time per image "
+            "→ add workers or a daemon, or a lighter augmentation policy");
+  // Under --workers auto the autoscaler's advice comes first.
+  status.mutable_autoscale()->set_enabled(true);
+  status.mutable_autoscale()->set_max_workers(4);
+  EXPECT_THAT(JudgeDaemon(status).line,
+              HasSubstr("→ --workers auto is adding workers (up to 4), or a "
+                        "lighter augmentation policy"));
+  status.clear_autoscale();
+  // 1 s of 5 (20 %): below the named share, but it covers a 15 % wait.
+  stages->set_augment(1.0);
+  status.mutable_jobs(0)->mutable_trainer()->set_wait_ratio(0.15);
+  EXPECT_THAT(JudgeDaemon(status).line,
+              HasSubstr("; augmentation takes 20 % of the workers' time per "
+                        "image → "));
+  // ... but not a 43 % wait: the workers are short whatever the policy.
+  status.mutable_jobs(0)->mutable_trainer()->set_wait_ratio(0.43);
+  EXPECT_EQ(JudgeDaemon(status).line,
+            "input-bound: job \"a\" waits 43 %; workers 97 % busy (1 "
+            "worker) → add workers or a daemon");
+  // Workers with time to spare are not limited by augmentation.
+  stages->set_augment(6.0);
+  status.set_busy_fraction(0.3);
+  EXPECT_THAT(JudgeDaemon(status).line, Not(HasSubstr("augmentation")));
+}
+
+TEST(DaemonVerdictTest, AugmentationMakesInputBoundRule) {
+  EXPECT_FALSE(AugmentationMakesInputBound(0.0, 0.0));
+  EXPECT_TRUE(AugmentationMakesInputBound(0.12, 0.11));
+  EXPECT_FALSE(AugmentationMakesInputBound(0.12, 0.30));
+  EXPECT_TRUE(AugmentationMakesInputBound(kAugmentNamedShare, 0.9));
+  EXPECT_EQ(AugmentationNote(0.055),
+            "augmentation takes 5.5 % of the workers' time per image");
+}
+
 TEST(DaemonVerdictTest, AutoscaleAdviceAndDraining) {
   batchd::v1::ServerStatus status = Status(0.9, 2);
   AddJob(&status, "a", 1, 1, 0.5);

@@ -30,6 +30,7 @@ enum class RandomPurpose : uint8_t {
   kSubstitute = 3,   // choosing a substitute for a bad sample
   kShardPermutation = 4,  // the epoch's shard order (shard-aware shuffle)
   kShardWindow = 5,       // draws from the shard-aware shuffle's window
+  kAugmentOps = 6,  // a sample's augmentation ops (Pipeline.augment)
 };
 
 // The largest sample index the counter layout can hold (56 bits).

@@ -16,6 +16,18 @@ With --endpoint the batchd run uses a daemon already serving the dataset
 when it does not exist) with the repository's launcher (batchd_testing in
 testing/python) and stops it at the end. Runs on the CPU unless
 --device says otherwise.
+
+The augmentation flags are those of torchvision's classification reference
+(--auto-augment, --ra-magnitude, --augmix-severity, --interpolation,
+--train-crop-size, --val-resize-size, --val-crop-size); both runs compute
+the same recipe: batchd through batchd.augment.reference_recipe, the
+DataLoader through the torchvision transforms the reference's presets
+build. --eval-steps adds an evaluation pass (resize, centre crop) to each
+run:
+
+    /usr/bin/python3 examples/train_resnet.py --data data/demo \\
+        --build build --auto-augment ta_wide --train-crop-size 176 \\
+        --val-resize-size 232 --val-crop-size 224 --eval-steps 5
 """
 import argparse
 import os
@@ -39,7 +51,28 @@ def parse_args(argv):
                    help="dataset name at --endpoint")
     p.add_argument("--daemon-workers", type=int, default=os.cpu_count(),
                    help="decode workers of the daemon this example starts")
-    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--image-size", type=int, default=64,
+                   help="default of the crop sizes below")
+    p.add_argument("--train-crop-size", type=int,
+                   help="RandomResizedCrop size (default --image-size)")
+    p.add_argument("--val-crop-size", type=int,
+                   help="evaluation centre crop (default --image-size)")
+    p.add_argument("--val-resize-size", type=int,
+                   help="evaluation resize of the shorter side (default "
+                        "val crop * 256 / 224)")
+    p.add_argument("--interpolation", default="bilinear",
+                   choices=["bilinear", "bicubic"],
+                   help="the crop's (and the evaluation resize's)")
+    p.add_argument("--auto-augment", default=None,
+                   choices=["ta_wide", "ra", "augmix", "imagenet", "cifar10",
+                            "svhn"],
+                   help="the reference's policy after crop and flip")
+    p.add_argument("--ra-magnitude", type=int, default=9,
+                   help="RandAugment's magnitude (--auto-augment ra)")
+    p.add_argument("--augmix-severity", type=int, default=3,
+                   help="AugMix's severity (--auto-augment augmix)")
+    p.add_argument("--eval-steps", type=int, default=0,
+                   help="evaluation batches after training (0: none)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--steps", type=int, default=20, help="timed steps per run")
     p.add_argument("--warmup", type=int, default=2,
@@ -56,7 +89,12 @@ def parse_args(argv):
                    help="torch.set_num_threads (0: leave as is)")
     p.add_argument("--input-bound-threshold", type=float, default=0.10,
                    help="waiting fraction above which a run is input-bound")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.train_crop_size = args.train_crop_size or args.image_size
+    args.val_crop_size = args.val_crop_size or args.image_size
+    args.val_resize_size = (args.val_resize_size or
+                            args.val_crop_size * 256 // 224)
+    return args
 
 
 def ensure_dataset(args):
@@ -84,12 +122,16 @@ def start_daemon(args, data):
                   ["--workers", str(args.daemon_workers)])
 
 
-def batchd_batches(args, endpoint, dataset, normalize):
+def batchd_batches(args, endpoint, dataset, train=True):
+    """Batches of the reference recipe the flags name (normalised with
+    ImageNet's mean and std, as the reference's presets do)."""
     import batchd
+    recipe = batchd.augment.reference_recipe(args)
     loader = batchd.Loader(endpoint, dataset, args.batch_size,
-                           size=args.image_size, normalize=normalize,
-                           device=args.device, prefetch=args.prefetch,
-                           drop_last=True, rank=0, world_size=1)
+                           **(recipe.train if train else recipe.eval),
+                           shuffle=train, device=args.device,
+                           prefetch=args.prefetch, drop_last=True, rank=0,
+                           world_size=1)
     epoch = 0
     while True:
         loader.set_epoch(epoch)
@@ -97,18 +139,43 @@ def batchd_batches(args, endpoint, dataset, normalize):
         epoch += 1
 
 
-def dataloader_batches(args, data, normalize):
+def torchvision_transform(args, normalize, train=True):
+    """The reference's ClassificationPresetTrain / ClassificationPresetEval
+    for the flags. Its policy runs bilinear, as batchd runs it (the ops have
+    no bicubic; docs/augment.md)."""
+    from torchvision import transforms
+    mode = transforms.InterpolationMode(args.interpolation)
+    if not train:
+        steps = [transforms.Resize(args.val_resize_size, interpolation=mode),
+                 transforms.CenterCrop(args.val_crop_size)]
+    else:
+        steps = [transforms.RandomResizedCrop(args.train_crop_size,
+                                              interpolation=mode),
+                 transforms.RandomHorizontalFlip()]
+        policy = transforms.InterpolationMode.BILINEAR
+        if args.auto_augment == "ta_wide":
+            steps.append(transforms.TrivialAugmentWide(interpolation=policy))
+        elif args.auto_augment == "ra":
+            steps.append(transforms.RandAugment(
+                magnitude=args.ra_magnitude, interpolation=policy))
+        elif args.auto_augment == "augmix":
+            steps.append(transforms.AugMix(severity=args.augmix_severity,
+                                           interpolation=policy))
+        elif args.auto_augment is not None:
+            steps.append(transforms.AutoAugment(
+                transforms.AutoAugmentPolicy(args.auto_augment),
+                interpolation=policy))
+    return transforms.Compose(steps + [transforms.ToTensor(),
+                                       transforms.Normalize(*normalize)])
+
+
+def dataloader_batches(args, data, normalize, train=True):
     import torch
-    from torchvision import datasets, transforms
-    transform = transforms.Compose([
-        transforms.RandomResizedCrop(args.image_size),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize(*normalize),
-    ])
+    from torchvision import datasets
     loader = torch.utils.data.DataLoader(
-        datasets.ImageFolder(str(data), transform=transform),
-        batch_size=args.batch_size, shuffle=True, drop_last=True,
+        datasets.ImageFolder(str(data), transform=torchvision_transform(
+            args, normalize, train)),
+        batch_size=args.batch_size, shuffle=train, drop_last=True,
         num_workers=args.num_workers, pin_memory=args.pin_memory,
         persistent_workers=args.num_workers > 0)
     while True:
@@ -147,7 +214,22 @@ def train(args, name, batches, num_classes):
         del images, labels
     sync()
     wall = time.perf_counter() - started
-    return wall / args.steps, waited / wall, float(loss)
+    return model, (wall / args.steps, waited / wall, float(loss))
+
+
+def evaluate(args, model, batches):
+    """--eval-steps batches through the trained model; returns (images/s,
+    top-1 accuracy)."""
+    import torch
+    model.eval()
+    correct = images_seen = 0
+    started = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(args.eval_steps):
+            images, labels = next(batches)
+            correct += int((model(images).argmax(1) == labels).sum())
+            images_seen += labels.numel()
+    return images_seen / (time.perf_counter() - started), correct / images_seen
 
 
 def report(args, name, step_s, wait_fraction, loss):
@@ -173,9 +255,11 @@ def main(argv):
     data = ensure_dataset(args)
     num_classes = sum(1 for p in data.iterdir() if p.is_dir())
     normalize = batchd.IMAGENET_NORMALIZE
-    print(f"ResNet-18 on {args.device}, {args.image_size}x{args.image_size}, "
-          f"batch {args.batch_size}, {args.steps} timed steps after "
-          f"{args.warmup} warmup; torch threads {torch.get_num_threads()}",
+    crop = args.train_crop_size
+    print(f"ResNet-18 on {args.device}, {crop}x{crop}, batch "
+          f"{args.batch_size}, {args.steps} timed steps after {args.warmup} "
+          f"warmup; torch threads {torch.get_num_threads()}; "
+          f"{args.interpolation}, auto-augment {args.auto_augment or 'none'}",
           flush=True)
     for name in args.loaders.split(","):
         if name == "batchd":
@@ -184,23 +268,32 @@ def main(argv):
             if endpoint is None:
                 daemon = start_daemon(args, data)
                 endpoint, dataset = daemon.endpoint, "train"
-            try:
-                batches = batchd_batches(args, endpoint, dataset, normalize)
-                result = train(args, name, batches, num_classes)
-                batches.close()
-            finally:
-                if daemon is not None:
-                    daemon.stop()
+            make = lambda train: batchd_batches(  # noqa: E731
+                args, endpoint, dataset, train)
             label = f"batchd (prefetch {args.prefetch})"
         elif name == "dataloader":
-            batches = dataloader_batches(args, data, normalize)
-            result = train(args, name, batches, num_classes)
-            batches.close()
+            daemon = None
+            make = lambda train: dataloader_batches(  # noqa: E731
+                args, data, normalize, train)
             label = (f"DataLoader (num_workers {args.num_workers}, "
                      f"pin_memory {args.pin_memory})")
         else:
             raise SystemExit(f"unknown loader {name!r}")
-        report(args, label, *result)
+        try:
+            batches = make(True)
+            model, result = train(args, name, batches, num_classes)
+            batches.close()
+            report(args, label, *result)
+            if args.eval_steps > 0:
+                batches = make(False)
+                rate, accuracy = evaluate(args, model, batches)
+                batches.close()
+                print(f"{label}: eval (resize {args.val_resize_size}, crop "
+                      f"{args.val_crop_size}): {rate:.1f} images/s, top-1 "
+                      f"{100 * accuracy:.1f}%", flush=True)
+        finally:
+            if daemon is not None:
+                daemon.stop()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 // Fuzz target: plan validation and resolution from arbitrary Plan protos
 // (raw serialized bytes), then the plan arithmetic a stream does with a
 // resolved plan: batches per epoch, the shape, a batch's sample order and
-// each sample's crop.
+// each sample's crop, and the sample's augmentation calls (Pipeline.augment)
+// drawn, described and applied to the output image when it is small.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "batchd/v1/data.pb.h"
 #include "common/sampler.h"
+#include "server/augment/op_call.h"
 #include "server/dataset/dataset.h"
 #include "server/plan/resolved_plan.h"
 
@@ -58,6 +60,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (uint64_t sample : samples) {
       (void)p.Crop(epoch, sample, /*width=*/1 + sample % 777,
                    /*height=*/1 + sample % 555);
+      if (p.augment.empty()) continue;
+      // The ops run on the square output; small ones are applied (the
+      // plan's checks, e.g. the blur's kernel, hold for that side).
+      const int side = p.output_size();
+      const std::vector<batchd::server::augment::OpCall> calls =
+          p.AugmentCalls(epoch, sample, side, side);
+      (void)batchd::server::augment::Describe(calls);
+      if (side > 48) continue;
+      std::vector<uint8_t> pixels(static_cast<size_t>(3 * side * side),
+                                  static_cast<uint8_t>(sample * 37));
+      thread_local batchd::server::augment::Scratch scratch;
+      batchd::server::augment::Apply(
+          calls, {pixels.data(), side, side, ptrdiff_t{3} * side}, &scratch);
     }
   }
   return 0;

@@ -53,6 +53,9 @@ encode() {
 echo 'dataset: "small" batch_size: 8 seed: 3 shuffle: true pipeline { train { size: 32 } }' | encode train
 echo 'dataset: "small" batch_size: 5 drop_last: true rank: 1 world_size: 3 pipeline { eval { size: 24 resize_shorter: 28 } layout: LAYOUT_NCHW }' | encode eval-sharded
 echo 'dataset: "sharded" batch_size: 4 seed: 9 shuffle: true shuffle_window_shards: 3 world_size: 2 rank: 1 pipeline { train { size: 16 } }' | encode shard-window
+echo 'dataset: "small" batch_size: 6 seed: 5 pipeline { train { size: 32 } interpolation: INTERPOLATION_BICUBIC augment { trivial_augment_wide { } } augment { rand_augment { num_ops: 3 magnitude_std: 2 fill: [1, 2, 3] } } augment { color_jitter { brightness: 0.4 contrast: 0.4 saturation: 0.4 hue: 0.1 p: 0.8 } } augment { random_affine { degrees_min: -10 degrees_max: 10 translate_x: 0.1 translate_y: 0.1 scale_min: 0.9 scale_max: 1.1 shear_x_min: -5 shear_x_max: 5 shear_y_min: 0 shear_y_max: 3 } } }' | encode augment-policies
+echo 'dataset: "small" batch_size: 7 pipeline { eval { size: 24 } layout: LAYOUT_NCHW augment { auto_augment { policy: POLICY_SVHN interpolation: INTERPOLATION_BILINEAR } } augment { aug_mix { severity: 10 mixture_width: 4 alpha: 0.5 all_ops: false } } augment { gaussian_blur { kernel_size: 5 kernel_size_y: 3 } } augment { random_grayscale { p: 0.5 } } augment { random_solarize { } } augment { random_posterize { bits: 2 } } augment { random_autocontrast { } } augment { random_equalize { } } augment { random_invert { } } augment { random_vertical_flip { } } augment { random_rotation { degrees_min: -30 degrees_max: 30 } } }' | encode augment-ops
+echo 'dataset: "small" batch_size: 4 pipeline { train { size: 16 } augment { rand_augment { magnitude: 40 } } }' | encode augment-refused
 echo 'dataset: "one" batch_size: 64 world_size: 4 rank: 3 pipeline { train { size: 16 scale_min: 0.5 scale_max: 1 ratio_min: 0.75 ratio_max: 1.33 flip_probability: 1 } }' | encode tiny
 
 rcv=$out/receive

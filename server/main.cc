@@ -227,6 +227,12 @@ ABSL_FLAG(uint64_t, read_cache_bytes, Defaults().read_cache_bytes,
           "least recently used out; concurrent reads of one sample are "
           "made once. 0: no cache. On top of the buffer budget in the "
           "memory bound.");
+ABSL_FLAG(int64_t, log_augment_sample, Defaults().log_augment_sample,
+          "Debugging: each time the sample with this dataset index is built "
+          "by a plan with augmentation ops (pipeline.augment), write its "
+          "drawn calls to stderr as torchvision functional calls, one line "
+          "with the plan's label, the epoch and the sample. -1 (the "
+          "default): never.");
 ABSL_FLAG(uint64_t, decoded_cache_bytes, Defaults().decoded_cache_bytes,
           "Capped decoded images (plans with pipeline.decoded_max_side) kept "
           "in memory for every plan and job, bytes, least recently used "
@@ -432,6 +438,7 @@ batchd::server::DaemonOptions OptionsFromFlags(
   o.remote_connections = absl::GetFlag(FLAGS_remote_connections);
   o.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
   o.decoded_cache_bytes = absl::GetFlag(FLAGS_decoded_cache_bytes);
+  o.log_augment_sample = absl::GetFlag(FLAGS_log_augment_sample);
   o.cache_dir = absl::GetFlag(FLAGS_cache_dir);
   o.cache_bytes = absl::GetFlag(FLAGS_cache_bytes);
   o.cache_ram_bytes = absl::GetFlag(FLAGS_cache_ram_bytes);

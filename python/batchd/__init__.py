@@ -30,13 +30,15 @@ import pkgutil
 # a build tree (both on sys.path).
 __path__ = pkgutil.extend_path(__path__, __name__)
 
-from . import errors  # noqa: E402
+from . import augment, errors  # noqa: E402
 from .diagnosis import VERDICTS, Diagnosis  # noqa: E402
 from ._native import LoaderArgs, NativeLoader  # noqa: E402,F401
 from .errors import BatchdError  # noqa: E402
 from .connection import list_datasets  # noqa: E402
 from .loader import IMAGENET_NORMALIZE, Loader  # noqa: E402
+from .augment import reference_recipe  # noqa: E402
 from .state import merge_states  # noqa: E402
 
-__all__ = ["Loader", "Diagnosis", "BatchdError", "errors", "list_datasets",
-           "merge_states", "IMAGENET_NORMALIZE", "VERDICTS"]
+__all__ = ["Loader", "Diagnosis", "BatchdError", "augment", "errors",
+           "list_datasets", "merge_states", "reference_recipe",
+           "IMAGENET_NORMALIZE", "VERDICTS"]

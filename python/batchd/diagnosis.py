@@ -14,7 +14,7 @@ VERDICTS = ("compute-bound", "input-bound", "network-bound", "client-bound",
 class Diagnosis(collections.namedtuple(
         "Diagnosis", ["verdict", "line", "waited_fraction", "copy_fraction",
                       "daemon_busy_fraction", "daemon_workers",
-                      "stream_bytes_per_second"])):
+                      "stream_bytes_per_second", "daemon_augment_share"])):
     """What limits the input, as :meth:`Loader.diagnose` finds it.
 
     ``verdict`` is one of :data:`VERDICTS`; ``line`` says it in one plain
@@ -23,7 +23,13 @@ class Diagnosis(collections.namedtuple(
     daemon"``. The figures it rests on: ``waited_fraction`` (the steady
     share, without each epoch's first batch), ``copy_fraction``,
     ``daemon_busy_fraction`` (None when the daemon's status was not
-    available), ``daemon_workers`` and ``stream_bytes_per_second``.
+    available), ``daemon_workers``, ``stream_bytes_per_second`` and
+    ``daemon_augment_share`` (the share of the daemon workers' time per
+    image spent in the plan's augmentation ops, 0 without them). When
+    saturated workers spend enough of their time augmenting to explain the
+    wait, an input-bound line says so, e.g. ``"...; augmentation takes 60 %
+    of the workers' time per image -> add workers or a daemon, or a lighter
+    augmentation policy"``.
     """
 
     __slots__ = ()

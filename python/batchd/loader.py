@@ -9,6 +9,7 @@ import logging
 import time
 
 from . import _native, errors
+from . import augment as _augment
 from . import connection as _connection
 from . import timeline as _timeline
 from .diagnosis import Diagnosis
@@ -49,6 +50,17 @@ class Loader:
         torchvision's defaults. Train only.
       flip: probability of a horizontal flip (train only; default 0.5).
       resize_shorter: eval only; default ``size * 256 // 224``.
+      interpolation: how the crop (or the eval resize) is resized to
+        ``size``: ``"bilinear"`` (default) or ``"bicubic"``, both
+        antialiased as torchvision's ``antialias=True``; torchvision's
+        InterpolationMode is taken too.
+      augment: augmentation ops after the crop and flip, in order: a list
+        of :mod:`batchd.augment` ops (``[batchd.augment.RandAugment(
+        magnitude=9, magnitude_std=0.5)]``), or their text-format entries
+        as one string (what ``batchd-client --augment`` takes). The daemon
+        applies them; every random draw comes from the sample's generator.
+        :func:`batchd.augment.reference_recipe` gives torchvision's
+        reference recipes (docs/augment.md).
       layout: ``"nchw"`` (default, what torch models take) or ``"nhwc"``.
       decoded_max_side: 0 (default) decodes each crop from the file. N > 0
         decodes each image whole with its longer side capped at N pixels
@@ -142,6 +154,7 @@ class Loader:
     def __init__(self, endpoint, dataset, batch_size, *,
                  mode=_DEFAULTS.mode, size=_DEFAULTS.size, scale=None,
                  ratio=None, flip=None, resize_shorter=None,
+                 interpolation=_DEFAULTS.interpolation, augment=None,
                  layout=_DEFAULTS.layout,
                  decoded_max_side=_DEFAULTS.decoded_max_side,
                  seed=_DEFAULTS.seed, shuffle=_DEFAULTS.shuffle,
@@ -212,7 +225,9 @@ class Loader:
             world_size=world_size, job=job, mode=mode, size=size,
             scale=None if scale is None else tuple(scale),
             ratio=None if ratio is None else tuple(ratio), flip=flip,
-            resize_shorter=resize_shorter or 0, layout=layout,
+            resize_shorter=resize_shorter or 0,
+            interpolation=getattr(interpolation, "value", interpolation),
+            augment=_augment.to_text(augment or []), layout=layout,
             decoded_max_side=decoded_max_side,
             prefetch=prefetch, auto_prefetch=auto_prefetch,
             auto_prefetch_max_bytes=prefetch_memory,

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/augment_options.h"
 
 namespace batchd::python {
 
@@ -98,6 +99,13 @@ absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args) {
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "mode must be 'train' or 'eval', not '", args.mode, "'"));
+  }
+  client::AugmentOptions augment;
+  augment.interpolation = args.interpolation;
+  augment.augment = args.augment;
+  if (absl::Status status = client::ApplyAugmentOptions(augment, pipeline);
+      !status.ok()) {
+    return status;
   }
   return options;
 }

@@ -67,6 +67,11 @@ struct LoaderArgs {
   // batchd.v1.Pipeline.decoded_max_side: decode at capped resolution, then
   // crop; 0: off.
   uint32_t decoded_max_side = 0;
+  // The crop's resize, "bilinear" or "bicubic", and the augmentation ops as
+  // text-format Pipeline.augment entries (batchd.augment's classes write
+  // them); client::ApplyAugmentOptions sets them.
+  std::string interpolation = "bilinear";
+  std::string augment;
   // An elastic resume (batchd.v1.Plan.resume): epoch resume_epoch starts
   // at position resume_position of its global order; 0: no resume.
   uint64_t resume_epoch = 0;
@@ -92,8 +97,9 @@ struct LoaderArgs {
 
 // The client::LoaderOptions `args` stand for. INVALID_ARGUMENT, with the
 // message Python shows as a ValueError, for options that do not fit
-// together (an unknown mode or layout, a train-only option in eval mode,
-// a timeout <= 0, a negative hedge factor).
+// together (an unknown mode, layout or interpolation, augment text that
+// does not parse, a train-only option in eval mode, a timeout <= 0, a
+// negative hedge factor).
 absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args);
 
 }  // namespace batchd::python

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "google/protobuf/text_format.h"
 #include "python/native/module_common.h"
 #include "python/native/native_loader.h"
 
@@ -160,6 +161,10 @@ void BindLoaderArgs(py::module_& m) {
   field("resize_shorter", &LoaderArgs::resize_shorter,
         "eval: shorter side before the crop; 0: the daemon's default");
   field("layout", &LoaderArgs::layout, "'nchw' or 'nhwc'");
+  field("interpolation", &LoaderArgs::interpolation,
+        "the crop's resize: 'bilinear' or 'bicubic'");
+  field("augment", &LoaderArgs::augment,
+        "augmentation ops, text-format Pipeline.augment entries");
   field("decoded_max_side", &LoaderArgs::decoded_max_side,
         "decode at capped resolution (longer side, pixels), then crop; 0: "
         "off");
@@ -208,6 +213,16 @@ void BindLoaderArgs(py::module_& m) {
     return self.cast<LoaderArgs>();
   }));
   cls.attr("fields") = py::tuple(py::cast(fields));
+  cls.def(
+      "plan",
+      [](const LoaderArgs& self) {
+        std::string text;
+        google::protobuf::TextFormat::PrintToString(
+            LoaderOptionsOrThrow(self).plan, &text);
+        return text;
+      },
+      "The batchd.v1.Plan these arguments ask for, in protobuf text "
+      "format; ValueError when they do not fit together.");
   cls.def("__repr__", [](const py::object& self) {
     std::string out = "LoaderArgs(";
     const char* separator = "";

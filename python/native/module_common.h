@@ -235,6 +235,7 @@ void BindLoaderCommon(py::class_<L>& cls) {
                     ? py::object(py::none())
                     : py::object(py::float_(diagnosis->daemon_busy_fraction));
             out["daemon_workers"] = diagnosis->daemon_workers;
+            out["daemon_augment_share"] = diagnosis->daemon_augment_share;
             out["stream_bytes_per_second"] =
                 diagnosis->stream_bytes_per_second;
             return out;

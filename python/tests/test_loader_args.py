@@ -20,7 +20,8 @@ def test_loader_defaults_are_the_native_ones():
     for name in ("prefetch", "hedge_factor", "connect_timeout",
                  "unavailable_timeout", "batch_progress_timeout",
                  "shared_memory", "mode", "size",
-                 "layout", "decoded_max_side", "seed", "shuffle",
+                 "layout", "interpolation", "decoded_max_side", "seed",
+                 "shuffle",
                  "shuffle_window_shards",
                  "drop_last", "job"):
         assert loader[name] == getattr(defaults, name), name

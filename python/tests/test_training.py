@@ -93,3 +93,24 @@ def test_resnet_example_runs(binaries, dataset_dir, tmp_path):
         assert LINE.match(lines[i]), lines[i]
         assert VERDICT.match(lines[i + 1]), lines[i + 1]
     assert lines[1].startswith("batchd") and lines[3].startswith("DataLoader")
+
+
+def test_resnet_example_applies_the_reference_recipe(binaries, dataset_dir):
+    """--auto-augment and the crop sizes reach both loaders; the evaluation
+    pass uses the eval recipe."""
+    build = pathlib.Path(binaries["daemon"]).parents[1]
+    out = subprocess.run(
+        [sys.executable, str(SOURCE_DIR / "examples" / "train_resnet.py"),
+         "--data", str(dataset_dir), "--build", str(build), "--batch-size",
+         "8", "--steps", "1", "--warmup", "0", "--daemon-workers", "1",
+         "--auto-augment", "ta_wide", "--interpolation", "bicubic",
+         "--train-crop-size", "40", "--val-resize-size", "40",
+         "--val-crop-size", "32", "--eval-steps", "1"],
+        env=python_env(), capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("ResNet-18 on cpu, 40x40, batch 8")
+    assert lines[0].endswith("; bicubic, auto-augment ta_wide")
+    evals = [line for line in lines if ": eval (resize 40, crop 32): " in line]
+    assert len(evals) == 2, out.stdout
+    assert evals[0].startswith("batchd") and evals[1].startswith("DataLoader")

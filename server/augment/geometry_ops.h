@@ -30,8 +30,11 @@ struct AffineParams {
   float translate_x = 0;
   float translate_y = 0;
   float scale = 1;
-  float shear_x = 0;
-  float shear_y = 0;
+  // Double: the policies' ShearX/ShearY pass degrees(atan(magnitude)),
+  // which torchvision keeps in double; as float the matrix would move
+  // enough to change some bilinear roundings.
+  double shear_x = 0;
+  double shear_y = 0;
   // The centre of the transform in pixels from the top-left corner; unset
   // (center_set false) is the image centre, as torchvision's center=None.
   bool center_set = false;
@@ -41,6 +44,12 @@ struct AffineParams {
   Interpolation interpolation = Interpolation::kNearest;
   // Where the transform samples outside the image.
   std::array<uint8_t, 3> fill = {0, 0, 0};
+  // torchvision's fill=None (the policies' default, an empty `fill` in
+  // augment.proto): outside is black and `fill` is ignored. It differs from
+  // fill {0, 0, 0} only with bilinear, on the border: a given fill is
+  // blended by the sampled mask (img * mask + (1 - mask) * fill), which
+  // darkens the partly outside pixels once more; None is not.
+  bool fill_none = false;
 };
 
 // F.affine(img, angle, [translate_x, translate_y], scale, [shear_x,
@@ -49,7 +58,9 @@ void Affine(Image image, const AffineParams& params,
             std::vector<uint8_t>* scratch);
 
 // F.rotate(img, angle, interpolation, expand=False, center=None, fill):
-// the affine rotation about the image centre.
+// the affine rotation about the image centre, counter-clockwise. It is
+// Affine with `angle` negated and the other parameters at their defaults
+// (call that for fill=None).
 void Rotate(Image image, float angle, Interpolation interpolation,
             std::array<uint8_t, 3> fill, std::vector<uint8_t>* scratch);
 

@@ -61,6 +61,7 @@ CropWindow WindowAt(const CropSpec& crop, int width, int height, int denom,
   window.resize.out_width = crop.out_width;
   window.resize.out_height = crop.out_height;
   window.resize.flip = crop.flip;
+  window.resize.filter = crop.filter;
   window.resize.layout = layout;
   return window;
 }

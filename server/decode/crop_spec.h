@@ -10,6 +10,17 @@ namespace batchd::server {
 // Pixel layouts the decoder can write.
 enum class PixelLayout { kHWC, kCHW };
 
+// The resize's interpolation kernel, as torchvision's
+// F.resize(..., antialias=True) on a tensor (torch.nn.functional.interpolate
+// with align_corners=False, antialias=True) defines it.
+enum class ResizeFilter {
+  // The triangle, radius 1: InterpolationMode.BILINEAR.
+  kBilinear,
+  // Keys' cubic convolution with a = -0.5, radius 2: InterpolationMode.
+  // BICUBIC. Overshoots at edges are clamped to 0..255.
+  kBicubic,
+};
+
 struct CropSpec {
   // The crop window in source-image pixel coordinates (full resolution,
   // before any DCT scaling). Fractional for the eval transform. The window
@@ -24,6 +35,8 @@ struct CropSpec {
   int out_height = 0;
   // Mirror the output left-right.
   bool flip = false;
+  // How the window is resized (Pipeline.interpolation).
+  ResizeFilter filter = ResizeFilter::kBilinear;
 };
 
 }  // namespace batchd::server

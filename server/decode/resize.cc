@@ -14,6 +14,9 @@ namespace {
 
 constexpr int kOne = 1 << kResizeWeightBits;
 constexpr int kHalf = 1 << (kResizeWeightBits - 1);
+// The largest normalised weight (in units of one) that ComputeWeights
+// keeps; int16 holds up to 2.
+constexpr double kMaxWeight = 1.75;
 
 // std::lround for 0 <= x < 2^31, without the library call: x - trunc(x)
 // is exact, so comparing it with 0.5 rounds halves up as lround does.
@@ -22,19 +25,44 @@ int RoundNonNegative(double x) {
   return truncated + (x - truncated >= 0.5 ? 1 : 0);
 }
 
+// std::lround for |x| < 2^31: halves away from zero.
+int RoundHalfAway(double x) {
+  return x >= 0 ? RoundNonNegative(x) : -RoundNonNegative(-x);
+}
+
 double Triangle(double x) {
   x = std::fabs(x);
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+// Keys' cubic convolution kernel with a = -0.5, as PyTorch's antialiased
+// bicubic (HelperInterpCubic::aa_filter) writes it.
+double Cubic(double x) {
+  constexpr double a = -0.5;
+  x = std::fabs(x);
+  if (x < 1.0) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2.0) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+  return 0.0;
+}
+
+// acc >> kResizeWeightBits clamped to a byte: what both passes store. With
+// the triangle's non-negative weights (summing to one) the clamp never
+// changes a value; the cubic's negative lobes need it.
+inline uint8_t ToByte(int32_t acc) {
+  return static_cast<uint8_t>(
+      std::clamp(acc >> kResizeWeightBits, int32_t{0}, int32_t{255}));
+}
+
 }  // namespace
 
-void Resizer::ComputeWeights(double window_start, double window_size,
-                             int in_size, int out_size, bool reverse,
-                             AxisWeights* axis) {
+void Resizer::ComputeWeights(ResizeFilter filter, double window_start,
+                             double window_size, int in_size, int out_size,
+                             bool reverse, AxisWeights* axis) {
+  const bool cubic = filter == ResizeFilter::kBicubic;
   const double scale = window_size / out_size;
   const double filter_scale = std::max(scale, 1.0);
-  const double support = 1.0 * filter_scale;  // triangle radius is 1
+  // The triangle's radius is 1, the cubic's 2.
+  const double support = (cubic ? 2.0 : 1.0) * filter_scale;
   const double inv_filter_scale = 1.0 / filter_scale;
   axis->max_taps = static_cast<int>(std::ceil(support)) * 2 + 1;
   axis->start.assign(out_size, 0);
@@ -50,10 +78,18 @@ void Resizer::ComputeWeights(double window_start, double window_size,
     int n = std::min(hi - lo, axis->max_taps);
     double total = 0;
     for (int k = 0; k < n; ++k) {
-      w[k] = Triangle((lo + k - center + 0.5) * inv_filter_scale);
+      const double t = (lo + k - center + 0.5) * inv_filter_scale;
+      w[k] = cubic ? Cubic(t) : Triangle(t);
       total += w[k];
     }
-    if (total <= 0) {
+    // The cubic's taps can nearly cancel where the filter's centre lies
+    // outside the view; normalised weights past kMaxWeight would overflow
+    // int16 (inside the view they stay under 1.2).
+    bool degenerate = total <= 0;
+    for (int k = 0; k < n && !degenerate; ++k) {
+      degenerate = std::fabs(w[k]) > kMaxWeight * total;
+    }
+    if (degenerate) {
       // The window lies outside the view (can only happen for degenerate
       // windows at the edge): use the nearest pixel.
       n = 1;
@@ -70,8 +106,8 @@ void Resizer::ComputeWeights(double window_start, double window_size,
     int sum = 0;
     int largest = first;
     for (int k = first; k < last; ++k) {
-      // w[k] >= 0 and total > 0.
-      const int v = RoundNonNegative(w[k] / total * kOne);
+      // Triangle: w[k] >= 0 and total > 0. Cubic: |w[k] / total| < 2.
+      const int v = RoundHalfAway(w[k] / total * kOne);
       fixed[k - first] = static_cast<int16_t>(v);
       sum += v;
       if (w[k] > w[largest]) largest = k;
@@ -121,9 +157,10 @@ void WeightedSum(const uint8_t* const* rows, const int16_t* weights, int taps,
 // widened to int16 side by side, times (weight k, weight k + 1) packed into
 // an int32 (PackPair), gives the int32 sum of both products in one
 // instruction (bytes times 14-bit weights cannot overflow it). They round to
-// bytes with (acc >> 14) & 0xFF, which is static_cast<uint8_t>(acc >> 14)
-// for any acc, as the portable code does (so the saturating packs of the
-// horizontal pass never saturate).
+// bytes as ToByte does: acc >> 14 clamped to 0..255. The vertical pass
+// clamps the sums (when the weights can be negative) and then takes bits
+// 14..21; the horizontal pass saturates in its packs. With the triangle's
+// weights the sums are always in range and neither clamp changes a byte.
 
 int32_t PackPair(int16_t low, int16_t high) {
   return static_cast<int32_t>(static_cast<uint16_t>(low) |
@@ -181,16 +218,29 @@ BATCHD_AVX2_INLINE void Store32(uint8_t* p, __m256i v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
 }
 
+// Clamps sums s0..s3 to [0, 256 << 14): the range RoundColumns rounds to
+// 0..255.
+BATCHD_AVX2_INLINE void ClampSums(__m256i& s0, __m256i& s1, __m256i& s2,
+                                  __m256i& s3) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i top = _mm256_set1_epi32((256 << kResizeWeightBits) - 1);
+  s0 = _mm256_min_epi32(_mm256_max_epi32(s0, zero), top);
+  s1 = _mm256_min_epi32(_mm256_max_epi32(s1, zero), top);
+  s2 = _mm256_min_epi32(_mm256_max_epi32(s2, zero), top);
+  s3 = _mm256_min_epi32(_mm256_max_epi32(s3, zero), top);
+}
+
 // The vertical pass for one output row: dst[c] = the rounded weighted sum of
 // rows[k][c], c < n, with weights[k] (pairs: the same, paired by PackPair).
+// `clamp`: some weights are negative, so sums can leave 0..255.
 __attribute__((target("avx2"))) void VerticalRowAvx2(
     const uint8_t* const* rows, const int16_t* weights, const int32_t* pairs,
-    int taps, size_t n, uint8_t* dst) {
+    int taps, size_t n, bool clamp, uint8_t* dst) {
   if (n < 32) {  // too narrow for one vector: the scalar sum
     for (size_t c = 0; c < n; ++c) {
       int32_t acc = kHalf;
       for (int k = 0; k < taps; ++k) acc += weights[k] * rows[k][c];
-      dst[c] = static_cast<uint8_t>(acc >> kResizeWeightBits);
+      dst[c] = ToByte(acc);
     }
     return;
   }
@@ -210,6 +260,10 @@ __attribute__((target("avx2"))) void VerticalRowAvx2(
       MultiplyAddPair(Load32(r0), Load32(r1), w, s0, s1, s2, s3);
       MultiplyAddPair(Load32(r0 + 32), Load32(r1 + 32), w, s4, s5, s6, s7);
     }
+    if (clamp) {
+      ClampSums(s0, s1, s2, s3);
+      ClampSums(s4, s5, s6, s7);
+    }
     Store32(dst + c, RoundColumns(s0, s1, s2, s3));
     Store32(dst + c + 32, RoundColumns(s4, s5, s6, s7));
   }
@@ -223,6 +277,7 @@ __attribute__((target("avx2"))) void VerticalRowAvx2(
       MultiplyAddPair(Load32(rows[k] + at), Load32(second_row(k) + at),
                       _mm256_set1_epi32(pairs[k / 2]), s0, s1, s2, s3);
     }
+    if (clamp) ClampSums(s0, s1, s2, s3);
     Store32(dst + at, RoundColumns(s0, s1, s2, s3));
   }
 }
@@ -250,7 +305,6 @@ __attribute__((target("avx2"))) void HorizontalRowAvx2(
     const int32_t* weights, int max_pairs, int groups, PixelLayout layout,
     size_t plane, uint8_t* dst) {
   const __m256i half = _mm256_set1_epi32(kHalf);
-  const __m256i byte = _mm256_set1_epi32(0xFF);
   // Pixels k, k + 1 (bytes R G B R G B from 0) and k + 2, k + 3 (from 6) as
   // int16 pairs R R G G B B 0 0.
   const __m256i first_pair = _mm256_setr_epi8(
@@ -286,10 +340,9 @@ __attribute__((target("avx2"))) void HorizontalRowAvx2(
                                       Load32(w + 8 * q)));
       }
     }
-    for (__m256i& a : acc) {
-      a = _mm256_and_si256(_mm256_srai_epi32(a, kResizeWeightBits), byte);
-    }
-    // Bytes R G B 0 of pixels 0..3 in the low lane, 4..7 in the high lane.
+    for (__m256i& a : acc) a = _mm256_srai_epi32(a, kResizeWeightBits);
+    // Bytes R G B 0 of pixels 0..3 in the low lane, 4..7 in the high lane,
+    // clamped to 0..255 by the saturating packs.
     const __m256i rgb0 =
         _mm256_packus_epi16(_mm256_packs_epi32(acc[0], acc[1]),
                             _mm256_packs_epi32(acc[2], acc[3]));
@@ -333,10 +386,10 @@ void Resizer::Resize(const RgbView& src, const ResizeRequest& request,
                      uint8_t* out) {
   const int out_w = request.out_width;
   const int out_h = request.out_height;
-  ComputeWeights(request.x, request.width, src.width, out_w, request.flip,
-                 &horizontal_);
-  ComputeWeights(request.y, request.height, src.height, out_h,
-                 /*reverse=*/false, &vertical_);
+  ComputeWeights(request.filter, request.x, request.width, src.width, out_w,
+                 request.flip, &horizontal_);
+  ComputeWeights(request.filter, request.y, request.height, src.height,
+                 out_h, /*reverse=*/false, &vertical_);
 
   // Source columns the horizontal pass needs.
   int col_lo = src.width;
@@ -364,8 +417,9 @@ void Resizer::ResizeTransposed(const RgbView& src,
   //   2. for each output column j: acc = weighted sum of the transposed
   //      rows x it needs; stored (transposed back) into `out` in the
   //      requested layout. The flip is in the horizontal weights.
-  // Weights sum to exactly 1 << kResizeWeightBits and are non-negative, so
-  // each pass's rounded result fits in a byte without clamping.
+  // Weights sum to exactly 1 << kResizeWeightBits; each pass's rounded
+  // result is clamped to a byte (a no-op for the triangle's non-negative
+  // weights, needed for the cubic's negative lobes).
   const int out_w = request.out_width;
   const int out_h = request.out_height;
   const int cols = col_hi - col_lo;
@@ -389,9 +443,9 @@ void Resizer::ResizeTransposed(const RgbView& src,
     uint8_t* dst = &intermediate_[static_cast<size_t>(i) * 3];
     const int32_t* a = acc_.data();
     for (int x = 0; x < cols; ++x) {
-      dst[0] = static_cast<uint8_t>(a[0] >> kResizeWeightBits);
-      dst[1] = static_cast<uint8_t>(a[1] >> kResizeWeightBits);
-      dst[2] = static_cast<uint8_t>(a[2] >> kResizeWeightBits);
+      dst[0] = ToByte(a[0]);
+      dst[1] = ToByte(a[1]);
+      dst[2] = ToByte(a[2]);
       a += 3;
       dst += column_bytes;
     }
@@ -415,9 +469,9 @@ void Resizer::ResizeTransposed(const RgbView& src,
       uint8_t* dst = out + static_cast<size_t>(j) * 3;
       const size_t row_bytes = static_cast<size_t>(out_w) * 3;
       for (int i = 0; i < out_h; ++i) {
-        dst[0] = static_cast<uint8_t>(a[0] >> kResizeWeightBits);
-        dst[1] = static_cast<uint8_t>(a[1] >> kResizeWeightBits);
-        dst[2] = static_cast<uint8_t>(a[2] >> kResizeWeightBits);
+        dst[0] = ToByte(a[0]);
+        dst[1] = ToByte(a[1]);
+        dst[2] = ToByte(a[2]);
         a += 3;
         dst += row_bytes;
       }
@@ -427,9 +481,9 @@ void Resizer::ResizeTransposed(const RgbView& src,
       uint8_t* b = g + plane;
       for (int i = 0; i < out_h; ++i) {
         const size_t at = static_cast<size_t>(i) * out_w;
-        r[at] = static_cast<uint8_t>(a[0] >> kResizeWeightBits);
-        g[at] = static_cast<uint8_t>(a[1] >> kResizeWeightBits);
-        b[at] = static_cast<uint8_t>(a[2] >> kResizeWeightBits);
+        r[at] = ToByte(a[0]);
+        g[at] = ToByte(a[1]);
+        b[at] = ToByte(a[2]);
         a += 3;
       }
     }
@@ -474,10 +528,12 @@ void Resizer::ResizeRowsAvx2(const RgbView& src,
   //   2. output pixel (i, j) = the weighted sum of the RGB triples of row_
   //      that pixel j needs, rounded to bytes, written in the requested
   //      layout. The flip is in the horizontal weights.
-  // Weights sum to exactly 1 << kResizeWeightBits and are non-negative, so
-  // each pass's rounded result fits in a byte without clamping.
+  // Weights sum to exactly 1 << kResizeWeightBits; each pass's rounded
+  // result is clamped to a byte (a no-op for the triangle's non-negative
+  // weights, needed for the cubic's negative lobes).
   const int out_w = request.out_width;
   const int out_h = request.out_height;
+  const bool clamp = request.filter != ResizeFilter::kBilinear;
   const size_t row_bytes = static_cast<size_t>(col_hi - col_lo) * 3;
   const int groups = (out_w + 7) / 8;
   const size_t padded_w = static_cast<size_t>(groups) * 8;
@@ -511,7 +567,7 @@ void Resizer::ResizeRowsAvx2(const RgbView& src,
           PackPair(v_weights[k], k + 1 < n ? v_weights[k + 1] : int16_t{0});
     }
     VerticalRowAvx2(rows_.data(), v_weights, vertical_pairs_.data(), n,
-                    row_bytes, row_.data());
+                    row_bytes, clamp, row_.data());
     HorizontalRowAvx2(row_.data(), horizontal_pairs_.offset.data(),
                       horizontal_pairs_.pairs.data(),
                       horizontal_pairs_.weights.data(),

@@ -1,12 +1,14 @@
 // Antialiased separable resize of an RGB window, with the flip and the
 // layout write fused into the last pass.
 //
-// The filter is the triangle (bilinear) kernel; when shrinking its support is
-// widened by the scale factor, as PIL's and torchvision's `antialias=True`
-// resize do, so every source pixel contributes. Weights are precomputed per
-// axis in 14-bit fixed point and normalised so that they sum to exactly
-// 1 << 14: a constant image stays constant, and a same-size integer window
-// is copied exactly.
+// The filter is the triangle (bilinear) kernel or Keys' cubic (bicubic,
+// a = -0.5); when shrinking its support is widened by the scale factor, as
+// PIL's and torchvision's `antialias=True` resize do, so every source pixel
+// contributes. Weights are precomputed per axis in 14-bit fixed point and
+// normalised so that they sum to exactly 1 << 14: a constant image stays
+// constant, and a same-size integer window is copied exactly. Each pass
+// rounds to bytes (bicubic clamps them to 0..255 as well, its weights being
+// partly negative).
 //
 // Coordinates are continuous: source pixel i covers [i, i + 1). Filter taps
 // are clamped to the bounds of `src` (not to the window), so pass a view that
@@ -46,6 +48,7 @@ struct ResizeRequest {
   int out_height = 0;  // > 0
   bool flip = false;   // mirror left-right
   PixelLayout layout = PixelLayout::kHWC;
+  ResizeFilter filter = ResizeFilter::kBilinear;
 };
 
 class Resizer {
@@ -70,9 +73,9 @@ class Resizer {
     std::vector<int16_t> weights;
     int max_taps = 0;
   };
-  static void ComputeWeights(double window_start, double window_size,
-                             int in_size, int out_size, bool reverse,
-                             AxisWeights* axis);
+  static void ComputeWeights(ResizeFilter filter, double window_start,
+                             double window_size, int in_size, int out_size,
+                             bool reverse, AxisWeights* axis);
 
   // The horizontal filter regrouped for the AVX2 pass: output pixels in
   // groups of 8, each tap pair of each pixel as an int32 (weight k in the low

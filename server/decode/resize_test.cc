@@ -29,7 +29,8 @@ RgbView View(const std::vector<uint8_t>& rgb, int width, int height) {
 
 ResizeRequest Request(double x, double y, double w, double h, int out_w,
                       int out_h, bool flip = false,
-                      PixelLayout layout = PixelLayout::kHWC) {
+                      PixelLayout layout = PixelLayout::kHWC,
+                      ResizeFilter filter = ResizeFilter::kBilinear) {
   ResizeRequest r;
   r.x = x;
   r.y = y;
@@ -39,7 +40,14 @@ ResizeRequest Request(double x, double y, double w, double h, int out_w,
   r.out_height = out_h;
   r.flip = flip;
   r.layout = layout;
+  r.filter = filter;
   return r;
+}
+
+ResizeRequest BicubicRequest(double x, double y, double w, double h,
+                             int out_w, int out_h) {
+  return Request(x, y, w, h, out_w, out_h, /*flip=*/false, PixelLayout::kHWC,
+                 ResizeFilter::kBicubic);
 }
 
 TEST(ResizeTest, ConstantImageStaysConstant) {
@@ -47,10 +55,16 @@ TEST(ResizeTest, ConstantImageStaysConstant) {
   for (int value : {0, 1, 127, 200, 255}) {
     std::vector<uint8_t> src(97 * 61 * 3, static_cast<uint8_t>(value));
     for (auto [out_w, out_h] : {std::pair{13, 7}, {97, 61}, {224, 224}, {40, 90}}) {
-      std::vector<uint8_t> out(out_w * out_h * 3, 0x5A);
-      resizer.Resize(View(src, 97, 61),
-                     Request(3.25, 1.5, 80.5, 50.75, out_w, out_h), out.data());
-      EXPECT_THAT(out, Each(value)) << out_w << "x" << out_h;
+      for (ResizeFilter filter :
+           {ResizeFilter::kBilinear, ResizeFilter::kBicubic}) {
+        std::vector<uint8_t> out(out_w * out_h * 3, 0x5A);
+        resizer.Resize(View(src, 97, 61),
+                       Request(3.25, 1.5, 80.5, 50.75, out_w, out_h,
+                               /*flip=*/false, PixelLayout::kHWC, filter),
+                       out.data());
+        EXPECT_THAT(out, Each(value))
+            << out_w << "x" << out_h << " filter " << static_cast<int>(filter);
+      }
     }
   }
 }
@@ -71,6 +85,48 @@ TEST(ResizeTest, IdentitySizeCopiesTheWindow) {
       ASSERT_EQ(sub[y * 30 + x], src[(y + 6) * w * 3 + 4 * 3 + x]);
     }
   }
+}
+
+TEST(ResizeTest, BicubicIdentitySizeCopiesTheWindow) {
+  // At scale 1 the cubic is 1 at distance 0 and 0 at distances 1 and 2.
+  const int w = 37, h = 23;
+  std::vector<uint8_t> src = Pattern(w, h);
+  Resizer resizer;
+  std::vector<uint8_t> out(w * h * 3);
+  resizer.Resize(View(src, w, h), BicubicRequest(0, 0, w, h, w, h),
+                 out.data());
+  EXPECT_EQ(out, src);
+  std::vector<uint8_t> sub(10 * 5 * 3);
+  resizer.Resize(View(src, w, h), BicubicRequest(4, 6, 10, 5, 10, 5),
+                 sub.data());
+  for (int y = 0; y < 5; ++y) {
+    for (int x = 0; x < 10 * 3; ++x) {
+      ASSERT_EQ(sub[y * 30 + x], src[(y + 6) * w * 3 + 4 * 3 + x]);
+    }
+  }
+}
+
+TEST(ResizeTest, BicubicMatchesTorchvisionAndClampsOvershoot) {
+  // torchvision: F.resize(tensor([[[0, 255]]]), [1, 4], BICUBIC,
+  // antialias=True) == [0, 53, 202, 255]: the outer pixels overshoot to
+  // -22.5 and 277.5 and are clamped.
+  Resizer resizer;
+  std::vector<uint8_t> step = {0, 0, 0, 255, 255, 255};
+  std::vector<uint8_t> out(4 * 3);
+  resizer.Resize(View(step, 2, 1), BicubicRequest(0, 0, 2, 1, 4, 1),
+                 out.data());
+  EXPECT_THAT(out, ElementsAreArray({0, 0, 0, 53, 53, 53, 202, 202, 202, 255,
+                                     255, 255}));
+  // Halving, the cubic widened to 4 source pixels each side:
+  // F.resize(tensor([[[0, 80, 160, 240, 16, 32, 64, 128]]]), [1, 4],
+  // BICUBIC, antialias=True) == [47, 180, 44, 89].
+  const int values[8] = {0, 80, 160, 240, 16, 32, 64, 128};
+  std::vector<uint8_t> row(8 * 3);
+  for (int i = 0; i < 8; ++i) row[3 * i] = row[3 * i + 1] = row[3 * i + 2] = values[i];
+  resizer.Resize(View(row, 8, 1), BicubicRequest(0, 0, 8, 1, 4, 1),
+                 out.data());
+  EXPECT_THAT(out, ElementsAreArray({47, 47, 47, 180, 180, 180, 44, 44, 44,
+                                     89, 89, 89}));
 }
 
 TEST(ResizeTest, HalvingAveragesWithTheWidenedTriangle) {
@@ -163,12 +219,14 @@ struct ReferenceAxis {
   std::vector<std::vector<int>> weights;
 };
 
-ReferenceAxis ReferenceWeights(double window_start, double window_size,
-                               int in_size, int out_size, bool reverse) {
+ReferenceAxis ReferenceWeights(ResizeFilter filter, double window_start,
+                               double window_size, int in_size, int out_size,
+                               bool reverse) {
   constexpr int kOne = 1 << kResizeWeightBits;
+  const bool cubic = filter == ResizeFilter::kBicubic;
   const double scale = window_size / out_size;
   const double filter_scale = std::max(scale, 1.0);
-  const double support = filter_scale;
+  const double support = (cubic ? 2 : 1) * filter_scale;
   const int max_taps = static_cast<int>(std::ceil(support)) * 2 + 1;
   ReferenceAxis axis;
   axis.start.assign(out_size, 0);
@@ -185,10 +243,20 @@ ReferenceAxis ReferenceWeights(double window_start, double window_size,
     double total = 0;
     for (int k = 0; k < n; ++k) {
       const double x = std::fabs((lo + k - center + 0.5) / filter_scale);
-      w[k] = x < 1.0 ? 1.0 - x : 0.0;
+      if (!cubic) {
+        w[k] = x < 1.0 ? 1.0 - x : 0.0;
+      } else {  // Keys, a = -0.5
+        w[k] = x < 1.0   ? 1.5 * x * x * x - 2.5 * x * x + 1
+               : x < 2.0 ? -0.5 * x * x * x + 2.5 * x * x - 4 * x + 2
+                         : 0.0;
+      }
       total += w[k];
     }
-    if (total <= 0) {
+    bool degenerate = total <= 0;
+    for (int k = 0; k < n; ++k) {
+      degenerate = degenerate || std::fabs(w[k]) > 1.75 * total;
+    }
+    if (degenerate) {  // outside the view; the cubic's taps nearly cancel
       n = 1;
       w.assign(1, 1.0);
       total = 1;
@@ -215,11 +283,15 @@ ReferenceAxis ReferenceWeights(double window_start, double window_size,
 
 std::vector<uint8_t> ReferenceResize(const RgbView& src,
                                      const ResizeRequest& r) {
-  const ReferenceAxis h = ReferenceWeights(r.x, r.width, src.width,
+  const ReferenceAxis h = ReferenceWeights(r.filter, r.x, r.width, src.width,
                                            r.out_width, r.flip);
-  const ReferenceAxis v = ReferenceWeights(r.y, r.height, src.height,
-                                           r.out_height, false);
+  const ReferenceAxis v = ReferenceWeights(r.filter, r.y, r.height,
+                                           src.height, r.out_height, false);
   constexpr int kHalf = 1 << (kResizeWeightBits - 1);
+  // Each pass rounds to a byte, clamped (the cubic overshoots).
+  auto to_byte = [](int acc) {
+    return static_cast<uint8_t>(std::clamp(acc >> kResizeWeightBits, 0, 255));
+  };
   // Vertical pass over every source column.
   std::vector<uint8_t> mid(static_cast<size_t>(r.out_height) * src.width * 3);
   for (int i = 0; i < r.out_height; ++i) {
@@ -228,8 +300,7 @@ std::vector<uint8_t> ReferenceResize(const RgbView& src,
       for (int k = 0; k < v.count[i]; ++k) {
         acc += v.weights[i][k] * src.data[(v.start[i] + k) * src.stride + x];
       }
-      mid[static_cast<size_t>(i) * src.width * 3 + x] =
-          static_cast<uint8_t>(acc >> kResizeWeightBits);
+      mid[static_cast<size_t>(i) * src.width * 3 + x] = to_byte(acc);
     }
   }
   std::vector<uint8_t> out(static_cast<size_t>(r.out_height) * r.out_width *
@@ -243,7 +314,7 @@ std::vector<uint8_t> ReferenceResize(const RgbView& src,
         for (int k = 0; k < h.count[j]; ++k) {
           acc += h.weights[j][k] * row[(h.start[j] + k) * 3 + c];
         }
-        const auto value = static_cast<uint8_t>(acc >> kResizeWeightBits);
+        const uint8_t value = to_byte(acc);
         const size_t pixel = static_cast<size_t>(i) * r.out_width + j;
         if (r.layout == PixelLayout::kHWC) {
           out[pixel * 3 + c] = value;
@@ -258,8 +329,10 @@ std::vector<uint8_t> ReferenceResize(const RgbView& src,
 
 // Random sources, windows (fractional, partly outside the view, tiny and
 // huge), output sizes, flips and layouts, on both the fastest code path the
-// CPU supports and the portable one.
-TEST(ResizeTest, MatchesTheReferenceOnRandomRequests) {
+// CPU supports and the portable one, for each filter.
+class ResizeFilterTest : public ::testing::TestWithParam<ResizeFilter> {};
+
+TEST_P(ResizeFilterTest, MatchesTheReferenceOnRandomRequests) {
   std::mt19937 rng(20240611);
   auto uniform = [&](double lo, double hi) {
     return std::uniform_real_distribution<double>(lo, hi)(rng);
@@ -305,6 +378,7 @@ TEST(ResizeTest, MatchesTheReferenceOnRandomRequests) {
     }
     r.flip = integer(0, 1) == 1;
     r.layout = integer(0, 1) == 1 ? PixelLayout::kCHW : PixelLayout::kHWC;
+    r.filter = GetParam();
     const std::vector<uint8_t> expected = ReferenceResize(view, r);
     for (bool portable : {false, true}) {
       Resizer resizer;
@@ -324,6 +398,15 @@ TEST(ResizeTest, MatchesTheReferenceOnRandomRequests) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Filters, ResizeFilterTest,
+                         ::testing::Values(ResizeFilter::kBilinear,
+                                           ResizeFilter::kBicubic),
+                         [](const auto& info) {
+                           return info.param == ResizeFilter::kBilinear
+                                      ? "Bilinear"
+                                      : "Bicubic";
+                         });
 
 }  // namespace
 }  // namespace batchd::server

@@ -24,13 +24,14 @@ ServerMetrics::ServerMetrics()
           {"code"})),
       stages_(registry_.AddHistogram(
           "batchd_stage_seconds",
-          "Time per pipeline stage, seconds: read, decode, transform per "
-          "sample; assemble (request accepted to batch complete) and send "
+          "Time per pipeline stage, seconds: read, decode, transform and "
+          "augment (the plan's augmentation ops) per sample; assemble (request accepted to batch complete) and send "
           "(batch complete to last chunk handed to gRPC) per batch.",
           {"stage"}, kLatencyBucketsSeconds)),
       read_(stages_.With({"read"})),
       decode_(stages_.With({"decode"})),
       transform_(stages_.With({"transform"})),
+      augment_(stages_.With({"augment"})),
       assemble_(stages_.With({"assemble"})),
       send_(stages_.With({"send"})),
       store_request_(registry_

@@ -25,13 +25,15 @@ class ServerMetrics {
 
   MetricsRegistry& registry() { return registry_; }
 
-  // batchd_stage_seconds{stage}: per sample for read, decode and transform;
+  // batchd_stage_seconds{stage}: per sample for read, decode, transform and
+  // augment (the plan's augmentation ops, for plans that have some);
   // per batch for assemble (request accepted to last sample written, queue
   // waits included) and send (last sample written to last chunk handed to
   // gRPC).
   Histogram& read_seconds() { return read_; }
   Histogram& decode_seconds() { return decode_; }
   Histogram& transform_seconds() { return transform_; }
+  Histogram& augment_seconds() { return augment_; }
   Histogram& assemble_seconds() { return assemble_; }
   Histogram& send_seconds() { return send_; }
 
@@ -87,6 +89,7 @@ class ServerMetrics {
   Histogram& read_;
   Histogram& decode_;
   Histogram& transform_;
+  Histogram& augment_;
   Histogram& assemble_;
   Histogram& send_;
   Histogram& store_request_;

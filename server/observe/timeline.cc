@@ -130,6 +130,7 @@ void Timeline::Add(const batchd::v1::ServerStatus& status, absl::Time at) {
       point.decode_ms = MsPer(now.decode() - then.decode(), decoded);
       point.transform_ms =
           MsPer(now.transform() - then.transform(), decoded);
+      point.augment_ms = MsPer(now.augment() - then.augment(), decoded);
     }
     const uint64_t sent_now = ImagesSent(status);
     const uint64_t sent_then = ImagesSent(before);
@@ -203,6 +204,8 @@ std::string Timeline::Json() const {
       Column(p, [](const Point& x) { return Number(x.decode_ms); }),
       ",\"transform\":",
       Column(p, [](const Point& x) { return Number(x.transform_ms); }),
+      ",\"augment\":",
+      Column(p, [](const Point& x) { return Number(x.augment_ms); }),
       ",\"send\":",
       Column(p, [](const Point& x) { return Number(x.send_ms); }), "}");
 

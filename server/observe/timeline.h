@@ -49,10 +49,11 @@ struct TimelinePoint {
   uint64_t buffer_idle_bytes = 0;
   uint64_t max_buffer_bytes = 0;
   // Over the second before `at`; absent for the first point, and the stage
-  // times when no image was decoded (read, decode, transform) or sent (send)
-  // in it.
+  // times when no image was decoded (read, decode, transform, augment) or
+  // sent (send) in it.
   std::optional<double> substitutions_per_second;
-  std::optional<double> read_ms, decode_ms, transform_ms, send_ms;
+  std::optional<double> read_ms, decode_ms, transform_ms, augment_ms,
+      send_ms;
   // Images/s the daemon could decode at its most workers: the trainers'
   // demand over ServerStatus.capacity_demand_ratio; absent while unknown.
   std::optional<double> capacity_images_per_second;
@@ -84,7 +85,7 @@ class Timeline {
   //    "buffer_limit_bytes":[..],"substitutions_per_second":[..],
   //    "capacity_images_per_second":[..],
   //    "stage_ms_per_image":{"read":[..],"decode":[..],"transform":[..],
-  //                          "send":[..]},
+  //                          "augment":[..],"send":[..]},
   //    "jobs":[{"job":"a","images_per_second":[..],"wait_percent":[..],
   //             "compute_percent":[..],"demand_images_per_second":[..]}],
   //    "autoscale":[{"t":..,"workers":2,"change":"grow 1 -> 2: ..."}]}

@@ -127,7 +127,8 @@ TEST(TimelineTest, EmptyTimelineHasNoVerdictAndEmptyColumns) {
             "\"buffer_idle_bytes\":[],\"buffer_limit_bytes\":[],"
             "\"substitutions_per_second\":[],"
             "\"capacity_images_per_second\":[],\"stage_ms_per_image\":"
-            "{\"read\":[],\"decode\":[],\"transform\":[],\"send\":[]},"
+            "{\"read\":[],\"decode\":[],\"transform\":[],\"augment\":[],"
+            "\"send\":[]},"
             "\"jobs\":[],\"autoscale\":[]}");
 }
 

@@ -123,6 +123,11 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& options,
         "--corrupt-policy is \"", options.corrupt_policy,
         "\"; it must be substitute or decode"));
   }
+  if (options.log_augment_sample < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--log-augment-sample is ", options.log_augment_sample,
+        "; give a sample's dataset index, or -1 (the default) for none"));
+  }
   if (options.shared_batch_bytes < -1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--shared-batch-bytes is ", options.shared_batch_bytes,
@@ -254,6 +259,7 @@ ServerOptions MakeServerOptions(const DaemonOptions& options,
   server.pipeline.decoded_cache_bytes = options.decoded_cache_bytes;
   server.pipeline.prefetch_batches = options.cache_prefetch_batches;
   server.pipeline.idle_buffer_bytes = options.idle_buffer_bytes;
+  server.pipeline.log_augment_sample = options.log_augment_sample;
   server.remote_connections = options.remote_connections;
   server.drain_deadline = options.drain_deadline;
 

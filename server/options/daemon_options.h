@@ -70,6 +70,7 @@ struct DaemonOptions {
   int max_scans = 500;
   absl::Duration drain_deadline = absl::Seconds(10);
   bool reflection = true;
+  int64_t log_augment_sample = -1;  // a dataset index; -1: none
 
   // Per-job and per-peer limits, batch sharing.
   uint32_t max_streams_per_job = 256;

@@ -104,6 +104,9 @@ std::vector<Refusal> Refusals() {
       {"an unknown corrupt policy",
        [](DaemonOptions& o) { o.corrupt_policy = "repair"; },
        {"--corrupt-policy is \"repair\"", "it must be substitute or decode"}},
+      {"a log-augment-sample below -1",
+       [](DaemonOptions& o) { o.log_augment_sample = -2; },
+       {"--log-augment-sample is -2", "or -1 (the default) for none"}},
       {"shared batch bytes below -1",
        [](DaemonOptions& o) { o.shared_batch_bytes = -2; },
        {"--shared-batch-bytes is -2",
@@ -205,6 +208,7 @@ TEST(DaemonOptionsTest, TheEdgesOfEachRangeAreAccepted) {
       },
       [](DaemonOptions& o) { o.corrupt_policy = "decode"; },
       [](DaemonOptions& o) { o.shared_batch_bytes = 0; },
+      [](DaemonOptions& o) { o.log_augment_sample = 0; },
       [](DaemonOptions& o) {
         o.metrics_auth = true;
         o.auth_token_file = "tokens";
@@ -242,6 +246,7 @@ TEST(DaemonOptionsTest, DefaultsMakeTheServersDefaults) {
   EXPECT_EQ(server.max_workers, kCpus);
   EXPECT_EQ(server.pipeline.readers, 2);
   EXPECT_FALSE(server.pipeline.decode_limits.decode_damaged);
+  EXPECT_EQ(server.pipeline.log_augment_sample, -1);
   EXPECT_EQ(server.service.max_buffer_bytes, uint64_t{2} << 30);
   EXPECT_EQ(server.service.max_job_buffer_bytes, uint64_t{1} << 30);
   EXPECT_EQ(server.shared_batches.retention_bytes, (uint64_t{2} << 30) / 16);
@@ -311,7 +316,9 @@ TEST(DaemonOptionsTest, ValuesThatNeedWorkingOut) {
   options.max_job_buffer_share = 0.2;
   options.shared_batch_bytes = 0;
   options.tls_reload_interval = 3;
+  options.log_augment_sample = 17;
   const ServerOptions server = MakeServerOptions(options, kCpus);
+  EXPECT_EQ(server.pipeline.log_augment_sample, 17);
   EXPECT_THAT(server.shared_memory.allowed_uids, ElementsAre(1000, 1001));
   EXPECT_EQ(server.shared_memory.handshake_timeout, absl::Milliseconds(300));
   EXPECT_TRUE(server.pipeline.decode_limits.decode_damaged);

@@ -1,6 +1,7 @@
 #include "server/pipeline/pipeline.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/random.h"
+#include "server/augment/op_call.h"
 #include "server/dataset/dataset.h"
 #include "server/decode/image_decoder.h"
 
@@ -31,6 +33,30 @@ ImageDecoder& ThreadDecoder(const DecodeLimits& limits) {
 Resizer& ThreadResizer() {
   thread_local Resizer resizer;
   return resizer;
+}
+
+// The augmentation ops' temporary memory, one per worker thread.
+augment::Scratch& ThreadAugmentScratch() {
+  thread_local augment::Scratch scratch;
+  return scratch;
+}
+
+// An NCHW plan's sample is decoded here (HWC) and augmented before it is
+// written to its slot as planes; one per worker thread, `bytes` long.
+uint8_t* ThreadHwcSample(size_t bytes) {
+  thread_local std::vector<uint8_t> sample;
+  if (sample.size() < bytes) sample.resize(bytes);
+  return sample.data();
+}
+
+// `size` x `size` RGB pixels from HWC `hwc` to three planes at `chw`.
+void HwcToChw(const uint8_t* hwc, int size, uint8_t* chw) {
+  const size_t plane = static_cast<size_t>(size) * static_cast<size_t>(size);
+  for (size_t i = 0; i < plane; ++i) {
+    chw[i] = hwc[3 * i];
+    chw[plane + i] = hwc[3 * i + 1];
+    chw[2 * plane + i] = hwc[3 * i + 2];
+  }
 }
 
 }  // namespace
@@ -139,6 +165,7 @@ PipelineCounters Pipeline::counters() const {
   c.read_seconds = read_nanos_.load() * 1e-9;
   c.decode_seconds = decode_nanos_.load() * 1e-9;
   c.transform_seconds = transform_nanos_.load() * 1e-9;
+  c.augment_seconds = augment_nanos_.load() * 1e-9;
   c.samples_decoded = samples_decoded_.load();
   c.samples_substituted = samples_substituted_.load();
   return c;
@@ -279,6 +306,53 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
                                  const FileBytes* bytes,
                                  std::shared_ptr<const CappedImage> image,
                                  uint8_t* out) {
+  if (plan.augment.empty()) {
+    return DecodeCrop(plan, epoch, sample_index, bytes, std::move(image),
+                      plan.pixel_layout(), out);
+  }
+  // The ops work on HWC pixels: an NCHW sample is decoded into a scratch
+  // sample first, and written as planes once augmented.
+  const bool planes = plan.pixel_layout() == PixelLayout::kCHW;
+  uint8_t* hwc = planes ? ThreadHwcSample(plan.sample_bytes()) : out;
+  DecodeResult result = DecodeCrop(plan, epoch, sample_index, bytes,
+                                   std::move(image), PixelLayout::kHWC, hwc);
+  if (result.ok()) {
+    AugmentSample(plan, epoch, sample_index, hwc, planes ? out : nullptr);
+  }
+  return result;
+}
+
+void Pipeline::AugmentSample(const ResolvedPlan& plan, uint64_t epoch,
+                             uint64_t sample_index, uint8_t* hwc,
+                             uint8_t* chw) {
+  const auto start = std::chrono::steady_clock::now();
+  const int size = plan.output_size();
+  const std::vector<augment::OpCall> calls =
+      plan.AugmentCalls(epoch, sample_index, size, size);
+  if (options_.log_augment_sample >= 0 &&
+      sample_index == static_cast<uint64_t>(options_.log_augment_sample)) {
+    std::fprintf(stderr, "batchd: augment: plan %s epoch %llu sample %llu: %s\n",
+                 FingerprintLabel(plan.fingerprint).c_str(),
+                 static_cast<unsigned long long>(epoch),
+                 static_cast<unsigned long long>(sample_index),
+                 augment::Describe(calls).c_str());
+  }
+  augment::Apply(calls,
+                 augment::Image{hwc, size, size, ptrdiff_t{3} * size},
+                 &ThreadAugmentScratch());
+  if (chw != nullptr) HwcToChw(hwc, size, chw);
+  const uint64_t nanos = NanosSince(start);
+  augment_nanos_ += nanos;
+  if (options_.metrics != nullptr) {
+    options_.metrics->augment_seconds().Observe(nanos * 1e-9);
+  }
+}
+
+DecodeResult Pipeline::DecodeCrop(const ResolvedPlan& plan, uint64_t epoch,
+                                  uint64_t sample_index,
+                                  const FileBytes* bytes,
+                                  std::shared_ptr<const CappedImage> image,
+                                  PixelLayout layout, uint8_t* out) {
   if (plan.decoded_max_side > 0) {
     if (image == nullptr) {
       DecodedSample sample = CappedImageOf(plan, sample_index, bytes);
@@ -291,7 +365,7 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
         [&](int width, int height) {
           return plan.Crop(epoch, sample_index, width, height);
         },
-        plan.pixel_layout(), out);
+        layout, out);
     const uint64_t nanos = NanosSince(start);
     transform_nanos_ += nanos;
     if (options_.metrics != nullptr) {
@@ -318,7 +392,7 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
                                   return plan.Crop(epoch, sample_index, width,
                                                    height);
                                 },
-                                plan.pixel_layout(), out, &timings);
+                                layout, out, &timings);
   decode_nanos_ += static_cast<uint64_t>(timings.decode_seconds * 1e9);
   transform_nanos_ += static_cast<uint64_t>(timings.transform_seconds * 1e9);
   if (options_.metrics != nullptr) {

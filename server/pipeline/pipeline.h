@@ -55,6 +55,7 @@ struct PipelineCounters {
   double read_seconds = 0;
   double decode_seconds = 0;
   double transform_seconds = 0;
+  double augment_seconds = 0;  // the plans' augmentation ops
   uint64_t samples_decoded = 0;
   uint64_t samples_substituted = 0;
 };
@@ -83,6 +84,10 @@ struct PipelineOptions {
   // status; nullptr when there are none.
   std::shared_ptr<ShardCache> shard_cache;
   std::shared_ptr<ObjectStoreCounters> store_counters;
+  // A debugging aid (--log-augment-sample): each time the sample of this
+  // dataset index is built with augmentation ops, its drawn calls are
+  // written to stderr (augment::Describe). -1: never.
+  int64_t log_augment_sample = -1;
 };
 
 // Whether a batch's remaining work is unwanted: its stream ended, or the
@@ -155,14 +160,25 @@ class Pipeline {
                     FileBytes bytes, SampleError read_error,
                     std::string read_detail,
                     std::shared_ptr<const CappedImage> image);
-  // Decodes `sample_index` into `out`; reads the file itself when `bytes` is
-  // null (substitutes are rare, so they are read on the worker). With the
-  // plan's decoded_max_side, crops `image` when given, else the capped
-  // image from the decoded cache or decoded now.
+  // Decodes `sample_index` into `out` and applies the plan's augmentation
+  // ops; reads the file itself when `bytes` is null (substitutes are rare,
+  // so they are read on the worker). With the plan's decoded_max_side,
+  // crops `image` when given, else the capped image from the decoded cache
+  // or decoded now.
   DecodeResult DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
                          uint64_t sample_index, const FileBytes* bytes,
                          std::shared_ptr<const CappedImage> image,
                          uint8_t* out);
+  // DecodeOne's crop, resize and flip, written in `layout`.
+  DecodeResult DecodeCrop(const ResolvedPlan& plan, uint64_t epoch,
+                          uint64_t sample_index, const FileBytes* bytes,
+                          std::shared_ptr<const CappedImage> image,
+                          PixelLayout layout, uint8_t* out);
+  // Draws and applies the augmentation calls of `sample_index` on `hwc`
+  // (the sample's HWC pixels, in place), then, when `chw` is not null,
+  // writes them as CHW planes there. REQUIRES: plan.augment is not empty.
+  void AugmentSample(const ResolvedPlan& plan, uint64_t epoch,
+                     uint64_t sample_index, uint8_t* hwc, uint8_t* chw);
   // The capped image of `sample_index` (plan.decoded_max_side > 0), through
   // the decoded cache if any; reads the file when `bytes` is null.
   DecodedSample CappedImageOf(const ResolvedPlan& plan, uint64_t sample_index,
@@ -187,6 +203,7 @@ class Pipeline {
   std::atomic<uint64_t> read_nanos_{0};
   std::atomic<uint64_t> decode_nanos_{0};
   std::atomic<uint64_t> transform_nanos_{0};
+  std::atomic<uint64_t> augment_nanos_{0};
   std::atomic<uint64_t> samples_decoded_{0};
   std::atomic<uint64_t> samples_substituted_{0};
 

@@ -95,10 +95,26 @@ std::vector<uint64_t> ResolvedPlan::shape(uint64_t samples) const {
 
 CropSpec ResolvedPlan::Crop(uint64_t epoch, uint64_t sample_index, int width,
                             int height) const {
-  if (!train) return CenterCropSpec(width, height, eval_transform);
+  CropSpec crop;
+  if (train) {
+    common::SampleRandom rng(shard.seed, epoch, sample_index,
+                             common::RandomPurpose::kAugment);
+    crop = RandomResizedCropSpec(width, height, train_transform, rng);
+  } else {
+    crop = CenterCropSpec(width, height, eval_transform);
+  }
+  crop.filter = interpolation == augment::Interpolation::kBicubic
+                    ? ResizeFilter::kBicubic
+                    : ResizeFilter::kBilinear;
+  return crop;
+}
+
+std::vector<augment::OpCall> ResolvedPlan::AugmentCalls(
+    uint64_t epoch, uint64_t sample_index, int width, int height) const {
+  if (augment.empty()) return {};
   common::SampleRandom rng(shard.seed, epoch, sample_index,
-                           common::RandomPurpose::kAugment);
-  return RandomResizedCropSpec(width, height, train_transform, rng);
+                           common::RandomPurpose::kAugmentOps);
+  return augment.Draw(rng, width, height);
 }
 
 std::string PlanFingerprint(const ResolvedPlan& plan) {
@@ -130,10 +146,19 @@ std::string PlanFingerprint(const ResolvedPlan& plan) {
       " rank=", s.rank, "/", s.world_size, " batch=", s.batch_size, " ",
       transform, " layout=", batchd::v1::Layout_Name(plan.layout),
       " dtype=uint8",
-      // Written only when set, so that uncapped plans keep their labels.
+      // Written only when set, so that uncapped plans keep their labels;
+      // likewise the resize's interpolation when not the default, and the
+      // augmentation ops when there are any.
       plan.decoded_max_side > 0
           ? absl::StrCat(" decoded_max_side=", plan.decoded_max_side)
-          : "");
+          : "",
+      plan.interpolation != augment::Interpolation::kBilinear
+          ? absl::StrCat(" interpolation=",
+                         static_cast<int>(plan.interpolation))
+          : "",
+      plan.augment.empty()
+          ? ""
+          : absl::StrCat(" augment=[", plan.augment.fingerprint(), "]"));
 }
 
 std::string FingerprintLabel(const std::string& fingerprint) {
@@ -307,6 +332,29 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
     }
     resolved->decoded_max_side = cap;
   }
+  switch (pipeline.interpolation()) {
+    case batchd::v1::INTERPOLATION_UNSPECIFIED:
+    case batchd::v1::INTERPOLATION_BILINEAR:
+      resolved->interpolation = augment::Interpolation::kBilinear;
+      break;
+    case batchd::v1::INTERPOLATION_BICUBIC:
+      resolved->interpolation = augment::Interpolation::kBicubic;
+      break;
+    case batchd::v1::INTERPOLATION_NEAREST:
+      return Invalid(
+          "pipeline.interpolation: INTERPOLATION_NEAREST is not offered for "
+          "the crop's resize (it aliases badly when shrinking); use "
+          "INTERPOLATION_BILINEAR (the default) or INTERPOLATION_BICUBIC");
+    default:
+      return Invalid(absl::StrCat(
+          "pipeline.interpolation: ", static_cast<int>(pipeline.interpolation()),
+          " is unknown; use INTERPOLATION_BILINEAR or INTERPOLATION_BICUBIC"));
+  }
+  absl::StatusOr<augment::AugmentPlan> augment =
+      augment::AugmentPlan::Create(pipeline.augment(), "pipeline.augment",
+                                   resolved->output_size());
+  if (!augment.ok()) return augment.status();
+  resolved->augment = *std::move(augment);
   resolved->job = plan.job().empty() ? "default" : plan.job();
   if (absl::Status name = CheckJobName(resolved->job); !name.ok()) {
     return name;

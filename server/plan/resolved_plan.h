@@ -18,6 +18,9 @@
 #include "server/dataset/dataset.h"
 #include "server/decode/crop_spec.h"
 #include "common/sampler.h"
+#include "server/augment/image.h"
+#include "server/augment/op_call.h"
+#include "server/augment/policy.h"
 #include "server/plan/transform.h"
 
 namespace batchd::server {
@@ -46,6 +49,12 @@ struct ResolvedPlan {
   // Pipeline.decoded_max_side: 0 decodes each crop from the file; N > 0
   // crops the capped image (server/decode/capped_image.h).
   uint32_t decoded_max_side = 0;
+  // Pipeline.interpolation: how the crop's window is resized, kBilinear
+  // (the default) or kBicubic.
+  augment::Interpolation interpolation = augment::Interpolation::kBilinear;
+  // Pipeline.augment, resolved: the ops after the crop and flip (empty:
+  // none).
+  augment::AugmentPlan augment;
   std::string job;
   // Every field above that decides a batch's bytes, in a canonical text
   // (PlanFingerprint): two plans with the same fingerprint get
@@ -81,6 +90,12 @@ struct ResolvedPlan {
   // The crop of `sample_index` in `epoch` for an image of width x height.
   CropSpec Crop(uint64_t epoch, uint64_t sample_index, int width,
                 int height) const;
+  // The augmentation calls of `sample_index` in `epoch`, whose crop is
+  // `width` x `height`: `augment` drawn from the sample's kAugmentOps
+  // stream. Empty without augment ops.
+  std::vector<augment::OpCall> AugmentCalls(uint64_t epoch,
+                                            uint64_t sample_index, int width,
+                                            int height) const;
 };
 
 using DatasetMap = std::map<std::string, std::shared_ptr<const Dataset>>;

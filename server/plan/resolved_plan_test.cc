@@ -97,6 +97,22 @@ TEST(PlanFingerprintTest, EveryByteChangingFieldChangesIt) {
            }},
           {"decoded_max_side",
            [](auto& p) { p.mutable_pipeline()->set_decoded_max_side(64); }},
+          {"interpolation",
+           [](auto& p) {
+             p.mutable_pipeline()->set_interpolation(
+                 batchd::v1::INTERPOLATION_BICUBIC);
+           }},
+          {"augment",
+           [](auto& p) {
+             p.mutable_pipeline()->add_augment()->mutable_random_invert();
+           }},
+          {"an augment op's field",
+           [](auto& p) {
+             p.mutable_pipeline()
+                 ->add_augment()
+                 ->mutable_random_invert()
+                 ->set_p(0.25f);
+           }},
       };
   for (const auto& [field, change] : changes) {
     batchd::v1::Plan plan = BasePlan();
@@ -129,9 +145,57 @@ TEST(PlanFingerprintTest, JobAndResumeAndSpelledDefaultsDoNotChangeIt) {
   EXPECT_EQ(Fingerprint(resumed), base);
   batchd::v1::Plan spelled = BasePlan();
   spelled.mutable_pipeline()->mutable_train()->set_flip_probability(0.5f);
+  spelled.mutable_pipeline()->set_interpolation(
+      batchd::v1::INTERPOLATION_BILINEAR);
   EXPECT_EQ(Fingerprint(spelled), base);
+  // A plan without augment ops keeps the fingerprint (and the label) it
+  // had before Pipeline.augment existed.
+  EXPECT_EQ(base.find("augment"), std::string::npos);
+  EXPECT_EQ(base.find("interpolation"), std::string::npos);
   EXPECT_EQ(FingerprintLabel(base).size(), 16u);
   EXPECT_EQ(FingerprintLabel(base), FingerprintLabel(Fingerprint(job)));
+}
+
+TEST(ResolvePlanTest, InterpolationAndAugmentAreCheckedAndKept) {
+  batchd::v1::Plan plan = BasePlan();
+  plan.mutable_pipeline()->set_interpolation(batchd::v1::INTERPOLATION_BICUBIC);
+  plan.mutable_pipeline()->add_augment()->mutable_trivial_augment_wide();
+  plan.mutable_pipeline()->add_augment()->mutable_random_invert()->set_p(1);
+  absl::StatusOr<std::shared_ptr<const ResolvedPlan>> resolved =
+      ResolvePlan(plan, Datasets(), PlanLimits{});
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ((*resolved)->interpolation, augment::Interpolation::kBicubic);
+  ASSERT_EQ((*resolved)->augment.ops().size(), 2u);
+  // Invert with p 1 always runs: TrivialAugmentWide's call, then invert.
+  const std::vector<augment::OpCall> calls =
+      (*resolved)->AugmentCalls(/*epoch=*/0, /*sample_index=*/3, 32, 32);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].fn, augment::OpFn::kInvert);
+  EXPECT_EQ(augment::Describe(calls),
+            augment::Describe((*resolved)->AugmentCalls(0, 3, 32, 32)));
+
+  batchd::v1::Plan nearest = BasePlan();
+  nearest.mutable_pipeline()->set_interpolation(
+      batchd::v1::INTERPOLATION_NEAREST);
+  absl::StatusOr<std::shared_ptr<const ResolvedPlan>> refused =
+      ResolvePlan(nearest, Datasets(), PlanLimits{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "pipeline.interpolation: INTERPOLATION_NEAREST"),
+            std::string::npos)
+      << refused.status();
+
+  batchd::v1::Plan bad = BasePlan();
+  bad.mutable_pipeline()->add_augment()->mutable_random_invert();
+  bad.mutable_pipeline()->add_augment()->mutable_rand_augment()->set_magnitude(
+      40);
+  refused = ResolvePlan(bad, Datasets(), PlanLimits{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(),
+            "pipeline.augment[1].rand_augment.magnitude: 40 is out of range "
+            "0..30 (num_magnitude_bins - 1)");
 }
 
 // Each cap is its own pipeline: two caps never share batches.

@@ -80,6 +80,7 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
   stages->set_read(counters.read_seconds);
   stages->set_decode(counters.decode_seconds);
   stages->set_transform(counters.transform_seconds);
+  stages->set_augment(counters.augment_seconds);
   stages->set_send(data_->send_seconds());
   status.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   status.set_worker_busy_seconds(absl::ToDoubleSeconds(now.busy));

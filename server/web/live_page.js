@@ -77,17 +77,23 @@ const SPECS = [
   },
   {
     id: "stages", title: "Time per image in each stage, ms",
-    help: "wall-clock per thread over each second: read, decode and " +
-          "transform per decoded image, send per image sent",
+    help: "wall-clock per thread over each second: read, decode, " +
+          "transform and augment per decoded image, send per image sent",
     build(d) {
       const s = d.stage_ms_per_image;
-      return {
-        series: [{label: "read", stroke: color(0)},
-                 {label: "decode", stroke: color(1)},
-                 {label: "transform", stroke: color(2)},
-                 {label: "send", stroke: color(3)}],
-        cols: [s.read, s.decode, s.transform, s.send],
-      };
+      const series = [{label: "read", stroke: color(0)},
+                      {label: "decode", stroke: color(1)},
+                      {label: "transform", stroke: color(2)}];
+      const cols = [s.read, s.decode, s.transform];
+      // The augmentation ops, once the timeline carries them and the
+      // daemon has spent time on them.
+      if (s.augment && s.augment.some(v => v != null && v > 0)) {
+        series.push({label: "augment", stroke: color(4)});
+        cols.push(s.augment);
+      }
+      series.push({label: "send", stroke: color(3)});
+      cols.push(s.send);
+      return {series, cols};
     },
   },
   {

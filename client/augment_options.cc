@@ -1,0 +1,150 @@
+#include "client/augment_options.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace batchd::client {
+namespace {
+
+constexpr uint32_t kReferenceMagnitudeBins = 31;  // RandAugment's default
+constexpr uint32_t kMaxAugmixSeverity = 10;
+
+// Keeps the text format parser's first error, with its position.
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (!message_.empty()) return;
+    // The parser counts from 0.
+    message_ = absl::StrFormat("line %d column %d: %s", line + 1, column + 1,
+                               message);
+  }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
+};
+
+}  // namespace
+
+absl::StatusOr<batchd::v1::Interpolation> ParseCropInterpolation(
+    absl::string_view name) {
+  if (name == "bilinear") return batchd::v1::INTERPOLATION_UNSPECIFIED;
+  if (name == "bicubic") return batchd::v1::INTERPOLATION_BICUBIC;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "interpolation must be bilinear or bicubic, not '", name, "'"));
+}
+
+absl::StatusOr<batchd::v1::Augment> ReferencePolicy(absl::string_view name,
+                                                    uint32_t ra_magnitude,
+                                                    uint32_t augmix_severity) {
+  constexpr auto kBilinear = batchd::v1::INTERPOLATION_BILINEAR;
+  batchd::v1::Augment augment;
+  if (name == "ta_wide") {
+    augment.mutable_trivial_augment_wide()->set_interpolation(kBilinear);
+  } else if (name == "ra") {
+    if (ra_magnitude >= kReferenceMagnitudeBins) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "ra_magnitude must be 0..%d (RandAugment's %d magnitude bins), "
+          "not %d",
+          kReferenceMagnitudeBins - 1, kReferenceMagnitudeBins, ra_magnitude));
+    }
+    batchd::v1::RandAugment* ra = augment.mutable_rand_augment();
+    if (ra_magnitude != kDefaultRaMagnitude) ra->set_magnitude(ra_magnitude);
+    ra->set_interpolation(kBilinear);
+  } else if (name == "augmix") {
+    if (augmix_severity < 1 || augmix_severity > kMaxAugmixSeverity) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("augmix_severity must be 1..%d, not %d",
+                          kMaxAugmixSeverity, augmix_severity));
+    }
+    batchd::v1::AugMix* augmix = augment.mutable_aug_mix();
+    if (augmix_severity != kDefaultAugmixSeverity) {
+      augmix->set_severity(augmix_severity);
+    }
+    augmix->set_interpolation(kBilinear);
+  } else if (name == "imagenet" || name == "cifar10" || name == "svhn") {
+    batchd::v1::AutoAugment* auto_augment = augment.mutable_auto_augment();
+    // Unset is ImageNet's.
+    if (name == "cifar10") {
+      auto_augment->set_policy(batchd::v1::AutoAugment::POLICY_CIFAR10);
+    } else if (name == "svhn") {
+      auto_augment->set_policy(batchd::v1::AutoAugment::POLICY_SVHN);
+    }
+    auto_augment->set_interpolation(kBilinear);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "auto_augment must be ta_wide, ra, augmix, imagenet, cifar10 or "
+        "svhn, not '", name, "'"));
+  }
+  return augment;
+}
+
+absl::Status ParseAugmentList(
+    absl::string_view text,
+    google::protobuf::RepeatedPtrField<batchd::v1::Augment>* out) {
+  batchd::v1::Pipeline parsed;
+  google::protobuf::TextFormat::Parser parser;
+  FirstError error;
+  parser.RecordErrorsTo(&error);
+  if (!parser.ParseFromString(std::string(text), &parsed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("augment: ", error.message().empty()
+                                      ? std::string("not a text-format list")
+                                      : error.message()));
+  }
+  batchd::v1::Pipeline rest = parsed;
+  rest.clear_augment();
+  std::vector<const google::protobuf::FieldDescriptor*> others;
+  rest.GetReflection()->ListFields(rest, &others);
+  if (!others.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "augment: only `augment { ... }` entries may be given here, not '",
+        others.front()->name(), "'"));
+  }
+  for (int i = 0; i < parsed.augment_size(); ++i) {
+    if (parsed.augment(i).op_case() == batchd::v1::Augment::OP_NOT_SET) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "augment: entry ", i + 1,
+          " names no op (e.g. augment { trivial_augment_wide {} })"));
+    }
+  }
+  for (batchd::v1::Augment& entry : *parsed.mutable_augment()) {
+    *out->Add() = std::move(entry);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyAugmentOptions(const AugmentOptions& options,
+                                 batchd::v1::Pipeline* pipeline) {
+  ASSIGN_OR_RETURN(const batchd::v1::Interpolation interpolation,
+                   ParseCropInterpolation(options.interpolation));
+  pipeline->set_interpolation(interpolation);
+  if (options.ra_magnitude != kDefaultRaMagnitude &&
+      options.auto_augment != "ra") {
+    return absl::InvalidArgumentError(
+        "ra_magnitude applies to auto_augment=ra only");
+  }
+  if (options.augmix_severity != kDefaultAugmixSeverity &&
+      options.auto_augment != "augmix") {
+    return absl::InvalidArgumentError(
+        "augmix_severity applies to auto_augment=augmix only");
+  }
+  if (!options.auto_augment.empty()) {
+    ASSIGN_OR_RETURN(batchd::v1::Augment policy,
+                     ReferencePolicy(options.auto_augment,
+                                     options.ra_magnitude,
+                                     options.augmix_severity));
+    *pipeline->add_augment() = std::move(policy);
+  }
+  return ParseAugmentList(options.augment, pipeline->mutable_augment());
+}
+
+}  // namespace batchd::client

@@ -1,0 +1,163 @@
+#include "client/augment_options.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace batchd::client {
+namespace {
+
+using ::batchd::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// `pipeline` in text format on one line, e.g. "augment { ... }".
+std::string Text(const batchd::v1::Pipeline& pipeline) {
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetSingleLineMode(true);
+  std::string out;
+  printer.PrintToString(pipeline, &out);
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+absl::StatusOr<std::string> Apply(const AugmentOptions& options) {
+  batchd::v1::Pipeline pipeline;
+  RETURN_IF_ERROR(ApplyAugmentOptions(options, &pipeline));
+  return Text(pipeline);
+}
+
+TEST(AugmentOptionsTest, DefaultsLeaveThePipelineAsAnOlderClientSendsIt) {
+  ASSERT_OK_AND_ASSIGN(const std::string text, Apply(AugmentOptions()));
+  EXPECT_EQ(text, "");
+}
+
+TEST(AugmentOptionsTest, CropInterpolation) {
+  AugmentOptions options;
+  options.interpolation = "bicubic";
+  ASSERT_OK_AND_ASSIGN(const std::string text, Apply(options));
+  EXPECT_EQ(text, "interpolation: INTERPOLATION_BICUBIC");
+  options.interpolation = "nearest";
+  EXPECT_THAT(Apply(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "interpolation must be bilinear or bicubic, not "
+                       "'nearest'"));
+}
+
+TEST(AugmentOptionsTest, ReferencePoliciesAsTheClassificationPresetAddsThem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"ta_wide",
+       "augment { trivial_augment_wide { interpolation: "
+       "INTERPOLATION_BILINEAR } }"},
+      {"ra", "augment { rand_augment { interpolation: INTERPOLATION_BILINEAR "
+             "} }"},
+      {"augmix",
+       "augment { aug_mix { interpolation: INTERPOLATION_BILINEAR } }"},
+      {"imagenet",
+       "augment { auto_augment { interpolation: INTERPOLATION_BILINEAR } }"},
+      {"cifar10",
+       "augment { auto_augment { policy: POLICY_CIFAR10 interpolation: "
+       "INTERPOLATION_BILINEAR } }"},
+      {"svhn",
+       "augment { auto_augment { policy: POLICY_SVHN interpolation: "
+       "INTERPOLATION_BILINEAR } }"},
+  };
+  for (const auto& [name, want] : cases) {
+    AugmentOptions options;
+    options.auto_augment = name;
+    ASSERT_OK_AND_ASSIGN(const std::string text, Apply(options));
+    EXPECT_EQ(text, want) << name;
+  }
+}
+
+TEST(AugmentOptionsTest, MagnitudeAndSeverityOnlyWithTheirPolicy) {
+  AugmentOptions options;
+  options.auto_augment = "ra";
+  options.ra_magnitude = 15;
+  options.interpolation = "bicubic";
+  ASSERT_OK_AND_ASSIGN(std::string text, Apply(options));
+  // The policy's geometric ops stay bilinear under a bicubic crop.
+  EXPECT_EQ(text,
+            "interpolation: INTERPOLATION_BICUBIC augment { rand_augment { "
+            "magnitude: 15 interpolation: INTERPOLATION_BILINEAR } }");
+  options.ra_magnitude = 31;
+  EXPECT_THAT(Apply(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("ra_magnitude must be 0..30")));
+
+  options = AugmentOptions();
+  options.auto_augment = "augmix";
+  options.augmix_severity = 5;
+  ASSERT_OK_AND_ASSIGN(text, Apply(options));
+  EXPECT_EQ(text,
+            "augment { aug_mix { severity: 5 interpolation: "
+            "INTERPOLATION_BILINEAR } }");
+  options.augmix_severity = 0;
+  EXPECT_THAT(Apply(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "augmix_severity must be 1..10, not 0"));
+
+  options = AugmentOptions();
+  options.auto_augment = "ta_wide";
+  options.ra_magnitude = 12;
+  EXPECT_THAT(Apply(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "ra_magnitude applies to auto_augment=ra only"));
+  options.ra_magnitude = kDefaultRaMagnitude;
+  options.augmix_severity = 4;
+  EXPECT_THAT(Apply(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "augmix_severity applies to auto_augment=augmix only"));
+  options = AugmentOptions();
+  options.auto_augment = "autoaugment";
+  EXPECT_THAT(Apply(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("auto_augment must be ta_wide, ra, augmix, "
+                                 "imagenet, cifar10 or svhn, not "
+                                 "'autoaugment'")));
+}
+
+TEST(AugmentOptionsTest, TextListFollowsThePolicyInOrder) {
+  AugmentOptions options;
+  options.auto_augment = "ta_wide";
+  options.augment =
+      "augment { random_grayscale { p: 0.2 } }\n"
+      "augment { gaussian_blur { kernel_size: 23 p: 0.5 } }";
+  ASSERT_OK_AND_ASSIGN(const std::string text, Apply(options));
+  EXPECT_EQ(text,
+            "augment { trivial_augment_wide { interpolation: "
+            "INTERPOLATION_BILINEAR } } augment { random_grayscale { p: 0.2 "
+            "} } augment { gaussian_blur { kernel_size: 23 p: 0.5 } }");
+}
+
+TEST(AugmentOptionsTest, TextErrorsSayWhereAndWhat) {
+  google::protobuf::RepeatedPtrField<batchd::v1::Augment> out;
+  EXPECT_THAT(ParseAugmentList("augment { rand_augment { num_op: 3 } }", &out),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("augment: line 1 column ")));
+  EXPECT_THAT(ParseAugmentList("augment { rand_augment { num_op: 3 } }", &out),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("num_op")));
+  EXPECT_THAT(ParseAugmentList("augment {\n random_invert { p: 2 ", &out),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("augment: line 2")));
+  EXPECT_THAT(ParseAugmentList("train { size: 64 }", &out),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "augment: only `augment { ... }` entries may be given "
+                       "here, not 'train'"));
+  EXPECT_THAT(ParseAugmentList("augment { } augment { }", &out),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("augment: entry 1 names no op")));
+  // Two ops in one entry: the oneof refuses the second.
+  EXPECT_THAT(ParseAugmentList(
+                  "augment { random_invert {} random_equalize {} }", &out),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("random_equalize")));
+  EXPECT_TRUE(out.empty());
+  EXPECT_OK(ParseAugmentList("", &out));
+  EXPECT_TRUE(out.empty());
+}
+
+}  // namespace
+}  // namespace batchd::client
