@@ -11,6 +11,7 @@ import time
 from . import _native, errors
 from . import augment as _augment
 from . import connection as _connection
+from . import output as _output
 from . import timeline as _timeline
 from .diagnosis import Diagnosis
 from .diagnosis import log_line as _log_diagnosis
@@ -215,7 +216,8 @@ class Loader:
         self.shuffle = shuffle
         self.shuffle_window_shards = shuffle_window_shards
         self.drop_last = drop_last
-        self._setup_output(normalize, dtype)
+        self._output = _output.TensorOutput(self.device, layout, normalize,
+                                            dtype)
 
         args = LoaderArgs(
             endpoint=endpoint, dataset=dataset, batch_size=batch_size,
@@ -257,9 +259,6 @@ class Loader:
         # yield), or None when none ran since set_epoch / load_state_dict.
         self._position = None
         self._generation = 0
-        # Host tensors whose asynchronous copy to the device is in flight:
-        # [(cuda event, host tensor)].
-        self._in_flight = []
         # Time spent waiting for batches, and batches yielded.
         self.waited_s = 0.0
         self.batches = 0
@@ -300,7 +299,7 @@ class Loader:
 
         names = {torch.uint8: "uint8", torch.float32: "float32",
                  torch.float16: "float16", torch.bfloat16: "bfloat16"}
-        out_dtype = self._float_dtype or torch.uint8
+        out_dtype = self._output.float_dtype or torch.uint8
         if out_dtype not in names:
             raise ValueError(f"backend 'device' produces {list(names)}, not "
                              f"{out_dtype}")
@@ -313,39 +312,6 @@ class Loader:
             args, dtype=names[out_dtype], mean=[float(m) for m in mean],
             std=[float(s) for s in std], consumer_stream=stream,
             force_host=not on_cuda, **options)
-
-    def _setup_output(self, normalize, dtype):
-        import torch
-
-        self._float_dtype = None
-        self._scale = self._bias = None
-        if dtype is not None and dtype != torch.uint8:
-            if not dtype.is_floating_point:
-                raise ValueError(f"dtype must be torch.uint8 or a float dtype, "
-                                 f"not {dtype}")
-            self._float_dtype = dtype
-        elif dtype == torch.uint8 and normalize is not None:
-            raise ValueError("normalize gives float tensors; dtype=torch.uint8 "
-                             "cannot hold them")
-        if normalize is not None:
-            mean, std = normalize
-            mean = torch.tensor(mean, dtype=torch.float32)
-            std = torch.tensor(std, dtype=torch.float32)
-            if mean.numel() != 3 or std.numel() != 3 or bool((std <= 0).any()):
-                raise ValueError("normalize must be (mean, std) with 3 values "
-                                 "each and std > 0")
-            self._float_dtype = self._float_dtype or torch.float32
-        elif self._float_dtype is not None:
-            mean = torch.zeros(3)
-            std = torch.ones(3)
-        else:
-            return
-        # x_float = (x / 255 - mean) / std = x * scale + bias
-        scale = 1.0 / (255.0 * std)
-        bias = -mean / std
-        view = (1, 3, 1, 1) if self.layout == "nchw" else (1, 1, 1, 3)
-        self._scale = scale.view(view).to(self.device)
-        self._bias = bias.view(view).to(self.device)
 
     # -- DataLoader / DistributedSampler surface ---------------------------
 
@@ -429,7 +395,7 @@ class Loader:
         # Every slot is leased. Tensors caught in reference cycles may be
         # unreachable already: collect them and try once more.
         gc.collect()
-        self._reap_copies(wait=True)
+        self._output.reap(wait=True)
         try:
             return fetch()
         except errors.FailedPreconditionError as error:
@@ -457,40 +423,7 @@ class Loader:
         # Wraps the slot: the tensor's storage holds `batch`, which holds
         # the slot until the storage is freed.
         pixels = torch.frombuffer(batch, dtype=torch.uint8).view(batch.shape)
-        if self.device.type == "cpu":
-            if self._float_dtype is None:
-                return pixels, labels
-            images = torch.addcmul(self._bias, pixels, self._scale)
-            if images.dtype != self._float_dtype:
-                images = images.to(self._float_dtype)
-            return images, labels
-        return self._to_device(pixels, labels)
-
-    def _to_device(self, pixels, labels):
-        import torch
-
-        # The copy reads the slot asynchronously: keep the host tensor (and
-        # so the slot) until an event recorded after it has completed.
-        self._reap_copies(wait=False)
-        images = pixels.to(self.device, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        self._in_flight.append((event, pixels))
-        labels = labels.to(self.device, non_blocking=True)
-        if self._float_dtype is not None:
-            images = torch.addcmul(self._bias, images, self._scale)
-            if images.dtype != self._float_dtype:
-                images = images.to(self._float_dtype)
-        return images, labels
-
-    def _reap_copies(self, wait):
-        kept = []
-        for event, host in self._in_flight:
-            if wait:
-                event.synchronize()
-            elif not event.query():
-                kept.append((event, host))
-        self._in_flight = kept
+        return self._output.convert(pixels, labels)
 
     # -- Checkpoints --------------------------------------------------------
 
@@ -701,7 +634,7 @@ class Loader:
         """Ends the stream. Tensors already yielded stay valid. Idempotent."""
         native, self._native = self._native, None
         if native is not None:
-            self._reap_copies(wait=True)
+            self._output.reap(wait=True)
             native.close()
 
     def __enter__(self):
