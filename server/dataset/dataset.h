@@ -68,7 +68,7 @@ struct RemoteOptions {
   int index_threads = 8;   // shards indexed at once
   // More shards (or listed keys) than this refuses the dataset
   // (--max-shards).
-  uint64_t max_shards = 1000000;
+  uint64_t max_shards = kDefaultMaxShards;
   RemoteRedirects redirects = RemoteRedirects::kNone;  // --remote-redirects
   // Set on SIGTERM/SIGINT during start-up: the load ends with CANCELLED
   // (ObjectStoreOptions::cancelled).

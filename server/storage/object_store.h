@@ -32,13 +32,17 @@ struct ObjectInfo {
   std::string etag;  // as the store gives it (quotes included); may be empty
 };
 
+// --max-shards' default: the most shards of a remote dataset, and the
+// most keys a listing may return.
+inline constexpr uint64_t kDefaultMaxShards = 1000000;
+
 // How far a listing may go, and what it keeps.
 struct ListOptions {
   // Only keys ending in `suffix` are kept (all are counted); "" keeps all.
   std::string suffix;
   // More keys than this (a page without keys counts as one) is
   // RESOURCE_EXHAUSTED naming the dataset and --max-shards.
-  uint64_t max_keys = 1000000;
+  uint64_t max_keys = kDefaultMaxShards;
 };
 
 class ObjectStore {
@@ -119,7 +123,7 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> MakeObjectStore(
 // listings and HEADs log their progress (progress_log.h).
 absl::StatusOr<std::vector<ObjectInfo>> ResolveShardObjects(
     const batchd::v1::DatasetConfig& config, ObjectStore& store,
-    uint64_t max_shards = 1000000);
+    uint64_t max_shards = kDefaultMaxShards);
 
 }  // namespace batchd::server
 
