@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +35,7 @@
 #include "server/dataset/dataset.h"
 #include "server/options/daemon_options.h"
 #include "server/server_lib.h"
+#include "server/startup_signals.h"
 #include "server/storage/counting_object_store.h"
 #include "server/storage/shard_cache.h"
 
@@ -222,6 +224,16 @@ ABSL_FLAG(int64_t, shared_batch_bytes, Defaults().shared_batch_bytes,
 ABSL_FLAG(int, remote_connections, Defaults().remote_connections,
           "Requests in flight at once to the store of each remote dataset "
           "(s3://, http://, https:// paths), over kept-alive connections.");
+ABSL_FLAG(std::string, remote_redirects, Defaults().remote_redirects,
+          "HTTP redirects that unsigned http:// and https:// datasets "
+          "follow: none (the default: a 3xx answer is an error naming its "
+          "target), or same-origin (only to the same scheme, host and port; "
+          "at most 5). Signed s3:// requests follow none.");
+ABSL_FLAG(uint64_t, max_shards, Defaults().max_shards,
+          "Most shards a remote dataset may have, and most keys an s3:// "
+          "prefix listing may return (.tar or not): past it, or when the "
+          "store repeats a continuation token, the daemon refuses the "
+          "dataset at start instead of growing without bound.");
 ABSL_FLAG(uint64_t, read_cache_bytes, Defaults().read_cache_bytes,
           "Encoded samples kept in memory for every plan and job, bytes, "
           "least recently used out; concurrent reads of one sample are "
@@ -436,6 +448,8 @@ batchd::server::DaemonOptions OptionsFromFlags(
   o.share_batches = absl::GetFlag(FLAGS_share_batches);
   o.shared_batch_bytes = absl::GetFlag(FLAGS_shared_batch_bytes);
   o.remote_connections = absl::GetFlag(FLAGS_remote_connections);
+  o.remote_redirects = absl::GetFlag(FLAGS_remote_redirects);
+  o.max_shards = absl::GetFlag(FLAGS_max_shards);
   o.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
   o.decoded_cache_bytes = absl::GetFlag(FLAGS_decoded_cache_bytes);
   o.log_augment_sample = absl::GetFlag(FLAGS_log_augment_sample);
@@ -457,9 +471,12 @@ batchd::server::DaemonOptions OptionsFromFlags(
 }
 
 // Loads the datasets of --config and --dataset into `server`, with
-// --cache-dir for the remote ones, and logs each.
-absl::Status LoadDaemonDatasets(const batchd::server::DaemonOptions& options,
-                                batchd::server::ServerOptions* server) {
+// --cache-dir for the remote ones, and logs each. Remote transfers end
+// with CANCELLED once `cancelled` is set.
+absl::Status LoadDaemonDatasets(
+    const batchd::server::DaemonOptions& options,
+    std::shared_ptr<const std::atomic<bool>> cancelled,
+    batchd::server::ServerOptions* server) {
   batchd::v1::DaemonConfig config;
   if (!options.config.empty()) {
     ASSIGN_OR_RETURN(config, batchd::server::ReadConfigFile(options.config));
@@ -471,6 +488,11 @@ absl::Status LoadDaemonDatasets(const batchd::server::DaemonOptions& options,
   batchd::server::RemoteOptions remote;
   remote.counters = std::make_shared<batchd::server::ObjectStoreCounters>();
   remote.connections = options.remote_connections;
+  remote.max_shards = options.max_shards;
+  remote.redirects = options.remote_redirects == "same-origin"
+                         ? batchd::server::RemoteRedirects::kSameOrigin
+                         : batchd::server::RemoteRedirects::kNone;
+  remote.cancelled = std::move(cancelled);
   if (!options.cache_dir.empty()) {
     batchd::server::ShardCacheOptions cache_options;
     // Shards in a directory of their own (the bound covers its files);
@@ -550,9 +572,20 @@ int main(int argc, char** argv) {
   }
   batchd::server::ServerOptions options =
       batchd::server::MakeServerOptions(flags, cpus);
-  if (absl::Status loaded = LoadDaemonDatasets(flags, &options);
-      !loaded.ok()) {
-    return Fail(loaded);
+  // Set by SIGTERM/SIGINT during start-up, and after the drain: remote
+  // transfers then end at once.
+  const auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  {
+    batchd::server::StartupSignals startup(stop_signals, flags.drain_deadline,
+                                           cancelled);
+    const absl::Status loaded =
+        LoadDaemonDatasets(flags, cancelled, &options);
+    if (const int signal = startup.Finish(); signal != 0) {
+      std::fprintf(stderr, "batchd: start-up cancelled by %s; stopped\n",
+                   signal == SIGTERM ? "SIGTERM" : "SIGINT");
+      return 0;
+    }
+    if (!loaded.ok()) return Fail(loaded);
   }
 
   absl::StatusOr<std::unique_ptr<BatchdServer>> server =
@@ -631,6 +664,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "batchd: %s\n",
                  std::string(drained.message()).c_str());
   }
+  // Remote reads still in flight (a slow store) end now, not at their
+  // own timeouts.
+  cancelled->store(true);
   absl::Notification stopped;
   std::thread watchdog([&stopped] {
     const absl::Duration limit = batchd::server::kShutdownGrace + kExitGrace;

@@ -139,14 +139,14 @@ CommandResult RunCommand(const std::vector<std::string>& argv_in) {
   return result;
 }
 
-absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Launch(
     const std::vector<std::string>& args) {
   std::unique_ptr<DaemonProcess> daemon(new DaemonProcess());
   daemon->dir_ = MakeTempDir("daemon");
-  const std::string port_file = daemon->dir_ + "/port";
+  daemon->port_file_ = daemon->dir_ + "/port";
   const std::string log = daemon->dir_ + "/log.txt";
   std::vector<std::string> full = {BuiltBinary("server/batchd"), "--port",
-                                   "0", "--port-file", port_file};
+                                   "0", "--port-file", daemon->port_file_};
   full.insert(full.end(), args.begin(), args.end());
   daemon->pid_ = fork();
   if (daemon->pid_ == 0) {
@@ -157,25 +157,41 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
     execv(argv[0], argv.data());
     _exit(127);
   }
+  if (daemon->pid_ < 0) return absl::InternalError("fork failed");
+  return daemon;
+}
+
+absl::Status DaemonProcess::WaitUntilServing(absl::Duration timeout) {
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
   while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream in(port_file);
+    std::ifstream in(port_file_);
     int port = 0;
     if (in >> port && port > 0) {
-      daemon->port_ = port;
-      return daemon;
+      port_ = port;
+      return absl::OkStatus();
     }
     int status = 0;
-    if (waitpid(daemon->pid_, &status, WNOHANG) == daemon->pid_) {
-      daemon->pid_ = -1;
+    if (pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
       return absl::InternalError(
-          absl::StrCat("batchd exited at start: ", ReadWholeFile(log)));
+          absl::StrCat("batchd exited at start: ", Log()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return absl::DeadlineExceededError(
-      absl::StrCat("batchd did not start in 20 s: ", ReadWholeFile(log)));
+      absl::StrCat("batchd did not start in ", absl::FormatDuration(timeout),
+                   ": ", Log()));
+}
+
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
+    const std::vector<std::string>& args) {
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = Launch(args);
+  if (!daemon.ok()) return daemon.status();
+  absl::Status serving = (*daemon)->WaitUntilServing(absl::Seconds(20));
+  if (!serving.ok()) return serving;
+  return daemon;
 }
 
 DaemonProcess::~DaemonProcess() {

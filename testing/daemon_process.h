@@ -42,6 +42,14 @@ class DaemonProcess {
   // up to 20 s until it serves. Its stderr goes to a log file.
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(
       const std::vector<std::string>& args);
+  // Starts build/server/batchd with `args` plus --port 0 --port-file and
+  // returns at once, for tests of the start-up itself (port() is 0 until
+  // WaitUntilServing). Its stderr goes to a log file.
+  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Launch(
+      const std::vector<std::string>& args);
+  // Waits up to `timeout` until a Launch'ed daemon serves; INTERNAL with
+  // its log when it exits first.
+  absl::Status WaitUntilServing(absl::Duration timeout);
   // Stops the daemon (SIGTERM) if it is still running.
   ~DaemonProcess();
 
@@ -69,6 +77,7 @@ class DaemonProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   std::string dir_;
+  std::string port_file_;
 };
 
 }  // namespace batchd::testing

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/errno_status.h"
@@ -113,6 +114,74 @@ std::string RewriteHead(absl::string_view head, absl::string_view extra,
   return out;
 }
 
+// The request target of a request head ("/bkt?list-type=2&...").
+absl::string_view Target(absl::string_view head) {
+  const size_t first = head.find(' ');
+  if (first == absl::string_view::npos) return "";
+  const size_t second = head.find(' ', first + 1);
+  if (second == absl::string_view::npos) return "";
+  return head.substr(first + 1, second - first - 1);
+}
+
+// %XX decoded.
+std::string PercentDecode(absl::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    int value = 0;
+    if (s[i] == '%' && i + 2 < s.size() &&
+        absl::SimpleHexAtoi(s.substr(i + 1, 2), &value)) {
+      out.push_back(static_cast<char>(value));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// The decoded value of query parameter `name` in `target`; empty if absent.
+std::string QueryParam(absl::string_view target, absl::string_view name) {
+  const size_t q = target.find('?');
+  if (q == absl::string_view::npos) return "";
+  for (absl::string_view pair :
+       absl::StrSplit(target.substr(q + 1), '&')) {
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == name && eq != absl::string_view::npos) {
+      return PercentDecode(pair.substr(eq + 1));
+    }
+  }
+  return "";
+}
+
+std::string Response(absl::string_view status, absl::string_view type,
+                     absl::string_view extra, absl::string_view body) {
+  return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
+                      "\r\nContent-Length: ", body.size(), "\r\n", extra,
+                      "\r\n", body);
+}
+
+// A ListObjectsV2 page of keys [first, first + count) under `prefix`;
+// truncated with `next_token` when that is not empty.
+std::string ListingPage(const std::string& prefix, int first, int count,
+                        const std::string& next_token) {
+  std::string xml =
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult>";
+  for (int i = first; i < first + count; ++i) {
+    absl::StrAppendFormat(&xml,
+                          "<Contents><Key>%sshard-%07d.tar</Key>"
+                          "<Size>10240</Size><ETag>\"e%d\"</ETag></Contents>",
+                          prefix, i, i);
+  }
+  absl::StrAppend(&xml, "<KeyCount>", count, "</KeyCount><IsTruncated>",
+                  next_token.empty() ? "false" : "true", "</IsTruncated>");
+  if (!next_token.empty()) {
+    absl::StrAppend(&xml, "<NextContinuationToken>", next_token,
+                    "</NextContinuationToken>");
+  }
+  absl::StrAppend(&xml, "</ListBucketResult>");
+  return xml;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpFaultProxy>> HttpFaultProxy::Start(
@@ -175,6 +244,51 @@ void HttpFaultProxy::SetStall(absl::Duration stall) {
 void HttpFaultProxy::SetLatency(absl::Duration latency) {
   absl::MutexLock lock(&mu_);
   latency_ = latency;
+}
+
+void HttpFaultProxy::SetListing(int keys, int page_keys,
+                                absl::Duration page_delay) {
+  absl::MutexLock lock(&mu_);
+  listing_keys_ = keys;
+  listing_page_keys_ = std::max(1, page_keys);
+  listing_page_delay_ = page_delay;
+}
+
+void HttpFaultProxy::SetRedirect(std::string base) {
+  absl::MutexLock lock(&mu_);
+  redirect_base_ = std::move(base);
+}
+
+std::string HttpFaultProxy::Answer(HttpFault fault,
+                                   absl::string_view request_head) {
+  const absl::string_view target = Target(request_head);
+  int keys = 0, page_keys = 0;
+  std::string redirect_base;
+  {
+    absl::MutexLock lock(&mu_);
+    keys = listing_keys_;
+    page_keys = listing_page_keys_;
+    redirect_base = redirect_base_;
+  }
+  if (fault == HttpFault::kRedirect) {
+    return Response("302 Found", "text/plain",
+                    absl::StrCat("Location: ", redirect_base, target, "\r\n"),
+                    "moved\n");
+  }
+  const std::string prefix = QueryParam(target, "prefix");
+  if (fault == HttpFault::kRepeatingListing) {
+    return Response("200 OK", "application/xml", "",
+                    ListingPage(prefix, 0, page_keys, "same-token"));
+  }
+  int first = 0;
+  const std::string token = QueryParam(target, "continuation-token");
+  if (!token.empty() && !absl::SimpleAtoi(token, &first)) first = keys;
+  first = std::min(std::max(first, 0), keys);
+  const int count = std::min(page_keys, keys - first);
+  const std::string next =
+      first + count < keys ? absl::StrCat(first + count) : std::string();
+  return Response("200 OK", "application/xml", "",
+                  ListingPage(prefix, first, count, next));
 }
 
 int HttpFaultProxy::requests() const {
@@ -254,6 +368,20 @@ void HttpFaultProxy::Serve(int client_fd) {
     }
     const HttpFault fault = NextFault();
     if (fault == HttpFault::kLatency && !Sleep(latency)) break;
+    if (fault == HttpFault::kListing || fault == HttpFault::kRepeatingListing ||
+        fault == HttpFault::kRedirect) {
+      absl::Duration page_delay;
+      {
+        absl::MutexLock lock(&mu_);
+        page_delay = listing_page_delay_;
+      }
+      if (fault != HttpFault::kRedirect && page_delay > absl::ZeroDuration() &&
+          !Sleep(page_delay)) {
+        break;
+      }
+      keep_open = SendAll(client_fd, Answer(fault, request_head));
+      continue;
+    }
     if (fault == HttpFault::kStatus500 || fault == HttpFault::kStatus429) {
       const std::string body = "injected by the fault proxy\n";
       keep_open = SendAll(

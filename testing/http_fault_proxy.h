@@ -26,6 +26,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -43,6 +44,15 @@ enum class HttpFault {
   kWrongContentRange,  // Content-Range shifted by one byte, body untouched
   kChangedEtag,        // ETag replaced by another
   kLatency,            // forwarded after latency (SetLatency)
+  // Answered by the proxy, not forwarded:
+  kListing,            // a page of a made-up ListObjectsV2 listing
+                       // (SetListing), from the request's
+                       // continuation-token
+  kRepeatingListing,   // a ListObjectsV2 page of SetListing's page_keys
+                       // keys whose NextContinuationToken is always the
+                       // same: a client that trusts it lists forever
+  kRedirect,           // 302 Found to SetRedirect's base + the request's
+                       // path and query
 };
 
 class HttpFaultProxy {
@@ -65,6 +75,12 @@ class HttpFaultProxy {
   // kLatency adds (default 200 ms).
   void SetStall(absl::Duration stall);
   void SetLatency(absl::Duration latency);
+  // The listing kListing serves: `keys` keys "<prefix>shard-NNNNNNN.tar"
+  // (prefix as the request asks), `page_keys` a page, each page answered
+  // after `page_delay`. kRepeatingListing's pages hold `page_keys` keys.
+  void SetListing(int keys, int page_keys, absl::Duration page_delay);
+  // Where kRedirect sends a request: "http://127.0.0.1:<port>".
+  void SetRedirect(std::string base);
   // Requests received so far, and how many of them got a fault.
   int requests() const;
   int faulted() const;
@@ -79,6 +95,8 @@ class HttpFaultProxy {
   void AcceptLoop();
   void Serve(int client_fd);
   HttpFault NextFault();
+  // The answer to a listing or redirect fault for `request_head`.
+  std::string Answer(HttpFault fault, absl::string_view request_head);
   // Sleeps `d` or until Stop; false when stopped.
   bool Sleep(absl::Duration d);
 
@@ -94,6 +112,10 @@ class HttpFaultProxy {
   HttpFault always_ ABSL_GUARDED_BY(mu_) = HttpFault::kNone;
   absl::Duration stall_ ABSL_GUARDED_BY(mu_) = absl::Seconds(60);
   absl::Duration latency_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(200);
+  int listing_keys_ ABSL_GUARDED_BY(mu_) = 0;
+  int listing_page_keys_ ABSL_GUARDED_BY(mu_) = 1000;
+  absl::Duration listing_page_delay_ ABSL_GUARDED_BY(mu_);
+  std::string redirect_base_ ABSL_GUARDED_BY(mu_);
   int requests_ ABSL_GUARDED_BY(mu_) = 0;
   int faulted_ ABSL_GUARDED_BY(mu_) = 0;
   int accepted_ ABSL_GUARDED_BY(mu_) = 0;

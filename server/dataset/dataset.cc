@@ -27,6 +27,7 @@
 #include "common/status_macros.h"
 #include "server/dataset/shard_source.h"
 #include "server/storage/object_store.h"
+#include "server/storage/object_url.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -51,6 +52,22 @@ absl::Status FilesystemStatus(const std::error_code& ec,
 absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+// INVALID_ARGUMENT for a URL ("scheme://...") other than s3, http or
+// https; local paths (even with a ':') pass.
+absl::Status CheckScheme(const std::string& location,
+                         absl::string_view prefix) {
+  const std::string scheme = UrlScheme(location);
+  if (scheme.empty() || IsRemoteUrl(location) ||
+      location.compare(scheme.size(), 3, "://") != 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      prefix, "\"", absl::CHexEscape(location.substr(0, 200)),
+      "\" has the scheme \"", absl::CHexEscape(scheme),
+      "\", which is refused; datasets are local paths or s3://, http:// and "
+      "https:// URLs"));
 }
 
 absl::Status ValidateName(absl::string_view name) {
@@ -414,6 +431,12 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadDataset(
   if (config.path().empty() && config.shards_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "path is empty"));
   }
+  // file://, ftp://, gopher://...: never read, and never taken for a
+  // local path that happens not to exist.
+  for (const std::string& location : config.shards()) {
+    RETURN_IF_ERROR(CheckScheme(location, prefix));
+  }
+  RETURN_IF_ERROR(CheckScheme(config.path(), prefix));
   if (config.format() != batchd::v1::DatasetConfig::TAR_SHARDS &&
       config.format() != batchd::v1::DatasetConfig::FORMAT_UNSPECIFIED &&
       (config.shards_size() > 0 || !config.index_cache().empty() ||

@@ -7,6 +7,7 @@
 #ifndef BATCHD_SERVER_DATASET_DATASET_H_
 #define BATCHD_SERVER_DATASET_DATASET_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "batchd/v1/config.pb.h"
+#include "server/storage/object_store.h"
 
 namespace batchd::server {
 
@@ -64,6 +66,13 @@ struct RemoteOptions {
   std::shared_ptr<ObjectStoreCounters> counters;
   int connections = 32;    // store requests in flight at once
   int index_threads = 8;   // shards indexed at once
+  // More shards (or listed keys) than this refuses the dataset
+  // (--max-shards).
+  uint64_t max_shards = kDefaultMaxShards;
+  RemoteRedirects redirects = RemoteRedirects::kNone;  // --remote-redirects
+  // Set on SIGTERM/SIGINT during start-up: the load ends with CANCELLED
+  // (ObjectStoreOptions::cancelled).
+  std::shared_ptr<const std::atomic<bool>> cancelled;
   // Tests: the store and the shard list to use instead of MakeObjectStore
   // and ResolveShardObjects.
   std::function<absl::StatusOr<std::shared_ptr<ObjectStore>>(

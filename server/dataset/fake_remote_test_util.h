@@ -24,12 +24,9 @@ inline RemoteOptions FakeRemoteOptions(std::shared_ptr<FakeObjectStore> store) {
   remote.resolve_shards = [](const batchd::v1::DatasetConfig& config,
                              ObjectStore& store)
       -> absl::StatusOr<std::vector<ObjectInfo>> {
-    ASSIGN_OR_RETURN(std::vector<ObjectInfo> all, store.List(config.path()));
-    std::vector<ObjectInfo> tars;
-    for (ObjectInfo& info : all) {
-      if (absl::EndsWith(info.url, ".tar")) tars.push_back(std::move(info));
-    }
-    return tars;
+    ListOptions tars;
+    tars.suffix = ".tar";
+    return store.List(config.path(), tars);
   };
   return remote;
 }

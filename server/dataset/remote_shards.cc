@@ -92,6 +92,7 @@ absl::StatusOr<size_t> ObjectReadAt::Read(uint64_t offset, char* out,
   }
   ++requests_;
   if (size > block_bytes_) {
+    bytes_ += size;
     // Large (a long pax header): read it alone, keep the block.
     absl::Status status = store_.ReadRange(
         object_, offset, size, reinterpret_cast<uint8_t*>(out));
@@ -99,6 +100,7 @@ absl::StatusOr<size_t> ObjectReadAt::Read(uint64_t offset, char* out,
     return size;
   }
   const uint64_t length = std::min<uint64_t>(block_bytes_, object_.size - offset);
+  bytes_ += length;
   std::string block(length, '\0');
   absl::Status status = store_.ReadRange(
       object_, offset, length, reinterpret_cast<uint8_t*>(block.data()));

@@ -84,6 +84,7 @@ class ObjectReadAt : public ReadAt {
   absl::StatusOr<size_t> Read(uint64_t offset, char* out,
                               size_t size) override;
   uint64_t requests() const { return requests_; }
+  uint64_t bytes() const { return bytes_; }  // read from the store
 
  private:
   ObjectStore& store_;
@@ -92,6 +93,7 @@ class ObjectReadAt : public ReadAt {
   std::string block_;         // the bytes at block_offset_
   uint64_t block_offset_ = 0;
   uint64_t requests_ = 0;
+  uint64_t bytes_ = 0;
 };
 
 }  // namespace batchd::server

@@ -30,15 +30,16 @@
 #include "server/dataset/shard_index.h"
 #include "server/storage/counting_object_store.h"
 #include "server/storage/object_store.h"
+#include "server/storage/progress_log.h"
 
 namespace batchd::server {
 namespace {
 
 namespace fs = std::filesystem;
 
-// More shards than this is a configuration mistake (a glob over a whole
-// filesystem), not a dataset: shard numbers are 32-bit, and every shard is
-// stat'ed at start.
+// More local shards than this is a configuration mistake (a glob over a
+// whole filesystem), not a dataset: shard numbers are 32-bit, and every
+// shard is stat'ed at start. Remote datasets have --max-shards.
 constexpr size_t kMaxShards = 1 << 20;
 // Damaged shards named one by one in the log; the rest are counted.
 constexpr int kMaxDamageLines = 10;
@@ -383,7 +384,7 @@ absl::StatusOr<std::vector<std::string>> ReadRemoteClassNames(
 
 // Indexes `objects` from their headers, `threads` at once, in place of the
 // entries of `shards` that are empty (no validator). The first error.
-absl::Status IndexRemoteShards(ObjectStore& store,
+absl::Status IndexRemoteShards(const std::string& name, ObjectStore& store,
                                const std::vector<ObjectInfo>& objects,
                                std::vector<CachedShard>& shards, int threads) {
   std::vector<size_t> todo;
@@ -393,6 +394,7 @@ absl::Status IndexRemoteShards(ObjectStore& store,
   std::atomic<size_t> next{0};
   std::vector<absl::Status> errors(todo.size());
   std::atomic<bool> failed{false};
+  ProgressLog progress(name, "indexing", "shards", todo.size());
   auto work = [&] {
     for (;;) {
       const size_t k = next.fetch_add(1);
@@ -401,6 +403,7 @@ absl::Status IndexRemoteShards(ObjectStore& store,
       ObjectReadAt reader(store, object);
       absl::StatusOr<ShardIndex> index =
           IndexShard(reader, object.size, object.url);
+      progress.Add(1, reader.bytes());
       if (!index.ok()) {
         errors[k] = index.status();
         failed.store(true);
@@ -434,8 +437,12 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
   if (remote.make_store) {
     ASSIGN_OR_RETURN(store, remote.make_store(config));
   } else {
+    ObjectStoreOptions options;
+    options.connections = remote.connections;
+    options.redirects = remote.redirects;
+    options.cancelled = remote.cancelled;
     ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> made,
-                     MakeObjectStore(config, remote.connections));
+                     MakeObjectStore(config, options));
     store = std::move(made);
   }
   if (remote.counters != nullptr) {
@@ -446,12 +453,14 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
   if (remote.resolve_shards) {
     ASSIGN_OR_RETURN(objects, remote.resolve_shards(config, *store));
   } else {
-    ASSIGN_OR_RETURN(objects, ResolveShardObjects(config, *store));
+    ASSIGN_OR_RETURN(objects,
+                     ResolveShardObjects(config, *store, remote.max_shards));
   }
   if (objects.empty()) return absl::InvalidArgumentError("no shards");
-  if (objects.size() > kMaxShards) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        objects.size(), " shards, more than the limit of ", kMaxShards));
+  if (objects.size() > remote.max_shards) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        objects.size(), " shards, more than the limit of ", remote.max_shards,
+        " (--max-shards)"));
   }
   ASSIGN_OR_RETURN(const std::vector<std::string> class_names_file,
                    ReadRemoteClassNames(*store, objects[0].url));
@@ -479,7 +488,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
     }
   }
   RETURN_IF_ERROR(
-      IndexRemoteShards(*store, objects, shards, remote.index_threads));
+      IndexRemoteShards(name, *store, objects, shards, remote.index_threads));
   if (!cache_path.empty() && changed) {
     stats.cache_written = WriteSidecar(name, cache_path, shards);
   }

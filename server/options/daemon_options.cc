@@ -12,6 +12,9 @@
 namespace batchd::server {
 namespace {
 
+// --max-shards at most: shard numbers are 32-bit, with room to spare.
+constexpr uint64_t kMaxShardsLimit = uint64_t{1} << 31;
+
 // The worker pool --workers, --min-workers and --max-workers ask for.
 struct WorkerCounts {
   bool autoscale = false;  // --workers auto
@@ -79,6 +82,17 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& options,
     return absl::InvalidArgumentError(
         absl::StrCat("--remote-connections must be at least 1, not ",
                      options.remote_connections));
+  }
+  if (options.remote_redirects != "none" &&
+      options.remote_redirects != "same-origin") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--remote-redirects is \"", options.remote_redirects,
+        "\"; it must be none or same-origin"));
+  }
+  if (options.max_shards < 1 || options.max_shards > kMaxShardsLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-shards is ", options.max_shards, "; it must be 1..",
+        kMaxShardsLimit));
   }
   if (options.port < -1 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -83,6 +83,8 @@ struct DaemonOptions {
 
   // Remote datasets and caches.
   int remote_connections = 32;
+  std::string remote_redirects = "none";  // or "same-origin"
+  uint64_t max_shards = 1000000;
   uint64_t read_cache_bytes = 0;
   uint64_t decoded_cache_bytes = 0;
   std::string cache_dir;

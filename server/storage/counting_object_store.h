@@ -58,8 +58,8 @@ class CountingObjectStore : public ObjectStore {
     return store_->Stat(url);
   }
   absl::StatusOr<std::vector<ObjectInfo>> List(
-      const std::string& prefix_url) override {
-    return store_->List(prefix_url);
+      const std::string& prefix_url, const ListOptions& options) override {
+    return store_->List(prefix_url, options);
   }
   absl::Status ReadRange(const ObjectInfo& object, uint64_t offset,
                          uint64_t size, uint8_t* dest) override;

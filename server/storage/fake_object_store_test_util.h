@@ -76,11 +76,12 @@ class FakeObjectStore : public ObjectStore {
   }
 
   absl::StatusOr<std::vector<ObjectInfo>> List(
-      const std::string& prefix_url) override {
+      const std::string& prefix_url, const ListOptions& options) override {
     absl::MutexLock lock(&mu_);
     std::vector<ObjectInfo> found;
     for (const auto& [url, object] : objects_) {  // sorted by URL
-      if (absl::StartsWith(url, prefix_url)) {
+      if (absl::StartsWith(url, prefix_url) &&
+          absl::EndsWith(url, options.suffix)) {
         found.push_back({url, object.bytes.size(), object.etag});
       }
     }

@@ -3,6 +3,8 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <utility>
@@ -19,6 +21,10 @@ namespace batchd::server {
 namespace {
 
 constexpr size_t kMaxErrorBody = 4096;
+// Same-origin redirects followed per request (--remote-redirects).
+constexpr int kMaxRedirects = 5;
+// A backoff sleep looks at the cancellation flag this often.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
 
 void GlobalInit() {
   static std::once_flag once;
@@ -46,6 +52,11 @@ struct Sink {
   absl::Time last_byte;
   bool stalled = false;
 
+  // The daemon's cancellation flag (may be null); `cancelled` records that
+  // the transfer was aborted for it.
+  const std::atomic<bool>* cancel = nullptr;
+  bool cancelled = false;
+
   void ResetResponse() {
     status = 0;
     etag.clear();
@@ -59,6 +70,10 @@ struct Sink {
 
 int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   Sink& sink = *static_cast<Sink*>(user);
+  if (sink.cancel != nullptr && sink.cancel->load(std::memory_order_relaxed)) {
+    sink.cancelled = true;
+    return 1;  // CURLE_ABORTED_BY_CALLBACK
+  }
   if (absl::Now() - sink.last_byte > sink.stall_timeout) {
     sink.stalled = true;
     return 1;  // CURLE_ABORTED_BY_CALLBACK
@@ -122,7 +137,9 @@ Transport TransportOf(CURLcode code, const Sink& sink) {
     case CURLE_OK:
       return Transport::kOk;
     case CURLE_ABORTED_BY_CALLBACK:
-      return sink.stalled ? Transport::kStalled : Transport::kFatal;
+      return sink.cancelled ? Transport::kCancelled
+             : sink.stalled ? Transport::kStalled
+                            : Transport::kFatal;
     case CURLE_WRITE_ERROR:
       return sink.overflow ? Transport::kBodyRefused : Transport::kFatal;
     case CURLE_PEER_FAILED_VERIFICATION:
@@ -151,6 +168,29 @@ bool StrongEtag(const std::string& etag) {
   return !etag.empty() && !absl::StartsWith(etag, "W/");
 }
 
+bool Cancelled(const std::shared_ptr<const std::atomic<bool>>& flag) {
+  return flag != nullptr && flag->load(std::memory_order_relaxed);
+}
+
+// Why the redirect from `from` to `to` is not followed under `policy`;
+// empty when it may be. `signed_request`: SigV4 names the host and path.
+std::string RedirectRefusal(RemoteRedirects policy, bool signed_request,
+                            const std::string& from, const std::string& to,
+                            int followed) {
+  if (signed_request) return "signed s3:// requests follow no redirect";
+  if (policy == RemoteRedirects::kNone) return "--remote-redirects=none";
+  if (followed >= kMaxRedirects) {
+    return absl::StrCat("more than ", kMaxRedirects, " redirects");
+  }
+  const absl::StatusOr<UrlOrigin> a = ParseUrlOrigin(from);
+  const absl::StatusOr<UrlOrigin> b = ParseUrlOrigin(to);
+  if (!b.ok()) return "--remote-redirects=same-origin: not an http(s) URL";
+  if (!a.ok() || !(*a == *b)) {
+    return "--remote-redirects=same-origin: another scheme, host or port";
+  }
+  return "";
+}
+
 }  // namespace
 
 // One logical request, retried as a whole.
@@ -159,7 +199,12 @@ struct HttpClient::Request {
   RequestFacts facts;
   Sink sink;
   int64_t content_length = -1;  // HEAD's answer
+  // Set by an attempt answered by a redirect that may be followed: the
+  // next attempt fetches it. `redirects`: how many were followed.
+  std::string follow;
+  int redirects = 0;
 };
+
 
 HttpClient::HttpClient(HttpClientOptions options)
     : options_(std::move(options)) {
@@ -218,8 +263,18 @@ Verdict HttpClient::Attempt(Request& request, absl::Time deadline) {
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &sink);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &OnBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
+  // Only http and https, whatever a URL or a redirect names (redirects are
+  // followed here, not by libcurl, but the pin holds if that changes).
+#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85: the _STR forms
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS,
+                   static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS,
+                   static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(absl::ToInt64Milliseconds(
                        options_.store.connect_timeout)));
@@ -231,6 +286,8 @@ Verdict HttpClient::Attempt(Request& request, absl::Time deadline) {
   sink.stall_timeout = options_.store.stall_timeout;
   sink.last_byte = absl::Now();
   sink.stalled = false;
+  sink.cancel = options_.store.cancelled.get();
+  sink.cancelled = false;
   curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &OnProgress);
   curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &sink);
@@ -264,10 +321,6 @@ Verdict HttpClient::Attempt(Request& request, absl::Time deadline) {
           absl::StrCat("x-amz-security-token: ", options_.session_token);
       headers = curl_slist_append(headers, token_header.c_str());
     }
-  } else {
-    // Signed requests do not follow redirects: the signature names the host.
-    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 5L);
   }
   if (headers != nullptr) curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
 
@@ -275,6 +328,12 @@ Verdict HttpClient::Attempt(Request& request, absl::Time deadline) {
   curl_off_t content_length = -1;
   curl_easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &content_length);
   request.content_length = content_length;
+  std::string redirect_url;
+  if (sink.status >= 300 && sink.status < 400) {
+    char* location = nullptr;
+    curl_easy_getinfo(curl, CURLINFO_REDIRECT_URL, &location);
+    if (location != nullptr) redirect_url = location;
+  }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, nullptr);
   curl_easy_setopt(curl, CURLOPT_USERPWD, nullptr);
   curl_slist_free_all(headers);
@@ -291,6 +350,20 @@ Verdict HttpClient::Attempt(Request& request, absl::Time deadline) {
   response.content_range = sink.content_range;
   response.error_body = sink.error_body;
   response.received = sink.received;
+  if (response.transport == Transport::kOk && sink.status >= 300 &&
+      sink.status < 400) {
+    response.redirect_url = redirect_url;
+    response.redirect_refused =
+        redirect_url.empty()
+            ? "no Location"
+            : RedirectRefusal(options_.store.redirects,
+                              !options_.access_key.empty(), request.url,
+                              redirect_url, request.redirects);
+    if (response.redirect_refused.empty()) {
+      request.follow = redirect_url;
+      return Verdict{absl::OkStatus(), false};
+    }
+  }
   return CheckResponse(facts, response);
 }
 
@@ -301,16 +374,34 @@ absl::Status HttpClient::Run(Request& request) {
   absl::Duration backoff = o.initial_backoff;
   Verdict outcome;
   int attempt = 0;
+  auto cancelled = [&] {
+    return absl::CancelledError(
+        absl::StrCat("dataset \"", options_.dataset, "\": ",
+                     request.facts.Describe(),
+                     ": cancelled: the daemon is stopping"));
+  };
   while (true) {
+    if (Cancelled(o.cancelled)) return cancelled();
     ++attempt;
     outcome = Attempt(request, deadline);
+    if (!request.follow.empty()) {
+      // A redirect allowed by --remote-redirects: not an attempt.
+      request.url = std::move(request.follow);
+      request.follow.clear();
+      ++request.redirects;
+      --attempt;
+      continue;
+    }
     if (outcome.status.ok() || !outcome.retry) return outcome.status;
     if (attempt >= std::max(1, o.max_attempts)) break;
     // Full jitter in [backoff / 2, backoff].
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     const absl::Duration sleep = backoff * jitter(rng);
     if (absl::Now() + sleep >= deadline) break;
-    absl::SleepFor(sleep);
+    for (const absl::Time end = absl::Now() + sleep; absl::Now() < end;) {
+      if (Cancelled(o.cancelled)) return cancelled();
+      absl::SleepFor(std::min(kCancelPoll, end - absl::Now()));
+    }
     backoff = std::min(backoff * 2, o.max_backoff);
   }
   return absl::Status(

@@ -3,6 +3,11 @@
 // exponential backoff, and checks on every ranged read (status, Content-
 // Range, body length, ETag). Optionally signs requests with AWS SigV4.
 //
+// Redirects are followed here, not by libcurl, and only as
+// store.redirects allows (none by default; signed requests never);
+// libcurl is pinned to http and https. When store.cancelled is set, a
+// transfer in flight aborts and every request ends with CANCELLED.
+//
 // Errors name the dataset, the method, the URL as shown to people, the
 // range and the HTTP status; never a credential.
 //

@@ -8,13 +8,17 @@
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "server/storage/http_client.h"
 #include "server/storage/object_url.h"
+#include "server/storage/progress_log.h"
 #include "server/storage/s3_credentials.h"
 
 namespace batchd::server {
@@ -50,7 +54,7 @@ class RemoteObjectStore : public ObjectStore {
   }
 
   absl::StatusOr<std::vector<ObjectInfo>> List(
-      const std::string& prefix_url) override {
+      const std::string& prefix_url, const ListOptions& options) override {
     if (!absl::StartsWith(prefix_url, "s3://")) {
       return absl::UnimplementedError(absl::StrCat(
           "dataset \"", dataset_, "\": cannot list ", prefix_url,
@@ -60,6 +64,13 @@ class RemoteObjectStore : public ObjectStore {
     ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(prefix_url));
     std::vector<ObjectInfo> out;
     std::string token;
+    // Hashes of the tokens seen: a store that hands one out twice would
+    // have the listing loop forever. 8 bytes a page, whatever the tokens.
+    absl::flat_hash_set<size_t> tokens_seen;
+    uint64_t keys = 0;  // listed, kept or not; an empty page counts one
+    int pages = 0;
+    ProgressLog progress(dataset_, absl::StrCat("listing ", prefix_url),
+                         "keys", /*total=*/0);
     while (true) {
       // The query's parameters in SigV4's canonical (sorted) order.
       std::string query;
@@ -79,9 +90,32 @@ class RemoteObjectStore : public ObjectStore {
                             absl::StrCat("dataset \"", dataset_, "\": ",
                                          page.status().message()));
       }
-      for (ObjectInfo& info : page->objects) out.push_back(std::move(info));
+      ++pages;
+      keys += std::max<size_t>(1, page->objects.size());
+      if (keys > options.max_keys) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "dataset \"", dataset_, "\": listing ", prefix_url,
+            " went past ", options.max_keys, " keys (", pages,
+            " pages); raise --max-shards if the dataset is that large, or "
+            "name a narrower prefix"));
+      }
+      for (ObjectInfo& info : page->objects) {
+        if (absl::EndsWith(info.url, options.suffix)) {
+          out.push_back(std::move(info));
+        }
+      }
+      progress.Add(page->objects.size(), xml.size());
       if (!page->truncated) break;
-      token = page->next_continuation_token;
+      token = std::move(page->next_continuation_token);
+      if (!tokens_seen.insert(std::hash<std::string>()(token)).second) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "dataset \"", dataset_, "\": listing ", prefix_url,
+            ": the store returned continuation token \"",
+            absl::CHexEscape(token.substr(0, 64)),
+            token.size() > 64 ? "..." : "", "\" a second time (page ", pages,
+            ", ", keys, " keys); a store that repeats a token would be listed "
+            "forever"));
+      }
     }
     std::sort(out.begin(), out.end(),
               [](const ObjectInfo& a, const ObjectInfo& b) {
@@ -126,15 +160,28 @@ bool IsS3Prefix(const std::string& path) {
   return loc.ok() && (loc->key.empty() || absl::EndsWith(loc->key, "/"));
 }
 
-// Stat of every URL in `urls`, in order, up to kMaxStatThreads at once.
+// Stat of every URL in `urls`, in order, up to kMaxStatThreads at once;
+// the first failure stops the rest and is returned.
 absl::StatusOr<std::vector<ObjectInfo>> StatAll(
-    const std::vector<std::string>& urls, ObjectStore& store) {
-  std::vector<absl::StatusOr<ObjectInfo>> results(
-      urls.size(), absl::UnknownError("not run"));
+    const std::string& dataset, const std::vector<std::string>& urls,
+    ObjectStore& store) {
+  std::vector<ObjectInfo> out(urls.size());
   std::atomic<size_t> next{0};
+  absl::Mutex mu;
+  absl::Status first_error;  // guarded by mu
+  std::atomic<bool> failed{false};
+  ProgressLog progress(dataset, "HEAD of each shard", "shards", urls.size());
   auto work = [&] {
-    for (size_t i = next++; i < urls.size(); i = next++) {
-      results[i] = store.Stat(urls[i]);
+    for (size_t i = next++; i < urls.size() && !failed.load(); i = next++) {
+      absl::StatusOr<ObjectInfo> info = store.Stat(urls[i]);
+      if (!info.ok()) {
+        absl::MutexLock lock(&mu);
+        if (first_error.ok()) first_error = info.status();
+        failed.store(true);
+        return;
+      }
+      out[i] = *std::move(info);
+      progress.Add(1, 0);
     }
   };
   const int threads = static_cast<int>(
@@ -143,12 +190,7 @@ absl::StatusOr<std::vector<ObjectInfo>> StatAll(
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
-  std::vector<ObjectInfo> out;
-  out.reserve(urls.size());
-  for (absl::StatusOr<ObjectInfo>& r : results) {
-    if (!r.ok()) return r.status();
-    out.push_back(*std::move(r));
-  }
+  if (!first_error.ok()) return first_error;
   return out;
 }
 
@@ -224,24 +266,35 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> MakeObjectStore(
 }
 
 absl::StatusOr<std::vector<ObjectInfo>> ResolveShardObjects(
-    const DatasetConfig& config, ObjectStore& store) {
+    const DatasetConfig& config, ObjectStore& store, uint64_t max_shards) {
   const std::string& path = config.path();
+  auto named = [&](const absl::Status& status) {
+    return absl::Status(status.code(),
+                        absl::StrCat("dataset \"", config.name(), "\": ",
+                                     status.message()));
+  };
   std::vector<std::string> urls;
   if (!config.shards().empty()) {
     for (const std::string& shard : config.shards()) {
-      ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandBraces(shard));
-      urls.insert(urls.end(), expanded.begin(), expanded.end());
+      absl::StatusOr<std::vector<std::string>> expanded =
+          ExpandBraces(shard, max_shards);
+      if (!expanded.ok()) return named(expanded.status());
+      urls.insert(urls.end(), expanded->begin(), expanded->end());
+      if (urls.size() > max_shards) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "dataset \"", config.name(), "\": more than ", max_shards,
+            " shards (--max-shards)"));
+      }
     }
   } else if (IsS3Prefix(path)) {
-    ASSIGN_OR_RETURN(std::vector<ObjectInfo> listed, store.List(path));
-    std::vector<ObjectInfo> shards;
-    for (ObjectInfo& info : listed) {
-      if (absl::EndsWith(info.url, ".tar")) shards.push_back(std::move(info));
-    }
+    ListOptions list;
+    list.suffix = ".tar";
+    list.max_keys = max_shards;
+    ASSIGN_OR_RETURN(std::vector<ObjectInfo> shards, store.List(path, list));
     if (shards.empty()) {
       return absl::NotFoundError(absl::StrCat(
           "dataset \"", config.name(), "\": no *.tar object under ", path,
-          " (", listed.size(), " other objects); wrong prefix?"));
+          "; wrong prefix?"));
     }
     return shards;
   } else if (absl::EndsWith(path, ".txt")) {
@@ -254,14 +307,20 @@ absl::StatusOr<std::vector<ObjectInfo>> ResolveShardObjects(
     std::string text(list.size, '\0');
     RETURN_IF_ERROR(store.ReadRange(list, 0, list.size,
                                     reinterpret_cast<uint8_t*>(text.data())));
-    urls = ParseShardList(text, path);
+    absl::StatusOr<std::vector<std::string>> listed =
+        ParseShardList(text, path, max_shards);
+    if (!listed.ok()) return named(listed.status());
+    urls = *std::move(listed);
     if (urls.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "dataset \"", config.name(), "\": shard list ", path,
           " lists no shard"));
     }
   } else {
-    ASSIGN_OR_RETURN(urls, ExpandBraces(path));
+    absl::StatusOr<std::vector<std::string>> expanded =
+        ExpandBraces(path, max_shards);
+    if (!expanded.ok()) return named(expanded.status());
+    urls = *std::move(expanded);
   }
   for (const std::string& url : urls) {
     if (!IsRemoteUrl(url)) {
@@ -270,7 +329,7 @@ absl::StatusOr<std::vector<ObjectInfo>> ResolveShardObjects(
           "\" is not an s3://, http:// or https:// URL"));
     }
   }
-  return StatAll(urls, store);
+  return StatAll(config.name(), urls, store);
 }
 
 }  // namespace batchd::server

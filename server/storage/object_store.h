@@ -12,6 +12,7 @@
 #ifndef BATCHD_SERVER_STORAGE_OBJECT_STORE_H_
 #define BATCHD_SERVER_STORAGE_OBJECT_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +32,19 @@ struct ObjectInfo {
   std::string etag;  // as the store gives it (quotes included); may be empty
 };
 
+// --max-shards' default: the most shards of a remote dataset, and the
+// most keys a listing may return.
+inline constexpr uint64_t kDefaultMaxShards = 1000000;
+
+// How far a listing may go, and what it keeps.
+struct ListOptions {
+  // Only keys ending in `suffix` are kept (all are counted); "" keeps all.
+  std::string suffix;
+  // More keys than this (a page without keys counts as one) is
+  // RESOURCE_EXHAUSTED naming the dataset and --max-shards.
+  uint64_t max_keys = kDefaultMaxShards;
+};
+
 class ObjectStore {
  public:
   virtual ~ObjectStore() = default;
@@ -39,11 +53,14 @@ class ObjectStore {
   // PERMISSION_DENIED naming the URL and the credentials for 401/403.
   virtual absl::StatusOr<ObjectInfo> Stat(const std::string& url) = 0;
 
-  // Every object under `prefix_url` (s3://bucket/prefix/), sorted by key,
-  // across ListObjectsV2 continuation pages. UNIMPLEMENTED for stores that
-  // cannot list (plain HTTP).
+  // Every object under `prefix_url` (s3://bucket/prefix/) whose key ends
+  // in `options.suffix`, sorted by key, across ListObjectsV2 continuation
+  // pages. A continuation token seen twice is FAILED_PRECONDITION (the
+  // store loops), more than `options.max_keys` RESOURCE_EXHAUSTED, both
+  // naming the dataset. UNIMPLEMENTED for stores that cannot list (plain
+  // HTTP).
   virtual absl::StatusOr<std::vector<ObjectInfo>> List(
-      const std::string& prefix_url) = 0;
+      const std::string& prefix_url, const ListOptions& options) = 0;
 
   // Bytes [offset, offset + size) of `object` into `dest` (size bytes).
   // Retries 5xx, 429, timeouts, resets and short bodies with backoff; a
@@ -56,6 +73,13 @@ class ObjectStore {
 
 // True for the URL forms a dataset's path may take: s3://, http://, https://.
 bool IsRemoteUrl(absl::string_view path);
+
+// Which HTTP redirects an unsigned http(s) request follows
+// (--remote-redirects). Signed (s3://) requests follow none.
+enum class RemoteRedirects {
+  kNone,        // none: a 3xx answer is an error naming its Location
+  kSameOrigin,  // only to the same scheme, host and port (at most 5)
+};
 
 // How a store retries and times out. The defaults suit the daemon; tests
 // shorten them.
@@ -70,6 +94,12 @@ struct ObjectStoreOptions {
   // (checked about once a second).
   absl::Duration stall_timeout = absl::Seconds(30);
   int list_page_size = 1000;  // ListObjectsV2 max-keys
+  RemoteRedirects redirects = RemoteRedirects::kNone;
+  // When set and true, every request ends at once with CANCELLED: a
+  // transfer in flight is aborted within about a second (libcurl's
+  // progress callback), a backoff sleep within 50 ms. Set by the daemon on
+  // SIGTERM or SIGINT during start-up.
+  std::shared_ptr<const std::atomic<bool>> cancelled;
 };
 
 // The store for `config` (its endpoint, region, credentials, CA file; the
@@ -86,9 +116,14 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> MakeObjectStore(
 // ".txt": one URL per line, or a path relative to the list's directory;
 // '#' comments), or `config.shards` (each may hold brace ranges). Sizes and
 // ETags come from the listing, else from a HEAD per shard (up to 16 at
-// once). NOT_FOUND when a prefix holds no *.tar.
+// once; the first failure stops the rest). NOT_FOUND when a prefix holds
+// no *.tar; INVALID_ARGUMENT for a shard whose scheme is not s3, http or
+// https (file://, ftp://, ...) and RESOURCE_EXHAUSTED for more than
+// `max_shards` shards (or listed keys), each naming the dataset. Long
+// listings and HEADs log their progress (progress_log.h).
 absl::StatusOr<std::vector<ObjectInfo>> ResolveShardObjects(
-    const batchd::v1::DatasetConfig& config, ObjectStore& store);
+    const batchd::v1::DatasetConfig& config, ObjectStore& store,
+    uint64_t max_shards = kDefaultMaxShards);
 
 }  // namespace batchd::server
 

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,7 @@ using ::batchd::testing::HttpFaultProxy;
 using ::batchd::testing::MakeTempDir;
 using ::batchd::testing::ObjectServer;
 using ::batchd::testing::StatusIs;
+using ::testing::_;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -156,7 +158,7 @@ TEST_F(NginxStoreTest, MissingObjectNamesTheUrl) {
   EXPECT_THAT(ResolveShardObjects(config_, *store),
               StatusIs(absl::StatusCode::kNotFound,
                        HasSubstr("shard-000003.tar")));
-  EXPECT_THAT(store->List(nginx_->url() + "/"),
+  EXPECT_THAT(store->List(nginx_->url() + "/", ListOptions()),
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("list")));
 }
 
@@ -347,6 +349,115 @@ TEST_F(NginxStoreTest, DeadlineBoundsRetries) {
   EXPECT_LT(proxy->requests(), 100);
 }
 
+// Redirects: none followed by default; with same-origin only those to the
+// same scheme, host and port. A redirect elsewhere never reaches its
+// target.
+TEST_F(NginxStoreTest, RedirectsAreFollowedOnlyToTheSameOriginWhenAllowed) {
+  ASSERT_OK_AND_ASSIGN(auto proxy, HttpFaultProxy::Start(nginx_->port()));
+  // Another port: a second proxy that counts what reaches it.
+  ASSERT_OK_AND_ASSIGN(auto elsewhere, HttpFaultProxy::Start(nginx_->port()));
+  config_.set_path(proxy->url() + "/shard-000001.tar");
+
+  proxy->SetRedirect(elsewhere->url());
+  proxy->Always(HttpFault::kRedirect);
+  for (RemoteRedirects policy :
+       {RemoteRedirects::kNone, RemoteRedirects::kSameOrigin}) {
+    ObjectStoreOptions options = TestOptions();
+    options.redirects = policy;
+    ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, options));
+    EXPECT_THAT(
+        ResolveShardObjects(config_, *store),
+        StatusIs(absl::StatusCode::kFailedPrecondition,
+                 AllOf(HasSubstr("dataset \"web\""), HasSubstr("HTTP 302"),
+                       HasSubstr(elsewhere->url() + "/shard-000001.tar"),
+                       HasSubstr(policy == RemoteRedirects::kNone
+                                     ? "--remote-redirects=none"
+                                     : "another scheme, host or port"))));
+  }
+  EXPECT_EQ(elsewhere->requests(), 0);
+  EXPECT_EQ(elsewhere->connections_accepted(), 0);
+
+  // The same origin: followed under same-origin only.
+  proxy->Always(HttpFault::kNone);
+  proxy->SetRedirect(proxy->url());
+  ObjectStoreOptions options = TestOptions();
+  ASSERT_OK_AND_ASSIGN(auto strict, MakeObjectStore(config_, options));
+  proxy->FailNext(HttpFault::kRedirect);
+  EXPECT_THAT(ResolveShardObjects(config_, *strict),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("--remote-redirects=none")));
+  options.redirects = RemoteRedirects::kSameOrigin;
+  ASSERT_OK_AND_ASSIGN(auto same, MakeObjectStore(config_, options));
+  proxy->FailNext(HttpFault::kRedirect);
+  ASSERT_OK_AND_ASSIGN(std::vector<ObjectInfo> objects,
+                       ResolveShardObjects(config_, *same));
+  ASSERT_THAT(objects, SizeIs(1));
+  EXPECT_EQ(objects[0].size, shards_[1].size());
+  proxy->FailNext(HttpFault::kRedirect);
+  absl::Status status;
+  EXPECT_EQ(ReadAll(*same, objects[0], 10, 5000, &status),
+            shards_[1].substr(10, 5000));
+  EXPECT_OK(status);
+  // A loop of same-origin redirects ends.
+  proxy->Always(HttpFault::kRedirect);
+  EXPECT_THAT(same->Stat(objects[0].url),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("more than 5 redirects")));
+}
+
+TEST_F(NginxStoreTest, ShardListLinesWithOtherSchemesAreRefused) {
+  for (const std::string line :
+       {"file:///etc/passwd", "gopher://127.0.0.1:70/_x", "ftp://h/x.tar",
+        "dict://127.0.0.1:11211/stat"}) {
+    WriteFile(root_ + "/list.txt", "shard-000000.tar\n" + line + "\n");
+    config_.set_path(nginx_->url() + "/list.txt");
+    ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
+    EXPECT_THAT(ResolveShardObjects(config_, *store),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("dataset \"web\""),
+                               HasSubstr("list.txt line 2"), HasSubstr(line),
+                               HasSubstr("which is refused"),
+                               Not(HasSubstr("404")))));
+  }
+  // And more lines than --max-shards.
+  WriteFile(root_ + "/list.txt", "shard-000000.tar\nshard-000001.tar\n");
+  ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
+  EXPECT_THAT(ResolveShardObjects(config_, *store, /*max_shards=*/1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("more than 1 shards")));
+}
+
+// A read stalled in the middle of its body ends with CANCELLED as soon as
+// the flag is set, not at the stall timeout.
+TEST_F(NginxStoreTest, CancellationEndsATransferInFlight) {
+  ASSERT_OK_AND_ASSIGN(auto proxy, HttpFaultProxy::Start(nginx_->port()));
+  config_.set_path(proxy->url() + "/shard-000000.tar");
+  ObjectStoreOptions options = TestOptions();
+  options.stall_timeout = absl::Minutes(5);
+  options.deadline = absl::Minutes(5);
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  options.cancelled = cancelled;
+  ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, options));
+  ASSERT_OK_AND_ASSIGN(ObjectInfo object, store->Stat(config_.path()));
+  proxy->SetStall(absl::Minutes(5));
+  proxy->Always(HttpFault::kStall);
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    cancelled->store(true);
+  });
+  absl::Status status;
+  ReadAll(*store, object, 0, object.size, &status);
+  canceller.join();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kCancelled,
+                               AllOf(HasSubstr("dataset \"web\""),
+                                     HasSubstr("the daemon is stopping"))));
+  EXPECT_EQ(proxy->requests(), 2);  // the HEAD and the one stalled GET
+  // Later requests do not start.
+  EXPECT_THAT(store->Stat(config_.path()),
+              StatusIs(absl::StatusCode::kCancelled, _));
+  EXPECT_EQ(proxy->requests(), 2);
+}
+
 class S3StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -394,7 +505,7 @@ class S3StoreTest : public ::testing::Test {
 TEST_F(S3StoreTest, ListsAcrossPagesAndReadsRanges) {
   ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
   ASSERT_OK_AND_ASSIGN(std::vector<ObjectInfo> listed,
-                       store->List("s3://bkt/train/"));
+                       store->List("s3://bkt/train/", ListOptions()));
   EXPECT_THAT(listed, SizeIs(6));  // 3 pages of 2
   ASSERT_OK_AND_ASSIGN(std::vector<ObjectInfo> objects,
                        ResolveShardObjects(config_, *store));
@@ -540,6 +651,39 @@ TEST_F(S3StoreTest, ListingRetriesThroughFaults) {
   EXPECT_EQ(ReadAll(*store, objects[0], 10, 15000, &status),
             shards_[0].substr(10, 15000));
   EXPECT_OK(status);
+}
+
+// A store whose listing hands out the same continuation token again: an
+// error naming the dataset after the second page, not a listing forever.
+TEST_F(S3StoreTest, RepeatedContinuationTokenEndsTheListing) {
+  proxy_->SetListing(/*keys=*/0, /*page_keys=*/1000, absl::ZeroDuration());
+  proxy_->Always(HttpFault::kRepeatingListing);
+  ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
+  EXPECT_THAT(
+      ResolveShardObjects(config_, *store),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               AllOf(HasSubstr("dataset \"s3data\""),
+                     HasSubstr("continuation token \"same-token\" a second "
+                               "time (page 2, 2000 keys)"))));
+  EXPECT_EQ(proxy_->requests(), 2);
+}
+
+// Past --max-shards keys, a listing ends with RESOURCE_EXHAUSTED; only
+// *.tar keys are kept.
+TEST_F(S3StoreTest, ListingStopsAtTheKeyBound) {
+  proxy_->SetListing(/*keys=*/5000, /*page_keys=*/100, absl::ZeroDuration());
+  proxy_->Always(HttpFault::kListing);
+  ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
+  EXPECT_THAT(ResolveShardObjects(config_, *store, /*max_shards=*/1000),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("dataset \"s3data\""),
+                             HasSubstr("went past 1000 keys (11 pages)"),
+                             HasSubstr("--max-shards"))));
+  EXPECT_EQ(proxy_->requests(), 11);
+  ASSERT_OK_AND_ASSIGN(std::vector<ObjectInfo> all,
+                       ResolveShardObjects(config_, *store, 5000));
+  ASSERT_THAT(all, SizeIs(5000));
+  EXPECT_EQ(all[4999].url, "s3://bkt/train/shard-0004999.tar");
 }
 
 TEST(CredentialsTest, MissingProfileAndHalfCredentials) {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -280,21 +281,101 @@ absl::StatusOr<ContentRange> ParseContentRange(absl::string_view header) {
   return range;
 }
 
-std::vector<std::string> ParseShardList(absl::string_view text,
-                                        absl::string_view list_url) {
+std::string UrlScheme(absl::string_view url) {
+  const size_t colon = url.find(':');
+  if (colon == absl::string_view::npos || colon == 0) return "";
+  const size_t delimiter = url.find_first_of("/?#");
+  if (delimiter != absl::string_view::npos && delimiter < colon) return "";
+  absl::string_view scheme = url.substr(0, colon);
+  if (!absl::ascii_isalpha(scheme[0])) return "";
+  for (char c : scheme) {
+    if (!absl::ascii_isalnum(c) && c != '+' && c != '-' && c != '.') {
+      return "";
+    }
+  }
+  return absl::AsciiStrToLower(scheme);
+}
+
+absl::StatusOr<std::vector<std::string>> ParseShardList(
+    absl::string_view text, absl::string_view list_url, size_t max_entries) {
   absl::string_view dir = list_url.substr(0, list_url.rfind('/') + 1);
   std::vector<std::string> out;
+  int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
+    if (out.size() >= max_entries) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard list ", list_url, " lists more than ", max_entries,
+          " shards (line ", line_number, "; --max-shards)"));
+    }
+    const std::string scheme = UrlScheme(line);
     if (HasScheme(line)) {
       out.emplace_back(line);
+    } else if (!scheme.empty()) {
+      const bool allowed =
+          scheme == "s3" || scheme == "http" || scheme == "https";
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard list ", list_url, " line ", line_number, ": \"",
+          absl::CHexEscape(line.substr(0, 200)), "\" ",
+          allowed ? "is not written in lower case with \"://\""
+                  : absl::StrCat("has the scheme \"",
+                                 absl::CHexEscape(scheme),
+                                 "\", which is refused"),
+          "; only s3://, http:// and https:// URLs and relative paths are "
+          "read (a relative path with a ':' is written ./name)"));
     } else {
       absl::ConsumePrefix(&line, "./");
       out.push_back(absl::StrCat(dir, line));
     }
   }
   return out;
+}
+
+absl::StatusOr<UrlOrigin> ParseUrlOrigin(absl::string_view url) {
+  UrlOrigin origin;
+  origin.scheme = UrlScheme(url);
+  absl::string_view rest = url;
+  if ((origin.scheme != "http" && origin.scheme != "https") ||
+      !absl::ConsumePrefix(&rest, url.substr(0, origin.scheme.size())) ||
+      !absl::ConsumePrefix(&rest, "://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an http:// or https:// URL: \"",
+                     absl::CHexEscape(url), "\""));
+  }
+  absl::string_view authority = rest.substr(0, rest.find_first_of("/?#"));
+  const size_t at = authority.rfind('@');
+  if (at != absl::string_view::npos) authority.remove_prefix(at + 1);
+  absl::string_view host = authority;
+  absl::string_view port;
+  if (absl::StartsWith(authority, "[")) {
+    const size_t close = authority.find(']');
+    if (close == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad host in \"", absl::CHexEscape(url), "\""));
+    }
+    host = authority.substr(0, close + 1);
+    absl::string_view after = authority.substr(close + 1);
+    if (absl::ConsumePrefix(&after, ":")) port = after;
+  } else if (const size_t colon = authority.rfind(':');
+             colon != absl::string_view::npos) {
+    host = authority.substr(0, colon);
+    port = authority.substr(colon + 1);
+  }
+  if (host.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no host in \"", absl::CHexEscape(url), "\""));
+  }
+  origin.host = absl::AsciiStrToLower(host);
+  origin.port = origin.scheme == "https" ? 443 : 80;
+  if (!port.empty() &&
+      (!absl::SimpleAtoi(port, &origin.port) || origin.port < 1 ||
+       origin.port > 65535)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad port in \"", absl::CHexEscape(url), "\""));
+  }
+  return origin;
 }
 
 }  // namespace batchd::server

@@ -75,12 +75,33 @@ struct ContentRange {
 // INVALID_ARGUMENT for anything else, or LAST < FIRST.
 absl::StatusOr<ContentRange> ParseContentRange(absl::string_view header);
 
+// The scheme of `url` ("file" for "file:///etc/passwd"), lower-cased: the
+// RFC 3986 scheme characters before the first ':', when that ':' comes
+// before any '/', '?' or '#'. Empty for a relative path ("dir/x.tar",
+// "./a:b.tar").
+std::string UrlScheme(absl::string_view url);
+
 // The entries of a shard-list text: one per line, blank lines and
 // '#' comments skipped, surrounding whitespace trimmed. Entries without a
 // scheme ("x.tar", "dir/x.tar") are resolved against `list_url`'s
-// directory (the URL up to its last '/').
-std::vector<std::string> ParseShardList(absl::string_view text,
-                                        absl::string_view list_url);
+// directory (the URL up to its last '/'). INVALID_ARGUMENT naming the line
+// for an entry with a scheme other than s3, http or https (file://,
+// gopher://, ftp://, ...), and for more than `max_entries` entries.
+absl::StatusOr<std::vector<std::string>> ParseShardList(
+    absl::string_view text, absl::string_view list_url,
+    size_t max_entries = 1000000);
+
+// Scheme, host and port of an http(s) URL, lower-cased, the port made
+// explicit (80, 443). INVALID_ARGUMENT for anything else.
+struct UrlOrigin {
+  std::string scheme;
+  std::string host;  // an IPv6 address keeps its brackets
+  int port = 0;
+  bool operator==(const UrlOrigin& o) const {
+    return scheme == o.scheme && host == o.host && port == o.port;
+  }
+};
+absl::StatusOr<UrlOrigin> ParseUrlOrigin(absl::string_view url);
 
 }  // namespace batchd::server
 

@@ -12,6 +12,7 @@ namespace {
 
 using ::batchd::testing::StatusIs;
 using ::testing::_;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -154,12 +155,81 @@ TEST(ParseContentRangeTest, Forms) {
 }
 
 TEST(ParseShardListTest, RelativeEntriesFollowTheList) {
-  EXPECT_THAT(ParseShardList("# shards\n a.tar \n\n./b.tar\nsub/c.tar\n"
-                             "https://o/d.tar\ns3://x/e.tar\n",
-                             "s3://bkt/lists/train.txt"),
-              ElementsAre("s3://bkt/lists/a.tar", "s3://bkt/lists/b.tar",
-                          "s3://bkt/lists/sub/c.tar", "https://o/d.tar",
-                          "s3://x/e.tar"));
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<std::string> urls,
+      ParseShardList("# shards\n a.tar \n\n./b.tar\nsub/c.tar\n"
+                     "https://o/d.tar\ns3://x/e.tar\n./f:1.tar\n",
+                     "s3://bkt/lists/train.txt"));
+  EXPECT_THAT(urls, ElementsAre("s3://bkt/lists/a.tar", "s3://bkt/lists/b.tar",
+                                "s3://bkt/lists/sub/c.tar", "https://o/d.tar",
+                                "s3://x/e.tar", "s3://bkt/lists/f:1.tar"));
+}
+
+TEST(ParseShardListTest, OtherSchemesAreRefusedNamingTheLine) {
+  for (const char* line :
+       {"file:///etc/passwd", "gopher://127.0.0.1:70/x", "ftp://h/x.tar",
+        "dict://127.0.0.1:11211/stats", "FILE:///etc/passwd",
+        "ldap://h/x", "f:1.tar"}) {
+    SCOPED_TRACE(line);
+    EXPECT_THAT(
+        ParseShardList(absl::StrCat("a.tar\n# c\n", line, "\n"),
+                       "https://h/l.txt"),
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 AllOf(HasSubstr("https://h/l.txt line 3"), HasSubstr(line),
+                       HasSubstr("which is refused"),
+                       HasSubstr("only s3://, http:// and https://"))));
+  }
+  // An allowed scheme written otherwise.
+  EXPECT_THAT(ParseShardList("HTTP://h/x.tar\n", "https://h/l.txt"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("is not written in lower case")));
+}
+
+TEST(ParseShardListTest, MoreEntriesThanTheBoundAreRefused) {
+  EXPECT_THAT(ParseShardList("a.tar\nb.tar\nc.tar\n", "https://h/l.txt",
+                             /*max_entries=*/2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("more than 2 shards"),
+                             HasSubstr("line 3"),
+                             HasSubstr("--max-shards"))));
+  EXPECT_OK(ParseShardList("a.tar\nb.tar\n", "https://h/l.txt", 2).status());
+}
+
+TEST(UrlSchemeTest, SchemesAndRelativePaths) {
+  EXPECT_EQ(UrlScheme("file:///etc/passwd"), "file");
+  EXPECT_EQ(UrlScheme("HTTPS://h/x"), "https");
+  EXPECT_EQ(UrlScheme("svn+ssh://h/x"), "svn+ssh");
+  EXPECT_EQ(UrlScheme("dir/x.tar"), "");
+  EXPECT_EQ(UrlScheme("./a:b.tar"), "");
+  EXPECT_EQ(UrlScheme("dir/a:b.tar"), "");
+  EXPECT_EQ(UrlScheme(":x"), "");
+  EXPECT_EQ(UrlScheme("1a://x"), "");
+}
+
+TEST(ParseUrlOriginTest, SchemeHostAndPortWithDefaults) {
+  ASSERT_OK_AND_ASSIGN(UrlOrigin a, ParseUrlOrigin("http://Host.example/x"));
+  EXPECT_EQ(a.scheme, "http");
+  EXPECT_EQ(a.host, "host.example");
+  EXPECT_EQ(a.port, 80);
+  ASSERT_OK_AND_ASSIGN(UrlOrigin b,
+                       ParseUrlOrigin("http://host.example:80/y?z"));
+  EXPECT_TRUE(a == b);
+  ASSERT_OK_AND_ASSIGN(UrlOrigin c, ParseUrlOrigin("https://host.example/x"));
+  EXPECT_EQ(c.port, 443);
+  EXPECT_FALSE(a == c);
+  ASSERT_OK_AND_ASSIGN(UrlOrigin d,
+                       ParseUrlOrigin("http://u:p@127.0.0.1:8080"));
+  EXPECT_EQ(d.host, "127.0.0.1");
+  EXPECT_EQ(d.port, 8080);
+  ASSERT_OK_AND_ASSIGN(UrlOrigin e, ParseUrlOrigin("http://[::1]:9000/x"));
+  EXPECT_EQ(e.host, "[::1]");
+  EXPECT_EQ(e.port, 9000);
+  for (const char* bad : {"ftp://h/x", "http:///x", "http://h:0/",
+                          "http://h:70000/", "http://h:x/", "s3://b/k"}) {
+    EXPECT_THAT(ParseUrlOrigin(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, _))
+        << bad;
+  }
 }
 
 }  // namespace

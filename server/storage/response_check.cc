@@ -27,6 +27,9 @@ Verdict CheckResponse(const RequestFacts& request,
     case Transport::kOk:
     case Transport::kBodyRefused:
       break;
+    case Transport::kCancelled:
+      return fail(absl::StatusCode::kCancelled,
+                  "cancelled: the daemon is stopping", false);
     case Transport::kStalled:
       return fail(absl::StatusCode::kUnavailable,
                   absl::StrCat("stalled: no byte for ",
@@ -71,6 +74,17 @@ Verdict CheckResponse(const RequestFacts& request,
                                ": the object changed since it was indexed "
                                "(its ETag is no longer ",
                                request.etag, ")"),
+                  false);
+    }
+    if (http >= 300 && http < 400) {
+      return fail(absl::StatusCode::kFailedPrecondition,
+                  absl::StrCat(status_text, " redirect",
+                               response.redirect_url.empty()
+                                   ? std::string(" without a Location")
+                                   : absl::StrCat(" to ",
+                                                  response.redirect_url),
+                               ", not followed (", response.redirect_refused,
+                               ")"),
                   false);
     }
     if (http == 416) {

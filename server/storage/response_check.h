@@ -41,6 +41,7 @@ enum class Transport {
   kFatal,        // anything else libcurl reports
   kStalled,      // no byte for the stall timeout
   kBodyRefused,  // more body than asked for (not written)
+  kCancelled,    // aborted: the daemon is stopping
 };
 
 // What came back.
@@ -53,6 +54,10 @@ struct ResponseFacts {
   std::string content_range;
   std::string error_body;  // the start of a non-2xx body (S3's XML)
   uint64_t received = 0;   // body bytes accepted
+  // A 3xx answer: where it pointed (absolute), and why it was not
+  // followed ("--remote-redirects=none", ...).
+  std::string redirect_url;
+  std::string redirect_refused;
 };
 
 struct Verdict {
@@ -66,8 +71,9 @@ struct Verdict {
 // credentials for dataset X"); 404: NOT_FOUND ("wrong prefix or URL");
 // 412, another ETag or another total size: FAILED_PRECONDITION ("changed
 // since it was indexed"); 416: OUT_OF_RANGE; an untrusted certificate:
-// FAILED_PRECONDITION (ca_file). Messages start with the dataset and
-// `request.Describe()`.
+// FAILED_PRECONDITION (ca_file); a redirect not followed:
+// FAILED_PRECONDITION naming its target and why; a cancelled transfer:
+// CANCELLED. Messages start with the dataset and `request.Describe()`.
 Verdict CheckResponse(const RequestFacts& request,
                       const ResponseFacts& response);
 
