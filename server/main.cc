@@ -35,7 +35,6 @@
 #include "server/dataset/dataset.h"
 #include "server/options/daemon_options.h"
 #include "server/server_lib.h"
-#include "server/startup_signals.h"
 #include "server/storage/counting_object_store.h"
 #include "server/storage/shard_cache.h"
 
