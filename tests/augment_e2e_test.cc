@@ -4,8 +4,13 @@
 // cache on or off, for two jobs sharing the plan's builds, and NCHW the
 // transpose of NHWC. A bad op is refused with INVALID_ARGUMENT naming its
 // field; ops that never run leave a plan's bytes as they were without
-// them; --log-augment-sample logs the drawn calls.
+// them; --log-augment-sample logs the drawn calls; an epoch streamed from
+// two daemons, one of them killed (SIGKILL) midway, has the bytes of one.
+#include <signal.h>
+
+#include <algorithm>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "client/loader.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -23,6 +30,8 @@
 namespace batchd::testing {
 namespace {
 
+using batchd::client::Loader;
+using batchd::client::LoaderOptions;
 using ::testing::HasSubstr;
 
 constexpr int kImages = 40;
@@ -280,6 +289,118 @@ TEST_F(AugmentTest, LogAugmentSampleWritesTheDrawnCalls) {
   EXPECT_THAT(lines[1], HasSubstr(" epoch 1 sample 7: invert(), "
                                   "posterize(bits=2)"));
   EXPECT_EQ(daemon->Stop(), 0) << daemon->Log();
+}
+
+// Failover: the batches the killed daemon owed are asked of the other one,
+// which builds them from (plan, epoch, batch index) alone: the same drawn
+// ops, the same bytes as a clean run against one daemon, each batch once.
+// The daemon is stopped (SIGSTOP) before it is killed, so that the kill
+// finds it owing requests: a running one answers these small batches
+// within milliseconds and owes nothing most of the time.
+TEST_F(AugmentTest, KillNineMidEpochKeepsTheAugmentedBytes) {
+  constexpr uint32_t kSmallBatch = 4;  // 10 batches an epoch
+  constexpr uint64_t kEpoch = 1;
+  const v1::Plan plain = TrainPlan("d", kSmallBatch, kSize, 13);
+  const v1::Plan plan = WithOps(
+      plain,
+      "augment { rand_augment { num_ops: 2 magnitude: 12 magnitude_std: 0.5 "
+      "} } "
+      "augment { color_jitter { brightness: 0.4 contrast: 0.4 saturation: "
+      "0.4 hue: 0.1 p: 0.8 } } "
+      "augment { random_affine { degrees_min: -15 degrees_max: 15 "
+      "translate_x: 0.1 translate_y: 0.1 scale_min: 0.9 scale_max: 1.1 } }");
+  std::unique_ptr<DaemonProcess> clean = Start(1);
+  ASSERT_NE(clean, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
+                       ReadEpochs(clean->endpoint(), plan, kEpoch));
+  ASSERT_EQ(reference.size(), kImages / kSmallBatch);
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> unaugmented,
+                       ReadEpochs(clean->endpoint(), plain, kEpoch));
+  ASSERT_EQ(unaugmented.size(), reference.size());
+  for (size_t i = 0; i < reference.size(); ++i) {
+    EXPECT_NE(unaugmented[i].pixels, reference[i].pixels) << "batch " << i;
+  }
+  EXPECT_EQ(clean->Stop(), 0) << clean->Log();
+
+  std::unique_ptr<DaemonProcess> daemons[2] = {Start(1), Start(1)};
+  ASSERT_NE(daemons[0], nullptr);
+  ASSERT_NE(daemons[1], nullptr);
+  LoaderOptions options;
+  options.endpoint =
+      absl::StrCat(daemons[0]->endpoint(), ",", daemons[1]->endpoint());
+  options.plan = plan;
+  options.prefetch = 6;
+  options.last_epoch = kEpoch;
+  options.reconnect_backoff_max = absl::Milliseconds(500);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Loader> loader,
+                       Loader::Create(std::move(options)));
+  ASSERT_TRUE(loader->StartEpoch(kEpoch).ok());
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
+                       ReadFrom(*loader, /*max_batches=*/3));
+  // A request goes to the daemon with the least (outstanding + 1) x recent
+  // latency, the lower index on a tie, with an unknown latency taken as
+  // the fastest known. Once both are idle (the ring full), the next batch
+  // read frees a slot whose request goes to the faster: stop that one.
+  auto idle = [&] {
+    for (const client::DaemonStats& d : loader->stats().daemons) {
+      if (d.requested != d.served) return false;
+    }
+    return true;
+  };
+  for (absl::Time end = absl::Now() + absl::Seconds(5);
+       !idle() && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const Loader::Stats before = loader->stats();
+  ASSERT_EQ(before.daemons.size(), 2u);
+  absl::Duration fastest = absl::InfiniteDuration();
+  for (const client::DaemonStats& d : before.daemons) {
+    if (d.latency > absl::ZeroDuration()) {
+      fastest = std::min(fastest, d.latency);
+    }
+  }
+  auto latency = [&](int i) {
+    const absl::Duration l = before.daemons[i].latency;
+    return l > absl::ZeroDuration() ? l : fastest;
+  };
+  const int victim = latency(1) < latency(0) ? 1 : 0;
+  const int other = 1 - victim;
+  ASSERT_EQ(kill(daemons[victim]->pid(), SIGSTOP), 0);
+  auto owes = [&] {
+    const client::DaemonStats d = loader->stats().daemons[victim];
+    return d.requested > d.served;
+  };
+  while (!owes() && records.size() + 2 < reference.size()) {
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> one,
+                         ReadFrom(*loader, /*max_batches=*/1));
+    ASSERT_EQ(one.size(), 1u);
+    records.push_back(std::move(one[0]));
+    for (absl::Time end = absl::Now() + absl::Milliseconds(500);
+         !owes() && absl::Now() < end;) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  const bool owed = owes();
+  daemons[victim]->Kill();  // mid-epoch, owing batches of the epoch
+  EXPECT_TRUE(owed) << "no request reached the stopped daemon";
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> rest, ReadFrom(*loader));
+  records.insert(records.end(), rest.begin(), rest.end());
+
+  ASSERT_EQ(records.size(), reference.size());
+  std::set<uint64_t> indices;
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_EQ(records[i], reference[i]) << "batch " << i;
+    EXPECT_TRUE(indices.insert(records[i].batch_index).second)
+        << "batch index " << records[i].batch_index << " delivered twice";
+  }
+  EXPECT_EQ(indices.size(), reference.size());
+  const Loader::Stats stats = loader->stats();
+  ASSERT_EQ(stats.daemons.size(), 2u);
+  EXPECT_GT(stats.daemons[victim].lost, 0u);
+  EXPECT_NE(stats.daemons[victim].state, "up");
+  EXPECT_FALSE(stats.daemons[victim].last_error.ok());
+  EXPECT_GT(stats.daemons[other].served, 0u);
+  EXPECT_EQ(daemons[other]->Stop(), 0) << daemons[other]->Log();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 reference_recipe's mapping of torchvision's reference flags, and the plans
 Loader(augment=...) and batchd-client's flags make from them."""
 import argparse
+import collections
 import subprocess
 
 import pytest
@@ -361,3 +362,67 @@ def test_loader_with_augmentation_streams(daemon):
         assert images.shape == (8, 3, 32, 32)
     with pytest.raises(ValueError, match="takes batchd.augment ops"):
         batchd.Loader(daemon.endpoint, "tiny", 8, augment=["random_invert"])
+
+
+# -- Elastic resume --------------------------------------------------------
+
+def epoch_samples(loader, limit=None):
+    """[(sample index, image bytes)] of the batches `loader` yields, in
+    order, stopping after `limit` batches when given."""
+    out = []
+    for step, (images, _) in enumerate(loader):
+        rows = images.numpy().reshape(len(loader.sample_indices), -1)
+        out += [(index, row.tobytes())
+                for index, row in zip(loader.sample_indices, rows)]
+        if limit is not None and step + 1 == limit:
+            break
+    return out
+
+
+def test_elastic_resume_keeps_the_augmented_bytes(daemon):
+    """Two ranks consume part of an epoch with augmentation on; one rank
+    resumes the merged state and finishes it. Each sample's ops are drawn
+    from (plan, epoch, sample), not from the world that builds it: every
+    sample arrives once, with the bytes an uninterrupted one-rank epoch
+    gives it."""
+    ops = [A.RandAugment(num_ops=2, magnitude=12, magnitude_std=0.5),
+           A.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8),
+           A.RandomAffine(15, translate=(0.1, 0.1), scale=(0.9, 1.1))]
+    kwargs = dict(size=16, seed=19, augment=ops)
+    epoch, batch, steps, samples = 1, 4, 2, 48  # conftest's `tiny`
+    with batchd.Loader(daemon.endpoint, "tiny", batch, rank=0, world_size=1,
+                       **kwargs) as loader:
+        loader.set_epoch(epoch)
+        reference = epoch_samples(loader)
+    assert sorted(i for i, _ in reference) == list(range(samples))
+    with batchd.Loader(daemon.endpoint, "tiny", batch, rank=0, world_size=1,
+                       size=16, seed=19) as loader:
+        loader.set_epoch(epoch)
+        plain = dict(epoch_samples(loader))
+    assert all(plain[i] != image for i, image in reference)
+
+    first, states = [], []
+    for rank in range(2):
+        with batchd.Loader(daemon.endpoint, "tiny", batch, rank=rank,
+                           world_size=2, **kwargs) as loader:
+            loader.set_epoch(epoch)
+            first += epoch_samples(loader, limit=steps)
+            states.append(loader.state_dict())
+    merged = batchd.merge_states(states)
+    resume_at = steps * batch * 2
+    assert merged["epoch"] == epoch and merged["position"] == resume_at
+    with batchd.Loader(daemon.endpoint, "tiny", batch, rank=0, world_size=1,
+                       **kwargs) as loader:
+        assert loader.load_state_dict(merged) == (
+            f"resuming epoch {epoch} at sample {resume_at} of {samples} on "
+            "1 ranks, was 2")
+        second = epoch_samples(loader)
+
+    assert len(first) == resume_at
+    assert len(second) == samples - resume_at
+    indices = [index for index, _ in first + second]
+    assert sorted(indices) == list(range(samples))
+    assert (collections.Counter(second) ==
+            collections.Counter(reference[resume_at:]))
+    assert (collections.Counter(first) ==
+            collections.Counter(reference[:resume_at]))
