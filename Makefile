@@ -88,7 +88,9 @@ fuzz: setup $(ASAN_BUILD_DIR)/build.ninja
 	$(SANITIZER_ENV) fuzz/run_fuzzers.sh $(ASAN_BUILD_DIR) $(FUZZ_SECONDS)
 
 # The concurrency-heavy suites under ThreadSanitizer: the worker pool, the
-# buffer pool, the client's loader and scheduler, and end-to-end tests with
+# buffer pool, the caches, the stream session (reactions, pipeline
+# threads and the broker call it at once), the client's loader and
+# scheduler, and end-to-end tests with
 # real daemons (themselves TSan builds: the data service's streams, drain,
 # restarts), one at a time (a TSan daemon is 5-15x slower). Debian's
 # Abseil and gRPC are not built with TSan: tests/sanitizers/ says how
@@ -98,7 +100,7 @@ TSAN_TESTS := worker_pool_test batch_buffer_pool_test loader_test \
   loader_progress_test \
   loader_errors_test shared_batches_test read_cache_test decoded_cache_test \
   lru_cache_test shard_cache_test remote_shards_test pipeline_prefetch_test \
-  request_scheduler_test shared_ring_test device_loader_test \
+  request_scheduler_test shared_ring_test device_loader_test stream_session_test \
   stream_errors_e2e_test determinism_e2e_test lifecycle_e2e_test
 # ignore_noninstrumented_modules: the libc calls that Debian's gRPC,
 # Abseil, Protobuf and libstdc++ make (memcpy, epoll_wait, ...) are not
