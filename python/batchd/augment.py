@@ -337,12 +337,18 @@ class ColorJitter(Op):
         self._set_float("p", p, 1.0)
 
 
+# Stands for an argument left out (None is a wrong value, refused).
+_DEFAULT = object()
+
+
 class _Probability(Op):
-    """An op whose only argument is its probability."""
+    """An op whose only argument is its probability, ``p`` (``default_p``
+    when not given)."""
 
     default_p = 0.5
 
-    def __init__(self, p):
+    def __init__(self, p=_DEFAULT):
+        p = self.default_p if p is _DEFAULT else p
         super().__init__(p=p)
         self._set_float("p", _probability(p), self.default_p)
 
@@ -353,9 +359,6 @@ class RandomGrayscale(_Probability):
 
     field = "random_grayscale"
     default_p = 0.1
-
-    def __init__(self, p=0.1):
-        super().__init__(p)
 
 
 class GaussianBlur(Op):
@@ -427,17 +430,11 @@ class RandomAutocontrast(_Probability):
 
     field = "random_autocontrast"
 
-    def __init__(self, p=0.5):
-        super().__init__(p)
-
 
 class RandomEqualize(_Probability):
     """torchvision.transforms.RandomEqualize with probability ``p``."""
 
     field = "random_equalize"
-
-    def __init__(self, p=0.5):
-        super().__init__(p)
 
 
 class RandomInvert(_Probability):
@@ -445,17 +442,11 @@ class RandomInvert(_Probability):
 
     field = "random_invert"
 
-    def __init__(self, p=0.5):
-        super().__init__(p)
-
 
 class RandomVerticalFlip(_Probability):
     """torchvision.transforms.RandomVerticalFlip with probability ``p``."""
 
     field = "random_vertical_flip"
-
-    def __init__(self, p=0.5):
-        super().__init__(p)
 
 
 def _no_expand_or_center(expand, center):

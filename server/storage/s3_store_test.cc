@@ -31,7 +31,6 @@ using ::batchd::testing::HttpFaultProxy;
 using ::batchd::testing::MakeTempDir;
 using ::batchd::testing::ObjectServer;
 using ::batchd::testing::StatusIs;
-using ::testing::_;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
