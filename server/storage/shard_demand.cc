@@ -1,0 +1,194 @@
+#include "server/storage/shard_demand.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+namespace batchd::server {
+
+ShardForecast::ShardForecast(std::vector<Read> reads) : reads_(reads.size()) {
+  // By shard, then distance: each shard's uses become one ascending run.
+  std::sort(reads.begin(), reads.end(), [](const Read& a, const Read& b) {
+    return a.shard != b.shard ? a.shard < b.shard : a.distance < b.distance;
+  });
+  Uses* uses = nullptr;
+  uint32_t shard = 0;
+  for (const Read& read : reads) {
+    if (uses == nullptr || read.shard != shard) {
+      shard = read.shard;
+      uses = &uses_[shard];
+    }
+    const uint64_t before =
+        uses->cumulative_bytes.empty() ? 0 : uses->cumulative_bytes.back();
+    uses->distance.push_back(read.distance);
+    uses->cumulative_bytes.push_back(before + read.bytes);
+    depth_ = std::max<uint64_t>(depth_, read.distance);
+  }
+}
+
+uint64_t ShardForecast::NextUse(uint32_t shard) const {
+  auto it = uses_.find(shard);
+  return it == uses_.end() ? kNever : it->second.distance.front();
+}
+
+ShardReads ShardForecast::ReadsBefore(uint32_t shard, uint64_t before) const {
+  auto it = uses_.find(shard);
+  if (it == uses_.end()) return {};
+  const Uses& uses = it->second;
+  const size_t count =
+      before > std::numeric_limits<uint32_t>::max()
+          ? uses.distance.size()
+          : static_cast<size_t>(
+                std::lower_bound(uses.distance.begin(), uses.distance.end(),
+                                 static_cast<uint32_t>(before)) -
+                uses.distance.begin());
+  if (count == 0) return {};
+  return {count, uses.cumulative_bytes[count - 1]};
+}
+
+std::vector<uint32_t> ShardForecast::ShardsByNextUse() const {
+  std::vector<std::pair<uint32_t, uint32_t>> by_use;  // (next use, shard)
+  by_use.reserve(uses_.size());
+  for (const auto& [shard, uses] : uses_) {
+    by_use.emplace_back(uses.distance.front(), shard);
+  }
+  std::sort(by_use.begin(), by_use.end());
+  std::vector<uint32_t> shards;
+  shards.reserve(by_use.size());
+  for (const auto& [use, shard] : by_use) shards.push_back(shard);
+  return shards;
+}
+
+uint64_t ShardForecast::HoldHorizon(
+    uint64_t capacity,
+    const std::function<uint64_t(uint32_t)>& shard_bytes) const {
+  uint64_t held = 0;
+  for (uint32_t shard : ShardsByNextUse()) {
+    held += shard_bytes(shard);
+    if (held > capacity) return NextUse(shard);
+  }
+  return kNever;
+}
+
+ShardFetch ChooseFetch(uint64_t shard_bytes, ShardReads reads,
+                       const FetchCosts& costs) {
+  const uint64_t chunk = std::max<uint64_t>(costs.chunk_bytes, 1);
+  const uint64_t chunks = std::max<uint64_t>((shard_bytes + chunk - 1) / chunk,
+                                             1);
+  const uint64_t whole = shard_bytes + chunks * costs.request_bytes;
+  const uint64_t ranges = reads.bytes + reads.count * costs.request_bytes;
+  return ranges < whole ? ShardFetch::kRanges : ShardFetch::kWhole;
+}
+
+std::vector<size_t> EvictionOrder(
+    absl::Span<const EvictionCandidate> candidates) {
+  std::vector<size_t> order(candidates.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const EvictionCandidate& x = candidates[a];
+    const EvictionCandidate& y = candidates[b];
+    if (x.next_use != y.next_use) return x.next_use > y.next_use;
+    return x.idle_rank > y.idle_rank;
+  });
+  return order;
+}
+
+ShardDemand::ShardDemand(Locate locate, std::function<absl::Time()> now)
+    : locate_(std::move(locate)), now_(std::move(now)) {}
+
+void ShardDemand::Publish(const std::string& reader,
+                          const common::ShardSpec& spec,
+                          std::shared_ptr<const std::vector<uint64_t>> order,
+                          uint64_t next_batch) {
+  const absl::Time now = now_();
+  absl::MutexLock lock(&mu_);
+  auto it = readers_.find(reader);
+  if (it != readers_.end()) {
+    Reader& known = it->second;
+    if (known.order == order && next_batch <= known.next_batch) return;
+    known = Reader{spec, std::move(order), next_batch, now};
+    moved_ = true;
+    return;
+  }
+  if (readers_.size() >= kMaxReaders) {
+    auto oldest = std::min_element(
+        readers_.begin(), readers_.end(), [](const auto& a, const auto& b) {
+          return a.second.advanced < b.second.advanced;
+        });
+    readers_.erase(oldest);
+  }
+  readers_.emplace(reader, Reader{spec, std::move(order), next_batch, now});
+  moved_ = true;
+}
+
+void ShardDemand::Forget(const std::string& reader) {
+  absl::MutexLock lock(&mu_);
+  moved_ |= readers_.erase(reader) > 0;
+}
+
+size_t ShardDemand::readers() const {
+  absl::MutexLock lock(&mu_);
+  return readers_.size();
+}
+
+std::shared_ptr<const ShardForecast> ShardDemand::Forecast() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (forecast_ != nullptr &&
+        (!moved_ || now_() - built_ < kForecastInterval)) {
+      return forecast_;
+    }
+  }
+  return ForecastNow();
+}
+
+std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
+  std::vector<Reader> readers;
+  const absl::Time now = now_();
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = readers_.begin(); it != readers_.end();) {
+      if (now - it->second.advanced > kReaderIdle) {
+        readers_.erase(it++);
+      } else {
+        readers.push_back((it++)->second);
+      }
+    }
+    moved_ = false;
+    built_ = now;
+  }
+  // The walk runs without the lock: publications go on meanwhile (and mark
+  // the next forecast due).
+  std::vector<ShardForecast::Read> reads;
+  if (!readers.empty()) {
+    const size_t per_reader = std::min(
+        kMaxReadsPerReader, std::max<size_t>(kMaxForecastReads / readers.size(),
+                                             1));
+    reads.reserve(std::min(kMaxForecastReads, per_reader * readers.size()));
+    for (const Reader& reader : readers) {
+      const uint64_t batches = common::BatchesPerEpoch(reader.spec);
+      uint32_t distance = 0;
+      for (uint64_t batch = reader.next_batch;
+           batch < batches && distance < per_reader; ++batch) {
+        for (uint64_t sample :
+             common::BatchIndicesFromOrder(reader.spec, *reader.order, batch)) {
+          if (distance >= per_reader) break;
+          const SampleLocation where = locate_(sample);
+          if (where.shard != SampleLocation::kNoShard) {
+            reads.push_back({where.shard, distance,
+                             static_cast<uint32_t>(std::min<uint64_t>(
+                                 where.bytes,
+                                 std::numeric_limits<uint32_t>::max()))});
+          }
+          ++distance;
+        }
+      }
+    }
+  }
+  auto forecast = std::make_shared<const ShardForecast>(std::move(reads));
+  absl::MutexLock lock(&mu_);
+  forecast_ = forecast;
+  return forecast;
+}
+
+}  // namespace batchd::server
