@@ -219,18 +219,102 @@ bool ShardCache::Contains(const ObjectInfo& shard) const {
   return it != entries_.end() && it->second->ready;
 }
 
-bool ShardCache::MakeRoom(uint64_t bytes, bool prefetch) {
+void ShardCache::AddForecast(const std::shared_ptr<ShardDemand>& demand,
+                             const std::vector<ObjectInfo>& shards,
+                             FetchCosts costs) {
+  auto forecaster = std::make_unique<Forecaster>();
+  forecaster->demand = demand;
+  forecaster->costs = costs;
+  forecaster->sizes.reserve(shards.size());
+  std::vector<std::string> names;
+  names.reserve(shards.size());
+  for (const ObjectInfo& shard : shards) {
+    forecaster->sizes.push_back(shard.size);
+    names.push_back(FileName(shard));
+  }
+  RemoveForecast(demand.get());
+  absl::MutexLock lock(&mu_);
+  const Forecaster* key = forecaster.get();
+  forecasters_[demand.get()] = std::move(forecaster);
+  for (uint32_t i = 0; i < names.size(); ++i) {
+    forecast_shards_[std::move(names[i])] = {key, i};
+  }
+}
+
+void ShardCache::RemoveForecast(const ShardDemand* demand) {
+  absl::MutexLock lock(&mu_);
+  auto it = forecasters_.find(demand);
+  if (it == forecasters_.end()) return;
+  const Forecaster* key = it->second.get();
+  absl::erase_if(forecast_shards_,
+                 [key](const auto& entry) { return entry.second.first == key; });
+  forecasters_.erase(it);
+}
+
+ShardCache::Outlook ShardCache::TakeOutlook() {
+  std::vector<std::pair<const Forecaster*, std::shared_ptr<ShardDemand>>>
+      demands;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, forecaster] : forecasters_) {
+      if (auto demand = forecaster->demand.lock()) {
+        demands.emplace_back(forecaster.get(), std::move(demand));
+      }
+    }
+  }
+  Outlook outlook;
+  for (const auto& [forecaster, demand] : demands) {
+    outlook[forecaster] = demand->Forecast();
+  }
+  return outlook;
+}
+
+uint64_t ShardCache::NextUse(const Outlook& outlook,
+                             const std::string& name) const {
+  auto known = forecast_shards_.find(name);
+  if (known == forecast_shards_.end()) return ShardForecast::kNever;
+  auto forecast = outlook.find(known->second.first);
+  if (forecast == outlook.end()) return ShardForecast::kNever;
+  return forecast->second->NextUse(known->second.second);
+}
+
+std::optional<ShardFetch> ShardCache::ChooseFetchFor(
+    const Outlook& outlook, const std::string& name) const {
+  auto known = forecast_shards_.find(name);
+  if (known == forecast_shards_.end()) return std::nullopt;
+  const auto& [forecaster, shard] = known->second;
+  auto it = outlook.find(forecaster);
+  if (it == outlook.end()) return std::nullopt;
+  const ShardForecast& forecast = *it->second;
+  if (forecast.NextUse(shard) == ShardForecast::kNever) return std::nullopt;
+  // Reads past the point where a cache this size could no longer hold
+  // every shard needed sooner would likely find the shard gone: only the
+  // reads before it pay for a whole download.
+  const uint64_t horizon = forecast.HoldHorizon(
+      options_.disk_bytes,
+      [forecaster = forecaster](uint32_t s) { return forecaster->sizes[s]; });
+  return ChooseFetch(forecaster->sizes[shard],
+                     forecast.ReadsBefore(shard, horizon), forecaster->costs);
+}
+
+bool ShardCache::MakeRoom(uint64_t bytes, bool prefetch,
+                          const Outlook& outlook) {
   while (disk_bytes_ + bytes > options_.disk_bytes) {
-    std::shared_ptr<Entry> victim;
-    for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
-      const std::shared_ptr<Entry>& entry = entries_.at(*it);
+    std::vector<std::shared_ptr<Entry>> evictable;
+    std::vector<EvictionCandidate> candidates;
+    uint64_t idle_rank = 0;
+    for (const std::string& name : lru_) {  // most recently used first
+      ++idle_rank;
+      const std::shared_ptr<Entry>& entry = entries_.at(name);
       if (entry->pins > 0) continue;
       // A prefetch never pushes out what an earlier prefetch brought for
       // an upcoming read.
       if (prefetch && entry->prefetched_unread) continue;
-      victim = entry;
-      break;
+      evictable.push_back(entry);
+      candidates.push_back({NextUse(outlook, name), idle_rank});
     }
+    std::shared_ptr<Entry> victim;
+    if (!evictable.empty()) victim = evictable[EvictionOrder(candidates)[0]];
     if (victim == nullptr) {
       if (deletions_in_flight_ == 0) return false;
       // Another thread's deletions will free room: wait for them.
@@ -257,7 +341,7 @@ bool ShardCache::MakeRoom(uint64_t bytes, bool prefetch) {
 
 absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
     const std::shared_ptr<ObjectStore>& store, const ObjectInfo& shard,
-    bool prefetch, bool* downloaded) {
+    bool prefetch, const Outlook& outlook, bool* downloaded) {
   const std::string name = FileName(shard);
   *downloaded = false;
   absl::MutexLock lock(&mu_);
@@ -297,7 +381,13 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
         prefetched_unread_bytes_ + shard.size > options_.disk_bytes / 2) {
       return nullptr;
     }
-    if (!MakeRoom(shard.size, prefetch)) return nullptr;
+    const std::optional<ShardFetch> fetch = ChooseFetchFor(outlook, name);
+    if (fetch == ShardFetch::kRanges) {
+      ++(prefetch ? stats_.prefetches_declined : stats_.range_choices);
+      return nullptr;
+    }
+    if (!MakeRoom(shard.size, prefetch, outlook)) return nullptr;
+    if (fetch == ShardFetch::kWhole && !prefetch) ++stats_.whole_choices;
     // MakeRoom may have let go of the lock: look again.
     if (entries_.contains(name) || deleting_.contains(name) ||
         disk_bytes_ + shard.size > options_.disk_bytes) {
@@ -495,9 +585,17 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
       return absl::OkStatus();
     }
   }
+  bool cached;
+  {
+    absl::MutexLock lock(&mu_);
+    cached = entries_.contains(name);
+  }
+  // A miss asks the plans' forecast (not under the lock: it may be
+  // rebuilt); a hit needs none.
+  const Outlook outlook = cached ? Outlook() : TakeOutlook();
   bool downloaded = false;
   absl::StatusOr<std::shared_ptr<Entry>> entry =
-      Acquire(store, shard, /*prefetch=*/false, &downloaded);
+      Acquire(store, shard, /*prefetch=*/false, outlook, &downloaded);
   if (!entry.ok()) return entry.status();
   if (*entry == nullptr) {
     {
@@ -557,8 +655,8 @@ void ShardCache::PrefetchLoop() {
       prefetch_queue_.pop_front();
     }
     bool downloaded = false;
-    absl::StatusOr<std::shared_ptr<Entry>> entry =
-        Acquire(task.store, task.shard, /*prefetch=*/true, &downloaded);
+    absl::StatusOr<std::shared_ptr<Entry>> entry = Acquire(
+        task.store, task.shard, /*prefetch=*/true, TakeOutlook(), &downloaded);
     absl::MutexLock lock(&mu_);
     prefetch_queued_.erase(FileName(task.shard));
     if (entry.ok() && *entry == nullptr) ++stats_.prefetches_dropped;

@@ -15,6 +15,15 @@
 // never read and ages out of the LRU). A shard without an ETag is cached
 // for the running process only.
 //
+// What the plans will read decides both choices a miss makes
+// (shard_demand.h): a dataset registers its ShardDemand with AddForecast,
+// and then a shard whose upcoming reads, before a cache of this size would
+// have to let it go, cost less as member ranges than the whole shard is
+// read by ranges and never admitted; and eviction takes the shard needed
+// furthest in the future (never needed first, then least recently used).
+// Shards no forecast knows are admitted whole and evicted least recently
+// used first, as without forecasts.
+//
 // Prefetch(shard) queues a background download on a small pool of threads;
 // prefetches never evict a pinned shard or a prefetched shard not yet read,
 // hold at most half the cache, and are dropped when the queue is full.
@@ -34,6 +43,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,6 +56,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/storage/object_store.h"
+#include "server/storage/shard_demand.h"
 
 namespace batchd::server {
 
@@ -70,6 +81,11 @@ struct ShardCacheStats {
   uint64_t download_failures = 0;
   uint64_t downloaded_bytes = 0;
   uint64_t uncached_reads = 0;  // member ranges read from the store directly
+  // Misses read by member ranges because the forecast said ranges cost
+  // less than the whole shard (counted in uncached_reads too).
+  uint64_t range_choices = 0;
+  uint64_t whole_choices = 0;  // misses the forecast sent to a download
+  uint64_t prefetches_declined = 0;  // prefetches the forecast said ranges
   uint64_t evictions = 0;       // shards deleted from disk to make room
   uint64_t prefetches = 0;          // queued
   uint64_t prefetches_dropped = 0;  // queue full or no room
@@ -115,6 +131,15 @@ class ShardCache {
   // True when `shard` is complete on disk now (tests, logs).
   bool Contains(const ObjectInfo& shard) const;
 
+  // The forecast of `demand` covers `shards` (shard i of the demand is
+  // shards[i]); `costs` weigh a request against a byte for its store. The
+  // cache keeps a weak reference: a demand that is gone counts for
+  // nothing. RemoveForecast before the demand's locate function dies.
+  void AddForecast(const std::shared_ptr<ShardDemand>& demand,
+                   const std::vector<ObjectInfo>& shards, FetchCosts costs)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoveForecast(const ShardDemand* demand) ABSL_LOCKS_EXCLUDED(mu_);
+
   void set_download_observer(DownloadObserver observer);
   ShardCacheStats stats() const;
   const ShardCacheOptions& options() const { return options_; }
@@ -129,22 +154,43 @@ class ShardCache {
     std::shared_ptr<ObjectStore> store;
     ObjectInfo shard;
   };
+  // A registered forecast: its demand, its shards' sizes and its costs.
+  struct Forecaster {
+    std::weak_ptr<ShardDemand> demand;
+    std::vector<uint64_t> sizes;
+    FetchCosts costs;
+  };
+  // The forecasts of every registered demand at one moment, taken without
+  // the lock (a forecast may take milliseconds to build).
+  using Outlook = absl::flat_hash_map<const Forecaster*,
+                                      std::shared_ptr<const ShardForecast>>;
+  Outlook TakeOutlook() ABSL_LOCKS_EXCLUDED(mu_);
+  // When the shard in file `name` is next read by `outlook` (kNever when no
+  // forecast knows it).
+  uint64_t NextUse(const Outlook& outlook, const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How a miss of `name` should be fetched, by the cost model; nullopt
+  // when no forecast knows it or no plan is reading it.
+  std::optional<ShardFetch> ChooseFetchFor(const Outlook& outlook,
+                                           const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   explicit ShardCache(ShardCacheOptions options);
   std::string PathOf(const std::string& name) const;
 
   // The entry of `shard`, ready and pinned by the caller, downloading it if
-  // needed; nullptr when it cannot be admitted (read it directly).
-  // `prefetch`: admission under the prefetch rules, and not pinned.
+  // needed; nullptr when it cannot be admitted or the forecast says member
+  // ranges cost less (read it directly). `prefetch`: admission under the
+  // prefetch rules, and not pinned. `outlook`: what the plans will read.
   absl::StatusOr<std::shared_ptr<Entry>> Acquire(
       const std::shared_ptr<ObjectStore>& store, const ObjectInfo& shard,
-      bool prefetch, bool* downloaded);
+      bool prefetch, const Outlook& outlook, bool* downloaded);
   void Unpin(const std::shared_ptr<Entry>& entry);
 
-  // Frees room for `bytes` more, deleting unpinned least recently used
-  // shards (outside the lock; their bytes still count until deleted).
-  // False when that is impossible now.
-  bool MakeRoom(uint64_t bytes, bool prefetch)
+  // Frees room for `bytes` more, deleting unpinned shards in Belady's
+  // order by `outlook` (outside the lock; their bytes still count until
+  // deleted). False when that is impossible now.
+  bool MakeRoom(uint64_t bytes, bool prefetch, const Outlook& outlook)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Downloads `shard` to its file. No lock held.
   absl::Status Download(ObjectStore& store, const ObjectInfo& shard,
@@ -191,6 +237,12 @@ class ShardCache {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   ShardCacheStats stats_ ABSL_GUARDED_BY(mu_);
   DownloadObserver observer_ ABSL_GUARDED_BY(mu_);
+  // Registered forecasts by their demand, and every shard they cover by
+  // file name: (its forecaster, its number there).
+  absl::flat_hash_map<const ShardDemand*, std::unique_ptr<Forecaster>>
+      forecasters_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::pair<const Forecaster*, uint32_t>>
+      forecast_shards_ ABSL_GUARDED_BY(mu_);
 
   std::vector<std::thread> prefetch_threads_;
 };

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -16,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/sampler.h"
 #include "server/storage/fake_object_store_test_util.h"
 #include "testing/status_matchers.h"
 
@@ -350,6 +352,174 @@ TEST_F(ShardCacheTest, RestartWithASmallerBoundEvictsDownToIt) {
   ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(Options(2 * kShardBytes)));
   EXPECT_EQ(cache->stats().shards, 2);
   EXPECT_LE(BytesOnDisk(dir_), 2 * kShardBytes);
+}
+
+// The plans' forecast of a dataset of `shards` shards of kMembers members
+// each (sample i is member i % kMembers of shard i / kMembers), read in
+// `order` one sample a batch.
+class ForecastReads {
+ public:
+  static constexpr uint64_t kMembers = 16;
+  static constexpr uint64_t kMemberBytes = kShardBytes / kMembers;
+  // A request weighs half a member, as S3's default (64 KiB) weighs against
+  // ImageNet's members (about 110 KB).
+  static constexpr FetchCosts kCosts{/*request_bytes=*/kMemberBytes / 2,
+                                     /*chunk_bytes=*/16 << 10};
+
+  ForecastReads(ShardCache& cache, const std::vector<ObjectInfo>& shards,
+                std::vector<uint64_t> order, FetchCosts costs)
+      : demand_(std::make_shared<ShardDemand>(
+            [](uint64_t sample) {
+              return SampleLocation{static_cast<uint32_t>(sample / kMembers),
+                                    kMemberBytes};
+            },
+            [this] { return now_; })),
+        order_(std::make_shared<const std::vector<uint64_t>>(
+            std::move(order))) {
+    spec_.num_samples = order_->size();
+    spec_.batch_size = 1;
+    cache.AddForecast(demand_, shards, costs);
+  }
+
+  // Reads every sample of the order through `cache`, the reader advancing
+  // (and the forecast renewed) before each.
+  void ReadAll(ShardCache& cache, const std::shared_ptr<FakeObjectStore>& store,
+               const std::vector<ObjectInfo>& shards) {
+    std::string got(kMemberBytes, '\0');
+    for (uint64_t i = 0; i < order_->size(); ++i) {
+      demand_->Publish("job/0", spec_, order_, i);
+      now_ += absl::Seconds(1);
+      const uint64_t sample = (*order_)[i];
+      ASSERT_OK(cache.Read(store, shards[sample / kMembers],
+                           (sample % kMembers) * kMemberBytes, kMemberBytes,
+                           reinterpret_cast<uint8_t*>(got.data())));
+      EXPECT_EQ(got, RandomBytes(kShardBytes, sample / kMembers)
+                         .substr((sample % kMembers) * kMemberBytes,
+                                 kMemberBytes));
+    }
+  }
+
+  const std::shared_ptr<ShardDemand>& demand() const { return demand_; }
+
+ private:
+  absl::Time now_ = absl::UnixEpoch();
+  common::ShardSpec spec_;
+  std::shared_ptr<ShardDemand> demand_;
+  std::shared_ptr<const std::vector<uint64_t>> order_;
+};
+
+// Belady's eviction: of two cached shards, the one no plan reads again goes,
+// although it was used more recently.
+TEST_F(ShardCacheTest, EvictsTheShardNeededFurthestAhead) {
+  const std::vector<ObjectInfo> infos = PutShards(3);
+  ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(Options(2 * kShardBytes)));
+  // Upcoming: shard 2, then shard 1; shard 0 never.
+  std::vector<uint64_t> order;
+  for (uint64_t shard : {2, 1}) {
+    for (uint64_t m = 0; m < ForecastReads::kMembers; ++m) {
+      order.push_back(shard * ForecastReads::kMembers + m);
+    }
+  }
+  ForecastReads plan(*cache, infos, order, {/*request_bytes=*/0,
+                                            /*chunk_bytes=*/16 << 10});
+  common::ShardSpec spec;
+  spec.num_samples = order.size();
+  plan.demand()->Publish(
+      "job/0", spec,
+      std::make_shared<const std::vector<uint64_t>>(order), 0);
+  ExpectRead(*cache, infos[1], 1, 0, 100);  // known: whole
+  ExpectRead(*cache, infos[0], 0, 0, 100);  // unknown to the plan: whole
+  ASSERT_TRUE(cache->Contains(infos[0]) && cache->Contains(infos[1]));
+  ExpectRead(*cache, infos[2], 2, 0, 100);  // least recently used: shard 1
+  EXPECT_TRUE(cache->Contains(infos[1]));
+  EXPECT_TRUE(cache->Contains(infos[2]));
+  EXPECT_FALSE(cache->Contains(infos[0]));
+  EXPECT_EQ(cache->stats().evictions, 1u);
+}
+
+// A per-sample shuffle through a cache of a quarter of the dataset: the
+// forecast reads member ranges (about the bytes of the members read), where
+// whole shards on every miss fetch the dataset several times over.
+TEST_F(ShardCacheTest, PerSampleShuffleReadsMemberRangesWhenTheCacheIsSmall) {
+  constexpr int kShards = 8;
+  const std::vector<ObjectInfo> infos = PutShards(kShards);
+  const std::vector<uint64_t> order = common::EpochOrder(
+      kShards * ForecastReads::kMembers, /*seed=*/3, /*shuffle=*/true, 0);
+  const uint64_t dataset = kShards * kShardBytes;
+  {
+    ASSERT_OK_AND_ASSIGN(auto cache,
+                         ShardCache::Open(Options(2 * kShardBytes)));
+    ForecastReads plan(*cache, infos, order, ForecastReads::kCosts);
+    plan.ReadAll(*cache, store_, infos);
+    const ShardCacheStats stats = cache->stats();
+    EXPECT_GT(stats.range_choices, order.size() / 2);
+    EXPECT_LE(store_->bytes_read(), dataset * 12 / 10);
+    EXPECT_LE(stats.disk_bytes, 2 * kShardBytes);
+  }
+  fs::remove_all(dir_);
+  const uint64_t forecast_bytes = store_->bytes_read();
+  {
+    // The same reads with no forecast: least recently used whole shards.
+    ASSERT_OK_AND_ASSIGN(auto cache,
+                         ShardCache::Open(Options(2 * kShardBytes)));
+    std::string got(ForecastReads::kMemberBytes, '\0');
+    for (uint64_t sample : order) {
+      ASSERT_OK(cache->Read(
+          store_, infos[sample / ForecastReads::kMembers],
+          (sample % ForecastReads::kMembers) * ForecastReads::kMemberBytes,
+          ForecastReads::kMemberBytes,
+          reinterpret_cast<uint8_t*>(got.data())));
+    }
+  }
+  const uint64_t lru_bytes = store_->bytes_read() - forecast_bytes;
+  EXPECT_GT(lru_bytes, 3 * dataset);
+  std::printf("per-sample shuffle, cache 25%%: %.2fx the dataset fetched with "
+              "the forecast, %.2fx without\n",
+              static_cast<double>(forecast_bytes) / dataset,
+              static_cast<double>(lru_bytes) / dataset);
+}
+
+// Shard by shard (the shard-aware shuffle's window of one): every shard is
+// downloaded whole, once.
+TEST_F(ShardCacheTest, ShardByShardReadsDownloadEachShardOnce) {
+  constexpr int kShards = 6;
+  const std::vector<ObjectInfo> infos = PutShards(kShards);
+  common::ShardSpec spec;
+  spec.num_samples = kShards * ForecastReads::kMembers;
+  spec.shuffle = true;
+  spec.shuffle_window_shards = 1;
+  spec.shard_samples = std::make_shared<const std::vector<uint64_t>>(
+      kShards, ForecastReads::kMembers);
+  ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(Options(2 * kShardBytes)));
+  ForecastReads plan(*cache, infos, common::EpochOrderFor(spec, 0),
+                     ForecastReads::kCosts);
+  plan.ReadAll(*cache, store_, infos);
+  EXPECT_EQ(store_->bytes_read(), kShards * kShardBytes);
+  EXPECT_EQ(cache->stats().downloads, kShards);
+  EXPECT_EQ(cache->stats().range_choices, 0u);
+}
+
+// A prefetch of a shard the forecast would read by ranges is declined.
+TEST_F(ShardCacheTest, PrefetchOfAShardBetterReadByRangesIsDeclined) {
+  constexpr int kShards = 8;
+  const std::vector<ObjectInfo> infos = PutShards(kShards);
+  ShardCacheOptions options = Options(2 * kShardBytes);
+  options.prefetch_threads = 1;
+  ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(options));
+  const std::vector<uint64_t> order = common::EpochOrder(
+      kShards * ForecastReads::kMembers, /*seed=*/5, /*shuffle=*/true, 0);
+  ForecastReads plan(*cache, infos, order, ForecastReads::kCosts);
+  common::ShardSpec spec;
+  spec.num_samples = order.size();
+  plan.demand()->Publish(
+      "job/0", spec, std::make_shared<const std::vector<uint64_t>>(order), 0);
+  cache->Prefetch(store_, infos[3]);
+  for (int i = 0; i < 500 && cache->stats().prefetches_declined == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(cache->stats().prefetches_declined, 1u);
+  EXPECT_EQ(store_->bytes_read(), 0u);
+  EXPECT_FALSE(cache->Contains(infos[3]));
 }
 
 }  // namespace
