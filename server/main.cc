@@ -223,6 +223,17 @@ ABSL_FLAG(int64_t, shared_batch_bytes, Defaults().shared_batch_bytes,
 ABSL_FLAG(int, remote_connections, Defaults().remote_connections,
           "Requests in flight at once to the store of each remote dataset "
           "(s3://, http://, https:// paths), over kept-alive connections.");
+ABSL_FLAG(uint64_t, s3_request_cost_bytes, Defaults().s3_request_cost_bytes,
+          "What one request to an s3:// store weighs against a byte when the "
+          "shard cache chooses between downloading a shard whole and "
+          "reading just the members the plans need by ranges. The default "
+          "(64 KiB) is about what a GET costs in time with a few tens of "
+          "connections in flight; raise it for a store far away, lower it "
+          "toward 4 KiB when internet egress is what you pay for.");
+ABSL_FLAG(uint64_t, http_request_cost_bytes,
+          Defaults().http_request_cost_bytes,
+          "The same for http:// and https:// stores (default 16 KiB: a "
+          "kept-alive request to a nearby web server).");
 ABSL_FLAG(std::string, remote_redirects, Defaults().remote_redirects,
           "HTTP redirects that unsigned http:// and https:// datasets "
           "follow: none (the default: a 3xx answer is an error naming its "
@@ -448,6 +459,8 @@ batchd::server::DaemonOptions OptionsFromFlags(
   o.shared_batch_bytes = absl::GetFlag(FLAGS_shared_batch_bytes);
   o.remote_connections = absl::GetFlag(FLAGS_remote_connections);
   o.remote_redirects = absl::GetFlag(FLAGS_remote_redirects);
+  o.s3_request_cost_bytes = absl::GetFlag(FLAGS_s3_request_cost_bytes);
+  o.http_request_cost_bytes = absl::GetFlag(FLAGS_http_request_cost_bytes);
   o.max_shards = absl::GetFlag(FLAGS_max_shards);
   o.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
   o.decoded_cache_bytes = absl::GetFlag(FLAGS_decoded_cache_bytes);
@@ -488,6 +501,8 @@ absl::Status LoadDaemonDatasets(
   remote.counters = std::make_shared<batchd::server::ObjectStoreCounters>();
   remote.connections = options.remote_connections;
   remote.max_shards = options.max_shards;
+  remote.s3_request_cost_bytes = options.s3_request_cost_bytes;
+  remote.http_request_cost_bytes = options.http_request_cost_bytes;
   remote.redirects = options.remote_redirects == "same-origin"
                          ? batchd::server::RemoteRedirects::kSameOrigin
                          : batchd::server::RemoteRedirects::kNone;

@@ -7,6 +7,8 @@
 // checked) and over HTTPS give the same batches; a wrong secret is a clear
 // error naming the dataset, and a secret never shows in logs or pages.
 #include <cstdint>
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -57,6 +59,13 @@ class RemoteShardsE2eTest : public ::testing::Test {
     }
     shard_count_ = count;
     shard_bytes_ = fs::file_size(*shards_ + "/" + names[0]);
+    dataset_bytes_ = 0;
+    largest_shard_bytes_ = 0;
+    for (const std::string& name : names) {
+      const uint64_t bytes = fs::file_size(*shards_ + "/" + name);
+      dataset_bytes_ += bytes;
+      largest_shard_bytes_ = std::max(largest_shard_bytes_, bytes);
+    }
   }
   static void TearDownTestSuite() { delete shards_; }
 
@@ -70,16 +79,29 @@ class RemoteShardsE2eTest : public ::testing::Test {
     cache_dir_ = MakeTempDir("remote-cache");
   }
 
-  absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(uint64_t cache_bytes) {
-    return DaemonProcess::Start(
-        {"--dataset", "local=" + *shards_, "--dataset",
-         "remote=" + nginx_->url() + "/shards.txt", "--cache-dir", cache_dir_,
-         "--cache-bytes", absl::StrCat(cache_bytes), "--workers", "2"});
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(
+      uint64_t cache_bytes, std::vector<std::string> more = {}) {
+    std::vector<std::string> args = {
+        "--dataset", "local=" + *shards_, "--dataset",
+        "remote=" + nginx_->url() + "/shards.txt", "--cache-dir", cache_dir_,
+        "--cache-bytes", absl::StrCat(cache_bytes), "--workers", "2"};
+    args.insert(args.end(), more.begin(), more.end());
+    return DaemonProcess::Start(args);
+  }
+
+  // Bytes the store has sent since the daemon started.
+  static uint64_t StoreBytes(const DaemonProcess& daemon) {
+    absl::StatusOr<batchd::v1::ServerStatus> status =
+        GetServerStatus(daemon.endpoint());
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() ? status->object_store().bytes() : 0;
   }
 
   static std::string* shards_;
   static int shard_count_;
   static uint64_t shard_bytes_;
+  static uint64_t dataset_bytes_;
+  static uint64_t largest_shard_bytes_;
   std::unique_ptr<ObjectServer> nginx_;
   std::string cache_dir_;
 };
@@ -87,6 +109,8 @@ class RemoteShardsE2eTest : public ::testing::Test {
 std::string* RemoteShardsE2eTest::shards_ = nullptr;
 int RemoteShardsE2eTest::shard_count_ = 0;
 uint64_t RemoteShardsE2eTest::shard_bytes_ = 0;
+uint64_t RemoteShardsE2eTest::dataset_bytes_ = 0;
+uint64_t RemoteShardsE2eTest::largest_shard_bytes_ = 0;
 
 TEST_F(RemoteShardsE2eTest, SameBatchesAsLocalAndARestartReusesTheCache) {
   {
@@ -105,7 +129,7 @@ TEST_F(RemoteShardsE2eTest, SameBatchesAsLocalAndARestartReusesTheCache) {
     }
     ASSERT_OK_AND_ASSIGN(batchd::v1::ServerStatus status,
                          GetServerStatus(daemon->endpoint()));
-    EXPECT_EQ(status.shard_cache().downloads(), shard_count_);
+    EXPECT_EQ(status.shard_cache().downloads(), shard_count_) << daemon->Log();
     EXPECT_EQ(status.shard_cache().shards(), shard_count_);
     EXPECT_GT(status.object_store().requests(), 0);
     EXPECT_EQ(daemon->Stop(), 0);
@@ -133,26 +157,75 @@ TEST_F(RemoteShardsE2eTest, SameBatchesAsLocalAndARestartReusesTheCache) {
                                 " from the sidecar index)")));
 }
 
+// Shard by shard (the shard-aware shuffle, window 1) through a cache of two
+// and a half of the largest shards, less than the dataset: each shard is
+// downloaded at most once, the shards that do not fit are evicted or (the
+// plans read them again next epoch, after the ones kept) read by ranges,
+// and the bound holds.
 TEST_F(RemoteShardsE2eTest, ACacheSmallerThanTheDatasetHoldsItsBound) {
-  const uint64_t bound = 2 * shard_bytes_ + shard_bytes_ / 2;
+  const uint64_t bound = 2 * largest_shard_bytes_ + largest_shard_bytes_ / 2;
+  ASSERT_LT(bound, dataset_bytes_);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon, Start(bound));
+  batchd::v1::Plan local_plan = TrainPlan("local", 4, kSize, 9);
+  local_plan.set_shuffle_window_shards(1);
+  batchd::v1::Plan remote_plan = TrainPlan("remote", 4, kSize, 9);
+  remote_plan.set_shuffle_window_shards(1);
   ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> local,
-                       ReadEpochs(daemon->endpoint(),
-                                  TrainPlan("local", 4, kSize, 9), 0, 1));
+                       ReadEpochs(daemon->endpoint(), local_plan, 0, 1));
+  const uint64_t before = StoreBytes(*daemon);
   ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> remote,
-                       ReadEpochs(daemon->endpoint(),
-                                  TrainPlan("remote", 4, kSize, 9), 0, 1));
+                       ReadEpochs(daemon->endpoint(), remote_plan, 0, 1));
+  const uint64_t fetched = StoreBytes(*daemon) - before;
   EXPECT_EQ(remote, local);
   ASSERT_OK_AND_ASSIGN(batchd::v1::ServerStatus status,
                        GetServerStatus(daemon->endpoint()));
   EXPECT_LE(status.shard_cache().disk_bytes(), bound);
   EXPECT_EQ(status.shard_cache().disk_limit_bytes(), bound);
-  EXPECT_GT(status.shard_cache().evictions(), 0);
+  EXPECT_GT(status.shard_cache().evictions() +
+                status.shard_cache().range_choices(),
+            0)
+      << status.shard_cache().DebugString();
+  EXPECT_LE(status.shard_cache().downloads(), shard_count_);
+  EXPECT_LE(fetched, dataset_bytes_ * 12 / 10)
+      << status.shard_cache().DebugString();
   uint64_t on_disk = 0;
   for (const auto& entry : fs::directory_iterator(cache_dir_ + "/shards")) {
     on_disk += fs::file_size(entry.path());
   }
   EXPECT_LE(on_disk, bound);
+}
+
+// The per-sample shuffle through a cache of two of the seven shards: every
+// shard is read now and then all epoch long, so whole shards would be
+// fetched again and again; the plans' forecast reads member ranges instead,
+// about the dataset's bytes, and the batches are those of local disk. A
+// request is weighed as half a member, as S3's default weighs against
+// ImageNet's members.
+TEST_F(RemoteShardsE2eTest, PerSampleShuffleThroughASmallCacheReadsRanges) {
+  const uint64_t member_bytes = dataset_bytes_ / kImages;
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      Start(2 * shard_bytes_,
+            {"--http-request-cost-bytes", absl::StrCat(member_bytes / 2)}));
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> local,
+                       ReadEpochs(daemon->endpoint(),
+                                  TrainPlan("local", 4, kSize, 9), 0, 1));
+  const uint64_t before = StoreBytes(*daemon);
+  ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> remote,
+                       ReadEpochs(daemon->endpoint(),
+                                  TrainPlan("remote", 4, kSize, 9), 0, 1));
+  const uint64_t fetched = StoreBytes(*daemon) - before;
+  EXPECT_EQ(remote, local);
+  ASSERT_OK_AND_ASSIGN(batchd::v1::ServerStatus status,
+                       GetServerStatus(daemon->endpoint()));
+  std::printf("per-sample shuffle, cache of 2 of %d shards: fetched %.2fx the "
+              "dataset; %lu range and %lu whole choices\n",
+              shard_count_, static_cast<double>(fetched) / dataset_bytes_,
+              status.shard_cache().range_choices(),
+              status.shard_cache().whole_choices());
+  EXPECT_GT(status.shard_cache().range_choices(), 0);
+  EXPECT_LE(fetched, dataset_bytes_ * 12 / 10);
+  EXPECT_LE(status.shard_cache().disk_bytes(), 2 * shard_bytes_);
 }
 
 class S3ShardsE2eTest : public RemoteShardsE2eTest {

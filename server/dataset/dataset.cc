@@ -248,9 +248,27 @@ Dataset::Dataset(std::string name, std::vector<Sample> samples,
       shards_(std::move(shards)),
       index_stats_(index_stats),
       shard_samples_(std::make_shared<const std::vector<uint64_t>>(
-          ShardRuns(samples_))) {}
+          ShardRuns(samples_))) {
+  if (shards_ == nullptr || !shards_->prefetches()) return;
+  demand_ = std::make_shared<ShardDemand>([this](uint64_t index) {
+    const Sample& sample = samples_[index];
+    return SampleLocation{sample.shard, sample.size};
+  });
+  shards_->AttachDemand(demand_);
+}
 
-Dataset::~Dataset() = default;
+Dataset::~Dataset() {
+  if (demand_ != nullptr) shards_->DetachDemand(demand_.get());
+}
+
+void Dataset::PublishReads(const std::string& reader,
+                           const common::ShardSpec& spec,
+                           std::shared_ptr<const std::vector<uint64_t>> order,
+                           uint64_t next_batch) const {
+  if (demand_ != nullptr) {
+    demand_->Publish(reader, spec, std::move(order), next_batch);
+  }
+}
 
 absl::StatusOr<FileBytes> Dataset::ReadSample(uint64_t index) const {
   const Sample& sample = samples_[index];

@@ -18,7 +18,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "batchd/v1/config.pb.h"
+#include "common/sampler.h"
 #include "server/storage/object_store.h"
+#include "server/storage/shard_demand.h"
 
 namespace batchd::server {
 
@@ -70,6 +72,11 @@ struct RemoteOptions {
   // (--max-shards).
   uint64_t max_shards = kDefaultMaxShards;
   RemoteRedirects redirects = RemoteRedirects::kNone;  // --remote-redirects
+  // What one request weighs against a byte in the shard cache's
+  // whole-or-ranges choice (--s3-request-cost-bytes,
+  // --http-request-cost-bytes).
+  uint64_t s3_request_cost_bytes = 64 << 10;
+  uint64_t http_request_cost_bytes = 16 << 10;
   // Set on SIGTERM/SIGINT during start-up: the load ends with CANCELLED
   // (ObjectStoreOptions::cancelled).
   std::shared_ptr<const std::atomic<bool>> cancelled;
@@ -184,6 +191,13 @@ class Dataset {
   void Prefetch(absl::Span<const uint64_t> indices) const;
   // Whether Prefetch does anything (a remote dataset with a shard cache).
   bool prefetches() const;
+  // Tells the shard cache what `reader` (one rank of one plan) reads next:
+  // batches `next_batch`, next_batch + 1, ... of `spec`'s shard of the
+  // epoch order `order` (ShardDemand::Publish). A no-op unless
+  // prefetches().
+  void PublishReads(const std::string& reader, const common::ShardSpec& spec,
+                    std::shared_ptr<const std::vector<uint64_t>> order,
+                    uint64_t next_batch) const;
   // Whether samples are read from an object store (remote TAR_SHARDS).
   bool remote() const;
 
@@ -201,6 +215,9 @@ class Dataset {
   const std::shared_ptr<const ShardSource> shards_;
   const IndexStats index_stats_;
   const std::shared_ptr<const std::vector<uint64_t>> shard_samples_;
+  // The plans' upcoming reads of a remote dataset with a shard cache
+  // (registered with the cache through shards_); nullptr otherwise.
+  std::shared_ptr<ShardDemand> demand_;
 };
 
 // Loads one dataset described by `config` (format inferred from the path when

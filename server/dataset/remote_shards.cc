@@ -16,10 +16,12 @@ constexpr uint64_t kMaxMemberBytes = uint64_t{4} << 30;
 
 RemoteShards::RemoteShards(std::shared_ptr<ObjectStore> store,
                            std::vector<ObjectInfo> shards,
-                           std::shared_ptr<ShardCache> cache)
+                           std::shared_ptr<ShardCache> cache,
+                           uint64_t request_cost_bytes)
     : store_(std::move(store)),
       shards_(std::move(shards)),
       cache_(std::move(cache)),
+      request_cost_bytes_(request_cost_bytes),
       change_logged_(new std::atomic<bool>[shards_.size()]) {
   for (size_t i = 0; i < shards_.size(); ++i) change_logged_[i] = false;
 }
@@ -74,6 +76,17 @@ absl::StatusOr<FileBytes> RemoteShards::Read(uint32_t shard, uint64_t offset,
   }
   bytes_.fetch_add(size, std::memory_order_relaxed);
   return FileBytes(std::move(data), size);
+}
+
+void RemoteShards::AttachDemand(
+    const std::shared_ptr<ShardDemand>& demand) const {
+  if (cache_ != nullptr) {
+    cache_->AddForecast(demand, shards_, request_cost_bytes_);
+  }
+}
+
+void RemoteShards::DetachDemand(const ShardDemand* demand) const {
+  if (cache_ != nullptr) cache_->RemoveForecast(demand);
 }
 
 void RemoteShards::Prefetch(uint32_t shard) const {

@@ -40,9 +40,12 @@ struct RemoteReadCounts {
 class RemoteShards : public ShardSource {
  public:
   // `cache`: nullptr to read member ranges straight from `store`.
+  // `request_cost_bytes`: what one request to `store` weighs against a
+  // byte in the cache's whole-or-ranges choice.
   RemoteShards(std::shared_ptr<ObjectStore> store,
                std::vector<ObjectInfo> shards,
-               std::shared_ptr<ShardCache> cache);
+               std::shared_ptr<ShardCache> cache,
+               uint64_t request_cost_bytes = FetchCosts().request_bytes);
 
   size_t shard_count() const override { return shards_.size(); }
   const std::string& name(uint32_t shard) const override {
@@ -54,6 +57,8 @@ class RemoteShards : public ShardSource {
   // Queues a background download through the cache; no-op without one.
   void Prefetch(uint32_t shard) const override;
   bool prefetches() const override { return cache_ != nullptr; }
+  void AttachDemand(const std::shared_ptr<ShardDemand>& demand) const override;
+  void DetachDemand(const ShardDemand* demand) const override;
   bool remote() const override { return true; }
 
   const ObjectInfo& object(uint32_t shard) const { return shards_[shard]; }
@@ -64,6 +69,7 @@ class RemoteShards : public ShardSource {
   const std::shared_ptr<ObjectStore> store_;
   const std::vector<ObjectInfo> shards_;
   const std::shared_ptr<ShardCache> cache_;
+  const uint64_t request_cost_bytes_;
 
   mutable std::atomic<uint64_t> reads_{0};
   mutable std::atomic<uint64_t> bytes_{0};

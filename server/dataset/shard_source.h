@@ -8,11 +8,13 @@
 #define BATCHD_SERVER_DATASET_SHARD_SOURCE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/dataset/dataset.h"
+#include "server/storage/shard_demand.h"
 
 namespace batchd::server {
 
@@ -35,6 +37,12 @@ class ShardSource {
   virtual void Prefetch(uint32_t /*shard*/) const {}
   // Whether Prefetch does anything (callers skip computing hints if not).
   virtual bool prefetches() const { return false; }
+  // What the plans will read of these shards (shard_demand.h), for the
+  // shard cache's choices; no-ops without a cache. Detach before
+  // `demand`'s locate function dies.
+  virtual void AttachDemand(
+      const std::shared_ptr<ShardDemand>& /*demand*/) const {}
+  virtual void DetachDemand(const ShardDemand* /*demand*/) const {}
   // Whether the shards are remote objects.
   virtual bool remote() const { return false; }
 };

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -492,8 +493,12 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
   if (!cache_path.empty() && changed) {
     stats.cache_written = WriteSidecar(name, cache_path, shards);
   }
+  const uint64_t request_cost_bytes =
+      absl::StartsWith(objects[0].url, "s3://")
+          ? remote.s3_request_cost_bytes
+          : remote.http_request_cost_bytes;
   auto source = std::make_shared<const RemoteShards>(
-      std::move(store), std::move(objects), remote.cache);
+      std::move(store), std::move(objects), remote.cache, request_cost_bytes);
   return AssembleDataset(name, shards, class_names_file, stats,
                          std::move(source));
 }

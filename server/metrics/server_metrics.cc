@@ -329,12 +329,25 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
     writer.Sample({}, static_cast<double>(cache.evictions()));
     writer.Begin("batchd_shard_cache_prefetches_total",
                  "Background shard downloads for upcoming batches, by "
-                 "result: queued or dropped (queue full, or no room).",
+                 "result: queued, dropped (queue full, no room, or declined) "
+                 "or declined (the plans' forecast said member ranges cost "
+                 "less).",
                  Type::kCounter);
     writer.Sample({{"result", "queued"}},
                   static_cast<double>(cache.prefetches()));
     writer.Sample({{"result", "dropped"}},
                   static_cast<double>(cache.prefetches_dropped()));
+    writer.Sample({{"result", "declined"}},
+                  static_cast<double>(cache.prefetches_declined()));
+    writer.Begin("batchd_shard_cache_fetch_choices_total",
+                 "Misses decided by the plans' forecast: whole (download "
+                 "the shard) or ranges (read the members; cheaper than the "
+                 "shard before it would leave the cache).",
+                 Type::kCounter);
+    writer.Sample({{"choice", "whole"}},
+                  static_cast<double>(cache.whole_choices()));
+    writer.Sample({{"choice", "ranges"}},
+                  static_cast<double>(cache.range_choices()));
   }
   if (status.has_object_store()) {
     const batchd::v1::ObjectStoreStatus& store = status.object_store();

@@ -84,6 +84,8 @@ struct DaemonOptions {
   // Remote datasets and caches.
   int remote_connections = 32;
   std::string remote_redirects = "none";  // or "same-origin"
+  uint64_t s3_request_cost_bytes = 64 << 10;
+  uint64_t http_request_cost_bytes = 16 << 10;
   uint64_t max_shards = 1000000;
   uint64_t read_cache_bytes = 0;
   uint64_t decoded_cache_bytes = 0;

@@ -141,9 +141,15 @@ absl::StatusOr<FileBytes> Pipeline::ReadBytes(const ResolvedPlan& plan,
 
 void Pipeline::PrefetchAfter(const ResolvedPlan& plan,
                              const common::ShardSpec& shard,
-                             const std::vector<uint64_t>& order,
+                             std::shared_ptr<const std::vector<uint64_t>> order,
                              uint64_t batch_index) {
-  if (options_.prefetch_batches <= 0 || !plan.dataset->prefetches()) return;
+  if (!plan.dataset->prefetches()) return;
+  // The shard cache's eviction and whole-or-ranges choices follow every
+  // reader's known future (server/storage/shard_demand.h).
+  plan.dataset->PublishReads(
+      absl::StrCat(plan.job, "/", shard.rank, "/", shard.world_size), shard,
+      order, batch_index);
+  if (options_.prefetch_batches <= 0) return;
   // Batches are a pure function of (plan, epoch, index): the next ones'
   // samples are known now. Bounded: a few batches, and the cache bounds
   // what it queues.
@@ -154,7 +160,7 @@ void Pipeline::PrefetchAfter(const ResolvedPlan& plan,
        next <= batch_index + static_cast<uint64_t>(options_.prefetch_batches);
        ++next) {
     const std::vector<uint64_t> indices =
-        BatchIndicesFromOrder(shard, order, next);
+        BatchIndicesFromOrder(shard, *order, next);
     upcoming.insert(upcoming.end(), indices.begin(), indices.end());
   }
   plan.dataset->Prefetch(upcoming);
@@ -181,7 +187,7 @@ absl::Status Pipeline::BuildBatch(
       orders_.Get(shard, epoch);
   std::vector<uint64_t> sample_indices =
       BatchIndicesFromOrder(shard, *order, batch_index);
-  PrefetchAfter(*plan, shard, *order, batch_index);
+  PrefetchAfter(*plan, shard, order, batch_index);
   const size_t n = sample_indices.size();
   // Uninitialised on purpose: every byte is written by a sample task.
   const uint64_t bytes = plan->batch_bytes(n);

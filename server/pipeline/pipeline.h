@@ -186,10 +186,12 @@ class Pipeline {
   // Records the time a read took.
   void RecordRead(uint64_t nanos);
   void FinishSample(const std::shared_ptr<BatchJob>& job);
-  // Asks the dataset to prefetch the samples of the prefetch_batches
-  // batches after `batch_index` (a remote dataset's shards).
+  // Tells a remote dataset's shard cache what this reader reads next, and
+  // asks it to prefetch the samples of the prefetch_batches batches after
+  // `batch_index`.
   void PrefetchAfter(const ResolvedPlan& plan, const common::ShardSpec& shard,
-                     const std::vector<uint64_t>& order, uint64_t batch_index);
+                     std::shared_ptr<const std::vector<uint64_t>> order,
+                     uint64_t batch_index);
   // Sample `index` of `plan`'s dataset, through the read cache if any.
   absl::StatusOr<FileBytes> ReadBytes(const ResolvedPlan& plan,
                                       uint64_t index);

@@ -137,6 +137,9 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
     out->set_evictions(c.evictions);
     out->set_prefetches(c.prefetches);
     out->set_prefetches_dropped(c.prefetches_dropped);
+    out->set_whole_choices(c.whole_choices);
+    out->set_range_choices(c.range_choices);
+    out->set_prefetches_declined(c.prefetches_declined);
   }
   if (const ObjectStoreCounters* store = pipeline_->store_counters()) {
     batchd::v1::ObjectStoreStatus* out = status.mutable_object_store();

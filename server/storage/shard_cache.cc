@@ -221,10 +221,10 @@ bool ShardCache::Contains(const ObjectInfo& shard) const {
 
 void ShardCache::AddForecast(const std::shared_ptr<ShardDemand>& demand,
                              const std::vector<ObjectInfo>& shards,
-                             FetchCosts costs) {
+                             uint64_t request_cost_bytes) {
   auto forecaster = std::make_unique<Forecaster>();
   forecaster->demand = demand;
-  forecaster->costs = costs;
+  forecaster->costs = {request_cost_bytes, options_.chunk_bytes};
   forecaster->sizes.reserve(shards.size());
   std::vector<std::string> names;
   names.reserve(shards.size());

@@ -132,11 +132,13 @@ class ShardCache {
   bool Contains(const ObjectInfo& shard) const;
 
   // The forecast of `demand` covers `shards` (shard i of the demand is
-  // shards[i]); `costs` weigh a request against a byte for its store. The
+  // shards[i]); a request to their store weighs `request_cost_bytes` bytes
+  // in the whole-or-ranges choice (a download makes one per chunk). The
   // cache keeps a weak reference: a demand that is gone counts for
   // nothing. RemoveForecast before the demand's locate function dies.
   void AddForecast(const std::shared_ptr<ShardDemand>& demand,
-                   const std::vector<ObjectInfo>& shards, FetchCosts costs)
+                   const std::vector<ObjectInfo>& shards,
+                   uint64_t request_cost_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveForecast(const ShardDemand* demand) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -378,7 +378,7 @@ class ForecastReads {
             std::move(order))) {
     spec_.num_samples = order_->size();
     spec_.batch_size = 1;
-    cache.AddForecast(demand_, shards, costs);
+    cache.AddForecast(demand_, shards, costs.request_bytes);
   }
 
   // Reads every sample of the order through `cache`, the reader advancing
@@ -420,8 +420,7 @@ TEST_F(ShardCacheTest, EvictsTheShardNeededFurthestAhead) {
       order.push_back(shard * ForecastReads::kMembers + m);
     }
   }
-  ForecastReads plan(*cache, infos, order, {/*request_bytes=*/0,
-                                            /*chunk_bytes=*/16 << 10});
+  ForecastReads plan(*cache, infos, order, FetchCosts{/*request_bytes=*/0});
   common::ShardSpec spec;
   spec.num_samples = order.size();
   plan.demand()->Publish(

@@ -135,7 +135,7 @@ std::shared_ptr<const ShardForecast> ShardDemand::Forecast() {
   {
     absl::MutexLock lock(&mu_);
     if (forecast_ != nullptr &&
-        (!moved_ || now_() - built_ < kForecastInterval)) {
+        (!moved_ || now_() - built_ < kRebuildSpacing * build_cost_)) {
       return forecast_;
     }
   }
@@ -158,7 +158,8 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
     built_ = now;
   }
   // The walk runs without the lock: publications go on meanwhile (and mark
-  // the next forecast due).
+  // the next forecast due). What it costs spaces the next one.
+  const absl::Time start = absl::Now();
   std::vector<ShardForecast::Read> reads;
   if (!readers.empty()) {
     const size_t per_reader = std::min(
@@ -168,8 +169,13 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
     for (const Reader& reader : readers) {
       const uint64_t batches = common::BatchesPerEpoch(reader.spec);
       uint32_t distance = 0;
-      for (uint64_t batch = reader.next_batch;
-           batch < batches && distance < per_reader; ++batch) {
+      // The rest of this epoch, then one more: its order is not known here
+      // (it depends on the next epoch's number, and computing it would cost
+      // a shuffle of the dataset a forecast), so this epoch's order stands
+      // in for it: the same reads of each shard, in another order.
+      for (uint64_t step = reader.next_batch;
+           step < 2 * batches && distance < per_reader; ++step) {
+        const uint64_t batch = step < batches ? step : step - batches;
         for (uint64_t sample :
              common::BatchIndicesFromOrder(reader.spec, *reader.order, batch)) {
           if (distance >= per_reader) break;
@@ -186,8 +192,10 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
     }
   }
   auto forecast = std::make_shared<const ShardForecast>(std::move(reads));
+  const absl::Duration cost = absl::Now() - start;
   absl::MutexLock lock(&mu_);
   forecast_ = forecast;
+  build_cost_ = cost;
   return forecast;
 }
 

@@ -5,7 +5,7 @@
 //
 // A batch is a pure function of (plan, epoch, batch index), so a stream's
 // next reads are known: the batches of its epoch order from the next one it
-// builds. Each reader (one rank of one plan) publishes its order and next
+// builds, then the next epoch's (whose reads of each shard are the same). Each reader (one rank of one plan) publishes its order and next
 // batch as it advances; Forecast() walks every reader's future and gives,
 // for each shard read within it, the distance of each read (counted in that
 // reader's upcoming samples; readers are taken to advance at the same rate,
@@ -13,19 +13,21 @@
 //
 // Bounded whatever the scale: a forecast walks at most kMaxForecastReads
 // reads in all, split evenly across the readers (and at most
-// kMaxReadsPerReader each, never past the end of a reader's epoch), and
+// kMaxReadsPerReader each, over the rest of a reader's epoch and the next
+// one, for which the current epoch's order stands in), and
 // keeps 12 bytes a read walked plus a table entry per shard seen; at most
 // kMaxReaders readers are kept (the least recently advanced is dropped) and
 // one not advanced for kReaderIdle is forgotten. A shard no reader reaches
 // within its walk is "never" needed: the cache falls back to least recently
 // used among those. At ImageNet's shape (1.28M samples, 1,024 shards, 64
 // readers) a forecast walks 4,096 reads a reader, holds 3 MiB and takes
-// about 23 ms to build (shard_demand_test), so rebuilding it at most every
-// kForecastInterval costs at most a tenth of a core, and only while the
-// cache is missing.
+// about 23 ms to build (shard_demand_test).
 //
-// Thread-safe; a forecast is immutable and shared, rebuilt at most every
-// kForecastInterval and only when a reader moved.
+// Thread-safe; a forecast is immutable and shared. It is rebuilt when a
+// reader moved since the last, but only once the time since that build is
+// kRebuildSpacing times what the build took: a forecast costs at most a
+// tenth of a core, however often the cache misses, and a small dataset's
+// (microseconds to build) is always current.
 //
 //   ShardDemand demand([&](uint64_t sample) { return Locate(sample); });
 //   demand.Publish("job/rank0", spec, order, /*next_batch=*/12);
@@ -141,7 +143,7 @@ class ShardDemand {
   static constexpr size_t kMaxReadsPerReader = size_t{1} << 16;
   static constexpr size_t kMaxReaders = 1024;
   static constexpr absl::Duration kReaderIdle = absl::Seconds(60);
-  static constexpr absl::Duration kForecastInterval = absl::Milliseconds(250);
+  static constexpr int kRebuildSpacing = 10;
 
   using Locate = std::function<SampleLocation(uint64_t sample)>;
 
@@ -183,6 +185,7 @@ class ShardDemand {
   absl::flat_hash_map<std::string, Reader> readers_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ShardForecast> forecast_ ABSL_GUARDED_BY(mu_);
   absl::Time built_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Duration build_cost_ ABSL_GUARDED_BY(mu_);  // the last build's
   bool moved_ ABSL_GUARDED_BY(mu_) = true;
 };
 
