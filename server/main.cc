@@ -228,6 +228,17 @@ ABSL_FLAG(std::string, remote_redirects, Defaults().remote_redirects,
           "follow: none (the default: a 3xx answer is an error naming its "
           "target), or same-origin (only to the same scheme, host and port; "
           "at most 5). Signed s3:// requests follow none.");
+ABSL_FLAG(int64_t, remote_low_speed_bytes_per_s,
+          Defaults().remote_low_speed_bytes_per_s,
+          "A request to a remote dataset's store that transfers fewer bytes "
+          "per second than this for --remote-low-speed-seconds fails (it is "
+          "retried, then its sample is substituted), and the store is named "
+          "slow in the log and the daemon's verdict: a store that drips "
+          "costs seconds, not the 2-minute request deadline. 0: no minimum.");
+ABSL_FLAG(int64_t, remote_low_speed_seconds,
+          Defaults().remote_low_speed_seconds,
+          "How long a store request may stay under "
+          "--remote-low-speed-bytes-per-s, seconds (1..120).");
 ABSL_FLAG(uint64_t, max_shards, Defaults().max_shards,
           "Most shards a remote dataset may have, and most keys an s3:// "
           "prefix listing may return (.tar or not): past it, or when the "
@@ -448,6 +459,9 @@ batchd::server::DaemonOptions OptionsFromFlags(
   o.shared_batch_bytes = absl::GetFlag(FLAGS_shared_batch_bytes);
   o.remote_connections = absl::GetFlag(FLAGS_remote_connections);
   o.remote_redirects = absl::GetFlag(FLAGS_remote_redirects);
+  o.remote_low_speed_bytes_per_s =
+      absl::GetFlag(FLAGS_remote_low_speed_bytes_per_s);
+  o.remote_low_speed_seconds = absl::GetFlag(FLAGS_remote_low_speed_seconds);
   o.max_shards = absl::GetFlag(FLAGS_max_shards);
   o.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
   o.decoded_cache_bytes = absl::GetFlag(FLAGS_decoded_cache_bytes);
@@ -492,6 +506,8 @@ absl::Status LoadDaemonDatasets(
                          ? batchd::server::RemoteRedirects::kSameOrigin
                          : batchd::server::RemoteRedirects::kNone;
   remote.cancelled = std::move(cancelled);
+  remote.low_speed_bytes_per_s = options.remote_low_speed_bytes_per_s;
+  remote.low_speed_time = absl::Seconds(options.remote_low_speed_seconds);
   if (!options.cache_dir.empty()) {
     batchd::server::ShardCacheOptions cache_options;
     // Shards in a directory of their own (the bound covers its files);

@@ -70,6 +70,10 @@ struct RemoteOptions {
   // (--max-shards).
   uint64_t max_shards = kDefaultMaxShards;
   RemoteRedirects redirects = RemoteRedirects::kNone;  // --remote-redirects
+  // The slowest a store request may be (ObjectStoreOptions'
+  // low_speed_*; --remote-low-speed-bytes-per-s, --remote-low-speed-seconds).
+  int64_t low_speed_bytes_per_s = kDefaultLowSpeedBytesPerSecond;
+  absl::Duration low_speed_time = kDefaultLowSpeedTime;
   // Set on SIGTERM/SIGINT during start-up: the load ends with CANCELLED
   // (ObjectStoreOptions::cancelled).
   std::shared_ptr<const std::atomic<bool>> cancelled;

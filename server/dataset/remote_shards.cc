@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/storage/response_check.h"
 
 namespace batchd::server {
 namespace {
@@ -16,10 +17,12 @@ constexpr uint64_t kMaxMemberBytes = uint64_t{4} << 30;
 
 RemoteShards::RemoteShards(std::shared_ptr<ObjectStore> store,
                            std::vector<ObjectInfo> shards,
-                           std::shared_ptr<ShardCache> cache)
+                           std::shared_ptr<ShardCache> cache,
+                           std::string dataset)
     : store_(std::move(store)),
       shards_(std::move(shards)),
       cache_(std::move(cache)),
+      dataset_(std::move(dataset)),
       change_logged_(new std::atomic<bool>[shards_.size()]) {
   for (size_t i = 0; i < shards_.size(); ++i) change_logged_[i] = false;
 }
@@ -46,21 +49,32 @@ absl::StatusOr<FileBytes> RemoteShards::Read(uint32_t shard, uint64_t offset,
         absl::StrCat("member '", member, "' of '", object.url, "' is ", size,
                      " bytes, more than the limit of ", kMaxMemberBytes));
   }
+  if (change_logged_[shard].load(std::memory_order_relaxed)) {
+    // Marked changed: no request to the store until a restart.
+    reads_.fetch_add(1, std::memory_order_relaxed);
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    changed_.fetch_add(1, std::memory_order_relaxed);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member '", member, "' of '", object.url,
+        "': the shard changed since it was indexed; its samples are "
+        "substituted until the daemon restarts and re-indexes it"));
+  }
   std::shared_ptr<uint8_t[]> data(new uint8_t[std::max<uint64_t>(size, 1)]);
-  absl::Status status =
-      cache_ != nullptr
-          ? cache_->Read(store_, object, offset, size, data.get())
-          : store_->ReadRange(object, offset, size, data.get());
+  absl::Status status = ReadBytes(object, offset, size, data.get());
+  if (StoreFaultOf(status) == StoreFault::kIgnoresRange) {
+    MarkIgnoresRange(status);
+    status = ReadBytes(object, offset, size, data.get());
+  }
   reads_.fetch_add(1, std::memory_order_relaxed);
   if (!status.ok()) {
     errors_.fetch_add(1, std::memory_order_relaxed);
-    if (absl::IsFailedPrecondition(status)) {
+    if (StoreFaultOf(status) == StoreFault::kChanged) {
       changed_.fetch_add(1, std::memory_order_relaxed);
       if (!change_logged_[shard].exchange(true)) {
         std::fprintf(stderr,
-                     "batchd: shard '%s' changed since it was indexed; its "
-                     "samples are substituted until the daemon restarts "
-                     "(%s)\n",
+                     "batchd: shard '%s' changed since it was indexed; it is "
+                     "not fetched again and its samples are substituted "
+                     "until the daemon restarts (%s)\n",
                      object.url.c_str(), std::string(status.message()).c_str());
       }
       return absl::FailedPreconditionError(absl::StrCat(
@@ -76,9 +90,49 @@ absl::StatusOr<FileBytes> RemoteShards::Read(uint32_t shard, uint64_t offset,
   return FileBytes(std::move(data), size);
 }
 
+absl::Status RemoteShards::ReadBytes(const ObjectInfo& object, uint64_t offset,
+                                     uint64_t size, uint8_t* dest) const {
+  if (!ignores_range_.load(std::memory_order_relaxed)) {
+    return cache_ != nullptr
+               ? cache_->Read(store_, object, offset, size, dest)
+               : store_->ReadRange(object, offset, size, dest);
+  }
+  if (cache_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset \"", dataset_, "\": the store ignores Range (it answered "
+        "200 with the whole object), so its shards can only be read whole "
+        "through the shard cache: start the daemon with --cache-dir and a "
+        "--cache-bytes of several shards (this one is ",
+        object.size, " bytes)"));
+  }
+  absl::Status status =
+      cache_->Read(store_, object, offset, size, dest, /*whole_object=*/true);
+  if (absl::IsResourceExhausted(status)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "dataset \"", dataset_, "\": the store ignores Range, so shards are "
+        "read whole through the cache, and ", status.message()));
+  }
+  return status;
+}
+
+void RemoteShards::MarkIgnoresRange(const absl::Status& status) const {
+  if (ignores_range_.exchange(true)) return;
+  std::fprintf(stderr,
+               "batchd: dataset \"%s\": the store ignores Range: answered "
+               "200 with the whole object; its shards are read whole%s (%s)\n",
+               dataset_.c_str(),
+               cache_ != nullptr
+                   ? " through the shard cache when it can hold them"
+                   : ", which needs --cache-dir and --cache-bytes: reads fail "
+                     "until then",
+               std::string(status.message()).c_str());
+}
+
 void RemoteShards::Prefetch(uint32_t shard) const {
   if (cache_ == nullptr || shard >= shards_.size()) return;
-  cache_->Prefetch(store_, shards_[shard]);
+  if (change_logged_[shard].load(std::memory_order_relaxed)) return;
+  cache_->Prefetch(store_, shards_[shard],
+                   ignores_range_.load(std::memory_order_relaxed));
 }
 
 absl::StatusOr<size_t> ObjectReadAt::Read(uint64_t offset, char* out,

@@ -441,6 +441,14 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
     options.connections = remote.connections;
     options.redirects = remote.redirects;
     options.cancelled = remote.cancelled;
+    options.low_speed_bytes_per_s = remote.low_speed_bytes_per_s;
+    options.low_speed_time = remote.low_speed_time;
+    if (remote.counters != nullptr) {
+      options.on_fault = [counters = remote.counters](
+                             const StoreFaultReport& report) {
+        counters->RecordFault(report);
+      };
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> made,
                      MakeObjectStore(config, options));
     store = std::move(made);
@@ -493,7 +501,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
     stats.cache_written = WriteSidecar(name, cache_path, shards);
   }
   auto source = std::make_shared<const RemoteShards>(
-      std::move(store), std::move(objects), remote.cache);
+      std::move(store), std::move(objects), remote.cache, name);
   return AssembleDataset(name, shards, class_names_file, stats,
                          std::move(source));
 }

@@ -76,6 +76,10 @@ AutoscalePolicyOptions AutoscaleBounds(const DaemonOptions& options,
 
 }  // namespace
 
+// The longest --remote-low-speed-seconds: a store request's own deadline
+// is 2 minutes.
+constexpr int64_t kMaxLowSpeedSeconds = 120;
+
 absl::Status ValidateDaemonOptions(const DaemonOptions& options,
                                    int available_cpus) {
   if (options.remote_connections < 1) {
@@ -88,6 +92,20 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& options,
     return absl::InvalidArgumentError(absl::StrCat(
         "--remote-redirects is \"", options.remote_redirects,
         "\"; it must be none or same-origin"));
+  }
+  if (options.remote_low_speed_bytes_per_s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--remote-low-speed-bytes-per-s is ",
+        options.remote_low_speed_bytes_per_s,
+        "; it must be 0 (no minimum) or more bytes per second"));
+  }
+  if (options.remote_low_speed_seconds < 1 ||
+      options.remote_low_speed_seconds > kMaxLowSpeedSeconds) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--remote-low-speed-seconds is ", options.remote_low_speed_seconds,
+        "; it must be 1..", kMaxLowSpeedSeconds,
+        " (the time a store request may stay under "
+        "--remote-low-speed-bytes-per-s)"));
   }
   if (options.max_shards < 1 || options.max_shards > kMaxShardsLimit) {
     return absl::InvalidArgumentError(absl::StrCat(

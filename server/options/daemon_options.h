@@ -84,6 +84,10 @@ struct DaemonOptions {
   // Remote datasets and caches.
   int remote_connections = 32;
   std::string remote_redirects = "none";  // or "same-origin"
+  // A store request slower than this over remote_low_speed_seconds fails
+  // (retried, then the sample is substituted); 0: no minimum.
+  int64_t remote_low_speed_bytes_per_s = 1024;
+  int64_t remote_low_speed_seconds = 10;
   uint64_t max_shards = 1000000;
   uint64_t read_cache_bytes = 0;
   uint64_t decoded_cache_bytes = 0;
