@@ -274,13 +274,21 @@ uint64_t HttpFaultProxy::bytes_sent() const {
 }
 
 bool HttpFaultProxy::SendToClient(int fd, absl::string_view data) {
-  // Counted before the send: a client that closes mid-way still cost the
-  // proxy what it tried to send (close enough for a bound).
-  {
-    absl::MutexLock lock(&mu_);
-    bytes_sent_ += data.size();
+  // Only what the kernel took counts: a client that closes mid-body cuts
+  // what the store sends.
+  while (!data.empty()) {
+    const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return false;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      bytes_sent_ += static_cast<uint64_t>(n);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
   }
-  return SendAll(fd, data);
+  return true;
 }
 
 void HttpFaultProxy::SetRedirect(std::string base) {

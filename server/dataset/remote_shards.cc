@@ -98,12 +98,11 @@ absl::Status RemoteShards::ReadBytes(const ObjectInfo& object, uint64_t offset,
                : store_->ReadRange(object, offset, size, dest);
   }
   if (cache_ == nullptr) {
+    // Short: it ends up in a Substitution's detail, which is cut.
     return absl::FailedPreconditionError(absl::StrCat(
-        "dataset \"", dataset_, "\": the store ignores Range (it answered "
-        "200 with the whole object), so its shards can only be read whole "
-        "through the shard cache: start the daemon with --cache-dir and a "
-        "--cache-bytes of several shards (this one is ",
-        object.size, " bytes)"));
+        "dataset \"", dataset_, "\": the store ignores Range; give the "
+        "daemon --cache-dir and --cache-bytes (several shards; this one is ",
+        object.size, " bytes) to read its shards whole"));
   }
   absl::Status status =
       cache_->Read(store_, object, offset, size, dest, /*whole_object=*/true);
