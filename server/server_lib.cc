@@ -58,7 +58,8 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
 };
 
 // Longest wait of an /api/timeline request for a point after its since=
-// (a point comes each second); at most half the request deadline.
+// (a point comes each second), and then for its turn among the answers;
+// each at most a third of the request deadline, so that both fit in it.
 constexpr absl::Duration kTimelineLongPoll = absl::Seconds(2);
 
 // A duration as gRPC's int milliseconds, at most INT_MAX.
@@ -254,11 +255,12 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
     }
     // Served from a snapshot rendered at most once a second, however many
     // poll it; a since= request with nothing newer waits for the next one,
-    // within the request deadline.
+    // and answers are paced (kTimelineAnswersPerSecond), within the
+    // request deadline.
     TimelineSnapshotOptions snapshots;
     snapshots.max_jobs = options.timeline_max_jobs;
     snapshots.max_wait = std::min(
-        kTimelineLongPoll, options.metrics_http.request_deadline / 2);
+        kTimelineLongPoll, options.metrics_http.request_deadline / 3);
     snapshots.render_seconds = &server->metrics_->timeline_render_seconds();
     server->timeline_snapshots_ = std::make_unique<TimelineSnapshots>(
         &server->admin_->timeline(), std::move(snapshots));

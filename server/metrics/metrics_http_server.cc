@@ -348,9 +348,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
         response.set_content(*std::move(body), route.content_type.c_str());
         return;
       }
-      response.status =
-          body.status().code() == absl::StatusCode::kInvalidArgument ? 400
-                                                                     : 500;
+      switch (body.status().code()) {
+        case absl::StatusCode::kInvalidArgument: response.status = 400; break;
+        case absl::StatusCode::kResourceExhausted: response.status = 429; break;
+        default: response.status = 500;
+      }
       response.set_content(std::string(body.status().message()) + "\n",
                            "text/plain");
     });

@@ -48,7 +48,8 @@ using HttpParams = std::multimap<std::string, std::string>;
 struct MetricsHttpOptions {
   // A GET route: `path` answers `content_type` with what `body` returns
   // for the request's query parameters; an error is answered 400
-  // (INVALID_ARGUMENT) or 500 with its message as plain text.
+  // (INVALID_ARGUMENT), 429 (RESOURCE_EXHAUSTED) or 500 with its message
+  // as plain text.
   struct Route {
     std::string path;
     std::string content_type;

@@ -278,8 +278,45 @@ absl::StatusOr<std::string> TimelineSnapshots::Answer(
         mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
       }
     }
-    if (answer) return snapshot->Json(since_ms);
+    if (!answer) continue;
+    // A wait of its own: a since= request that waited for a point must
+    // not be refused for it.
+    if (absl::Status turn = AwaitTurn(options_.now() + options_.max_wait);
+        !turn.ok()) {
+      return turn;
+    }
+    return snapshot->Json(since_ms);
   }
+}
+
+absl::Status TimelineSnapshots::AwaitTurn(absl::Time deadline) {
+  if (options_.answers_per_second <= 0) return absl::OkStatus();
+  const absl::Duration spacing =
+      absl::Seconds(1) / options_.answers_per_second;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.now();
+  const absl::Time turn = std::max(now, last_turn_ + spacing);
+  if (turn > std::max(deadline, now)) {
+    // Too many ahead of this one: refuse it, though not at once, or a
+    // client asking in a loop would spin on refusals.
+    ++refused_;
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), deadline - now);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "too many requests for /api/timeline: at most ",
+        options_.answers_per_second,
+        " answers a second, all clients together; the live page needs one "
+        "a second"));
+  }
+  last_turn_ = turn;
+  if (turn > now) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), turn - now);
+  }
+  return absl::OkStatus();
+}
+
+uint64_t TimelineSnapshots::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
 }
 
 void TimelineSnapshots::Stop() {

@@ -15,7 +15,13 @@
 // render, up to `max_wait`: a client that asks again at once is paced by
 // the timeline's one point a second instead of spinning.
 //
-// Owns the last snapshot. Thread-safe; Stop() ends every wait.
+// Answers, all callers together, are spaced 1/`answers_per_second` apart
+// in the order asked: a request waits for its turn (up to `max_wait`, then
+// RESOURCE_EXHAUSTED), so that clients asking in a loop cost the daemon at
+// most that many answers a second, however many they are.
+//
+// Owns the last snapshot. Thread-safe; Stop() ends every wait (a request
+// still waiting for its turn is then answered at once).
 #ifndef BATCHD_SERVER_OBSERVE_TIMELINE_SNAPSHOT_H_
 #define BATCHD_SERVER_OBSERVE_TIMELINE_SNAPSHOT_H_
 
@@ -38,6 +44,9 @@ namespace batchd::server {
 // --timeline-max-jobs: per-job series in a render.
 inline constexpr int kDefaultTimelineMaxJobs = 32;
 inline constexpr int kMaxTimelineMaxJobs = 1024;
+// Answers of /api/timeline a second, all clients together: 32 live pages
+// at their one request a second.
+inline constexpr double kTimelineAnswersPerSecond = 32;
 
 // A TimelineView as JSON, kept in pieces so that the part after any time
 // costs a copy and no formatting:
@@ -92,8 +101,11 @@ struct TimelineSnapshotOptions {
   // Renders are at least this far apart (by `now`), and happen only when
   // the timeline has a new point.
   absl::Duration interval = absl::Seconds(1);
-  // Longest wait of a since= request with nothing newer; 0 answers at once.
+  // Longest wait of a since= request with nothing newer, and then of any
+  // request for its turn (so at most twice this in all); 0 answers at once.
   absl::Duration max_wait = absl::Seconds(2);
+  // Answers a second, all callers together; 0: no limit.
+  double answers_per_second = kTimelineAnswersPerSecond;
   // The clock renders are spaced by (tests inject one).
   std::function<absl::Time()> now = [] { return absl::Now(); };
   // When set, each render's CPU time (its thread's), seconds.
@@ -108,7 +120,9 @@ class TimelineSnapshots {
 
   // The answer to GET /api/timeline with query `params`: since=T (Unix
   // seconds, as "next" gives it) or nothing. INVALID_ARGUMENT for another
-  // parameter or a since that is not a time.
+  // parameter or a since that is not a time; RESOURCE_EXHAUSTED when its
+  // turn is more than `max_wait` away (after waiting `max_wait`). Returns
+  // within 2 x `max_wait`.
   absl::StatusOr<std::string> Answer(
       const std::multimap<std::string, std::string>& params)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -120,11 +134,18 @@ class TimelineSnapshots {
   // Ends every wait of Answer at once, and those to come.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Requests refused for want of a turn so far.
+  uint64_t refused() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Renders so far, and their CPU time in seconds.
   uint64_t renders() const ABSL_LOCKS_EXCLUDED(mu_);
   double render_cpu_seconds() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Waits for this answer's turn; RESOURCE_EXHAUSTED when it is after
+  // `deadline`.
+  absl::Status AwaitTurn(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+
   const Timeline* const timeline_;
   const TimelineSnapshotOptions options_;
 
@@ -134,6 +155,9 @@ class TimelineSnapshots {
   absl::Time checked_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool rendering_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+  // The turn of the last answer given or promised.
+  absl::Time last_turn_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t renders_ ABSL_GUARDED_BY(mu_) = 0;
   double render_cpu_seconds_ ABSL_GUARDED_BY(mu_) = 0;
 };

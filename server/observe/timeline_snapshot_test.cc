@@ -59,6 +59,7 @@ TimelineSnapshotOptions Options(FakeClock& clock, int max_jobs = 32) {
   TimelineSnapshotOptions options;
   options.max_jobs = max_jobs;
   options.max_wait = absl::ZeroDuration();
+  options.answers_per_second = 0;
   options.now = clock.Function();
   return options;
 }
@@ -256,6 +257,46 @@ TEST(TimelineSnapshotsTest, ASinceWithNothingNewerWaitsForTheNextPoint) {
   ASSERT_TRUE(empty.ok());
   EXPECT_THAT(*empty, HasSubstr("\"t\":[]"));
   EXPECT_LT(absl::Now() - stopped, absl::Seconds(2));
+}
+
+// Real time: clients asking in a loop get answers spaced 1/rate apart in
+// all, first come first served; a turn beyond max_wait is refused after
+// max_wait, not at once.
+TEST(TimelineSnapshotsTest, AnswersAreSpacedAtTheRateWhateverTheCallers) {
+  Timeline timeline;
+  timeline.Add(Status(1), absl::Now());
+  TimelineSnapshotOptions options;
+  options.answers_per_second = 20;
+  options.max_wait = absl::Milliseconds(300);
+  TimelineSnapshots snapshots(&timeline, options);
+  std::atomic<int> answered{0}, refused{0};
+  std::vector<std::thread> callers;
+  const absl::Time start = absl::Now();
+  const absl::Time end = start + absl::Seconds(1);
+  for (int c = 0; c < 8; ++c) {
+    callers.emplace_back([&] {
+      while (absl::Now() < end) {
+        const absl::StatusOr<std::string> answer = snapshots.Answer({});
+        if (answer.ok()) {
+          ++answered;
+        } else {
+          EXPECT_EQ(answer.status().code(),
+                    absl::StatusCode::kResourceExhausted);
+          EXPECT_THAT(answer.status().message(), HasSubstr("at most 20"));
+          ++refused;
+        }
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::printf("8 callers in a loop for %.2f s: %d answers, %d refused\n",
+              seconds, answered.load(), refused.load());
+  // 20 a second, and the turns promised before the end (max_wait).
+  EXPECT_LE(answered.load(), 20 * seconds + 2);
+  EXPECT_GE(answered.load(), 15);
+  // 8 callers, 6 turns within max_wait: some wait max_wait and are refused.
+  EXPECT_EQ(static_cast<uint64_t>(refused.load()), snapshots.refused());
 }
 
 // The cost of a render at the daemon's largest timeline: 900 points of
