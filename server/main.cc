@@ -149,6 +149,10 @@ ABSL_FLAG(FlagDuration, metrics_request_deadline,
           FlagDuration{Defaults().metrics_request_deadline},
           "Time a request on the metrics port gets, from its first byte "
           "awaited to its answer sent; a slower peer is cut off.");
+ABSL_FLAG(int, timeline_max_jobs, Defaults().timeline_max_jobs,
+          "Jobs drawn one by one on the live page and in /api/timeline: "
+          "those that sent the most images over the last 15 minutes; the "
+          "rest are summed into one series, \"_other\". 1..1024.");
 ABSL_FLAG(std::string, workers, Defaults().workers,
           "Decode worker threads, shared by all streams: a number, or "
           "\"auto\" to size the pool from the trainers' measured wait, "
@@ -435,6 +439,7 @@ batchd::server::DaemonOptions OptionsFromFlags(
   o.metrics_max_connections = absl::GetFlag(FLAGS_metrics_max_connections);
   o.metrics_request_deadline =
       absl::GetFlag(FLAGS_metrics_request_deadline).value;
+  o.timeline_max_jobs = absl::GetFlag(FLAGS_timeline_max_jobs);
   o.workers = absl::GetFlag(FLAGS_workers);
   o.min_workers = absl::GetFlag(FLAGS_min_workers);
   o.max_workers = absl::GetFlag(FLAGS_max_workers);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/control/autoscale_policy.h"
+#include "server/observe/timeline_snapshot.h"
 
 namespace batchd::server {
 namespace {
@@ -175,6 +176,14 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& options,
         "--metrics-port is ", options.metrics_port,
         "; it must be 0..65535, or -1 for no metrics endpoint"));
   }
+  if (options.timeline_max_jobs < 1 ||
+      options.timeline_max_jobs > kMaxTimelineMaxJobs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--timeline-max-jobs is ", options.timeline_max_jobs,
+        "; give 1..", kMaxTimelineMaxJobs,
+        " (the live page draws that many jobs, the rest summed into "
+        "\"_other\")"));
+  }
   if (counts->autoscale) {
     if (absl::Status valid =
             ValidateAutoscalePolicyOptions(AutoscaleBounds(options, *counts));
@@ -324,6 +333,7 @@ ServerOptions MakeServerOptions(const DaemonOptions& options,
   server.metrics_auth = options.metrics_auth;
   server.metrics_http.max_connections = options.metrics_max_connections;
   server.metrics_http.request_deadline = options.metrics_request_deadline;
+  server.timeline_max_jobs = options.timeline_max_jobs;
 
   // The transport.
   server.max_concurrent_streams = options.max_concurrent_streams;

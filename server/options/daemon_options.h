@@ -54,6 +54,7 @@ struct DaemonOptions {
   bool metrics_auth = false;
   int metrics_max_connections = 128;
   absl::Duration metrics_request_deadline = absl::Seconds(5);
+  int timeline_max_jobs = kDefaultTimelineMaxJobs;
 
   // Workers and the pipeline.
   std::string workers;  // a number, "auto", or empty for the CPUs

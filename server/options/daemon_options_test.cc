@@ -139,6 +139,13 @@ std::vector<Refusal> Refusals() {
       {"metrics port below -1",
        [](DaemonOptions& o) { o.metrics_port = -2; },
        {"--metrics-port is -2", "it must be 0..65535"}},
+      {"no timeline jobs",
+       [](DaemonOptions& o) { o.timeline_max_jobs = 0; },
+       {"--timeline-max-jobs is 0", "give 1..1024"}},
+      {"more timeline jobs than the page can draw",
+       [](DaemonOptions& o) { o.timeline_max_jobs = 1025; },
+       {"--timeline-max-jobs is 1025", "give 1..1024",
+        "the rest summed into \"_other\""}},
       {"no streams per job",
        [](DaemonOptions& o) { o.max_streams_per_job = 0; },
        {"--max-streams-per-job must be at least 1"}},
@@ -199,6 +206,8 @@ TEST(DaemonOptionsTest, TheEdgesOfEachRangeAreAccepted) {
   const std::vector<std::function<void(DaemonOptions&)>> edges = {
       [](DaemonOptions& o) { o.port = 0; },
       [](DaemonOptions& o) { o.port = 65535; },
+      [](DaemonOptions& o) { o.timeline_max_jobs = 1; },
+      [](DaemonOptions& o) { o.timeline_max_jobs = 1024; },
       [](DaemonOptions& o) {
         o.port = -1;
         o.unix_socket = "/run/batchd.sock";
@@ -276,6 +285,7 @@ TEST(DaemonOptionsTest, DefaultsMakeTheServersDefaults) {
   EXPECT_FALSE(server.tls.enabled());
   EXPECT_EQ(server.min_ping_interval, absl::Seconds(5));
   EXPECT_EQ(server.max_ping_strikes, 2);
+  EXPECT_EQ(server.timeline_max_jobs, 32);
   EXPECT_TRUE(server.datasets.empty());
 }
 
