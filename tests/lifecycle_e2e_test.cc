@@ -346,7 +346,8 @@ TEST_F(LifecycleTest, HelpListsEveryLifecycleFlag) {
         "--max_concurrent_streams", "--keepalive_time", "--keepalive_timeout",
         "--keepalive_min_ping_interval", "--keepalive_max_ping_strikes",
         "--handshake_timeout", "--max_connection_idle", "--open_timeout",
-        "--max_planless_streams_per_peer", "--max_idle_jobs"}) {
+        "--max_planless_streams_per_connection", "--max_streams_per_identity",
+        "--max_identity_buffer_share", "--max_idle_jobs"}) {
     EXPECT_THAT(run.output, HasSubstr(flag));
   }
   EXPECT_THAT(run.output, HasSubstr("default: 10s;"));

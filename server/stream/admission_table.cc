@@ -24,6 +24,20 @@ AdmissionTable::Decision AdmissionTable::Admit(Handle stream,
                                                const std::string& connection,
                                                absl::Time now) {
   Decision decision;
+  // A refusal after a rule ended a stream gives that stream its place back
+  // (possible only when Restore left an identity above its cap).
+  const auto refuse = [this, &decision](absl::Status status,
+                                        const char* bound) {
+    for (const Ended& e : decision.ended) {
+      entries_.at(e.stream).state =
+          e.planless ? State::kPlanless : State::kPlanned;
+      Count(e.stream);
+    }
+    decision.ended.clear();
+    decision.status = std::move(status);
+    decision.refused_by = bound;
+    return decision;
+  };
   const auto waited = [this, now](Handle h) {
     return absl::FormatDuration(absl::Trunc(
         now - entries_.at(h).admitted, absl::Milliseconds(1)));
@@ -53,12 +67,12 @@ AdmissionTable::Decision AdmissionTable::Admit(Handle stream,
                      limits_.max_streams_per_identity,
                      " streams (--max-streams-per-identity)");
     if (group.planless.empty()) {
-      decision.status = absl::ResourceExhaustedError(absl::StrCat(
-          held,
-          "; close one of its streams, retry later or on another daemon, "
-          "or raise --max-streams-per-identity"));
-      decision.refused_by = "streams_per_identity";
-      return decision;
+      return refuse(absl::ResourceExhaustedError(absl::StrCat(
+                        held,
+                        "; close one of its streams, retry later or on "
+                        "another daemon, or raise "
+                        "--max-streams-per-identity")),
+                    "streams_per_identity");
     }
     const Handle oldest = group.planless.begin()->second;
     decision.ended.push_back(EndPlanless(
@@ -97,13 +111,13 @@ AdmissionTable::Decision AdmissionTable::Admit(Handle stream,
           "its fair share (", limits_.max_open_streams, " among ", identities,
           " identities) is ", share);
       if (mine >= share || largest == nullptr || most <= share) {
-        decision.status = absl::ResourceExhaustedError(absl::StrCat(
-            full, ", and identity ", identity, " holds ", mine, " of them; ",
-            shares,
-            "; close a stream, retry later or on another daemon, or raise "
-            "--max-open-streams"));
-        decision.refused_by = "open_streams";
-        return decision;
+        return refuse(
+            absl::ResourceExhaustedError(absl::StrCat(
+                full, ", and identity ", identity, " holds ", mine,
+                " of them; ", shares,
+                "; close a stream, retry later or on another daemon, or "
+                "raise --max-open-streams")),
+            "open_streams");
       }
       const Handle newest = identities_.at(*largest).planned.rbegin()->second;
       decision.ended.push_back(Ended{

@@ -233,6 +233,28 @@ TEST(AdmissionTableTest, RestoreCountsAStreamWhosePlanCameFirst) {
   EXPECT_EQ(table.open("a"), 2u);
 }
 
+TEST(AdmissionTableTest, ARefusalGivesBackThePlaceOfAStreamItEnded) {
+  AdmissionTable::Limits limits = SmallLimits();
+  limits.max_streams_per_identity = 2;
+  limits.max_planless_per_connection = 1;
+  AdmissionTable table(limits);
+  ASSERT_TRUE(table.Admit(H(1), "a", "c1", kStart).status.ok());
+  ASSERT_THAT(table.Admit(H(2), "a", "c1", kStart).ended, SizeIs(1));
+  table.Restore(H(1));  // its plan came first
+  ASSERT_THAT(table.Admit(H(3), "a", "c2", kStart).ended, SizeIs(1));
+  table.Restore(H(2));
+  ASSERT_EQ(table.open("a"), 3u);  // above its cap, by the restores
+  // Rule 1 would end H(3), and the identity is still at its cap with
+  // nothing plan-less: refused, and H(3) keeps its place.
+  AdmissionTable::Decision d = table.Admit(H(4), "a", "c2", kStart);
+  EXPECT_FALSE(d.status.ok());
+  EXPECT_THAT(d.ended, IsEmpty());
+  EXPECT_EQ(table.open("a"), 3u);
+  EXPECT_EQ(table.planless(), 1u);
+  table.PlanArrived(H(3));
+  EXPECT_EQ(table.planless(), 0u);
+}
+
 TEST(AdmissionTableTest, OverduePlanlessStreamsStopCounting) {
   AdmissionTable table(SmallLimits());
   ASSERT_TRUE(table.Admit(H(1), "a", "c1", kStart).status.ok());
