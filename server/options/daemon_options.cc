@@ -302,9 +302,12 @@ ServerOptions MakeServerOptions(const DaemonOptions& options,
       static_cast<double>(options.max_buffer_bytes));
   // A stream's even share of the budget: a stream of a 1x1 plan costs as
   // much budget as a place, so the budget's per-identity share bounds
-  // streams too.
+  // streams too. Never more than a job's or an identity's share, so that
+  // one stream always fits (--max-open-streams 1).
   server.service.min_stream_buffer_bytes =
-      options.max_buffer_bytes / options.max_open_streams;
+      std::min({options.max_buffer_bytes / options.max_open_streams,
+                server.service.max_job_buffer_bytes,
+                server.service.max_identity_buffer_bytes});
   server.service.max_streams_per_job = options.max_streams_per_job;
   server.service.max_open_streams = options.max_open_streams;
   server.service.max_streams_per_identity =

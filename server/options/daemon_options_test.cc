@@ -361,7 +361,7 @@ TEST(DaemonOptionsTest, ValuesThatNeedWorkingOut) {
   EXPECT_TRUE(server.pipeline.decode_limits.decode_damaged);
   EXPECT_EQ(server.service.max_job_buffer_bytes, 200u);
   EXPECT_EQ(server.service.max_identity_buffer_bytes, 300u);
-  EXPECT_EQ(server.service.min_stream_buffer_bytes, 333u);
+  EXPECT_EQ(server.service.min_stream_buffer_bytes, 200u);  // the job's share
   // Half of 3 streams, rounded down: one per identity.
   EXPECT_EQ(server.service.max_streams_per_identity, 1u);
   EXPECT_EQ(server.shared_batches.retention_bytes, 0u);
