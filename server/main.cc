@@ -202,17 +202,32 @@ ABSL_FLAG(double, max_job_buffer_share, Defaults().max_job_buffer_share,
           "Share of --max-buffer-bytes the streams of one job may reserve "
           "together, 0..1: one job cannot take the whole budget. With share "
           "s, 1/s jobs at their limit fill it; 1 turns the limit off.");
+ABSL_FLAG(double, max_identity_buffer_share,
+          Defaults().max_identity_buffer_share,
+          "Share of --max-buffer-bytes the streams of one identity (a token "
+          "of --auth-token-file, else a client host) may reserve together, "
+          "0..1; every stream is charged at least --max-buffer-bytes / "
+          "--max-open-streams, whatever its plan asks.");
 ABSL_FLAG(uint32_t, max_open_streams, Defaults().max_open_streams,
-          "Most StreamBatches calls open at once, over all clients; more are "
-          "refused with RESOURCE_EXHAUSTED.");
+          "Most StreamBatches calls open at once, over all clients. When "
+          "full, the oldest call without a plan ends to admit a new one; "
+          "with none, a caller below its fair share (this divided by the "
+          "identities holding streams) takes the newest stream of the "
+          "identity holding the most; else RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint32_t, max_streams_per_identity,
+          Defaults().max_streams_per_identity,
+          "Most StreamBatches calls one identity (a token of "
+          "--auth-token-file, else a client host) may have open; at the cap "
+          "its oldest call without a plan ends to admit a new one, else "
+          "RESOURCE_EXHAUSTED. 0 (the default): half of --max-open-streams.");
 ABSL_FLAG(FlagDuration, open_timeout, FlagDuration{Defaults().open_timeout},
           "A StreamBatches call must send its plan (`open`) within this, or "
           "it ends with DEADLINE_EXCEEDED; seconds or a duration.");
-ABSL_FLAG(uint32_t, max_planless_streams_per_peer,
-          Defaults().max_planless_streams_per_peer,
-          "Most StreamBatches calls one client host may have open that have "
-          "not sent their plan yet; more are refused with "
-          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint32_t, max_planless_streams_per_connection,
+          Defaults().max_planless_streams_per_connection,
+          "Most StreamBatches calls one connection may have open that have "
+          "not sent their plan yet; at the cap the connection's oldest such "
+          "call ends with RESOURCE_EXHAUSTED to admit the new one.");
 ABSL_FLAG(bool, share_batches, Defaults().share_batches,
           "Streams whose plans are identical in everything that decides the "
           "bytes (dataset, pipeline, seed, shuffle, batch size, layout, "
@@ -458,8 +473,11 @@ batchd::server::DaemonOptions OptionsFromFlags(
   o.max_job_buffer_share = absl::GetFlag(FLAGS_max_job_buffer_share);
   o.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
   o.open_timeout = absl::GetFlag(FLAGS_open_timeout).value;
-  o.max_planless_streams_per_peer =
-      absl::GetFlag(FLAGS_max_planless_streams_per_peer);
+  o.max_planless_streams_per_connection =
+      absl::GetFlag(FLAGS_max_planless_streams_per_connection);
+  o.max_streams_per_identity = absl::GetFlag(FLAGS_max_streams_per_identity);
+  o.max_identity_buffer_share =
+      absl::GetFlag(FLAGS_max_identity_buffer_share);
   o.share_batches = absl::GetFlag(FLAGS_share_batches);
   o.shared_batch_bytes = absl::GetFlag(FLAGS_shared_batch_bytes);
   o.remote_connections = absl::GetFlag(FLAGS_remote_connections);

@@ -76,8 +76,10 @@ class ServerMetrics {
 
   // batchd_bound_hits_total{bound}: a resource bound of the resource model
   // (RELIABILITY.md) was reached: "stream_reads_paused",
-  // "planless_stream_timeout", "planless_streams_per_peer",
-  // "auth_failure_logs_suppressed", ...
+  // "planless_stream_timeout", "planless_streams_per_connection",
+  // "streams_per_identity", "open_streams", "fair_share" (the admission
+  // rules, server/stream/admission_table.h), "auth_failure_logs_suppressed",
+  // ...
   void BoundHit(const char* bound);
 
   // Writes the families read from an admin status (workers, queues, busy

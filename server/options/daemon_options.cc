@@ -147,6 +147,12 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& options,
         "--max-job-buffer-share is ", options.max_job_buffer_share,
         "; it must be in (0, 1], e.g. 0.5 for half of --max-buffer-bytes"));
   }
+  if (!(options.max_identity_buffer_share > 0 &&
+        options.max_identity_buffer_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-identity-buffer-share is ", options.max_identity_buffer_share,
+        "; it must be in (0, 1], e.g. 0.5 for half of --max-buffer-bytes"));
+  }
   absl::StatusOr<WorkerCounts> counts =
       ResolveWorkers(options, available_cpus);
   if (!counts.ok()) return counts.status();
@@ -207,9 +213,15 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& options,
   if (options.max_open_streams < 1) {
     return absl::InvalidArgumentError("--max-open-streams must be at least 1");
   }
-  if (options.max_planless_streams_per_peer < 1) {
+  if (options.max_streams_per_identity > options.max_open_streams) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-streams-per-identity is ", options.max_streams_per_identity,
+        ", more than --max-open-streams (", options.max_open_streams,
+        "); give at most that, or 0 for half of it"));
+  }
+  if (options.max_planless_streams_per_connection < 1) {
     return absl::InvalidArgumentError(
-        "--max-planless-streams-per-peer must be at least 1");
+        "--max-planless-streams-per-connection must be at least 1");
   }
   if (options.open_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -312,11 +324,26 @@ ServerOptions MakeServerOptions(const DaemonOptions& options,
   server.service.max_job_buffer_bytes = static_cast<uint64_t>(
       options.max_job_buffer_share *
       static_cast<double>(options.max_buffer_bytes));
+  server.service.max_identity_buffer_bytes = static_cast<uint64_t>(
+      options.max_identity_buffer_share *
+      static_cast<double>(options.max_buffer_bytes));
+  // A stream's even share of the budget: a stream of a 1x1 plan costs as
+  // much budget as a place, so the budget's per-identity share bounds
+  // streams too. Never more than a job's or an identity's share, so that
+  // one stream always fits (--max-open-streams 1).
+  server.service.min_stream_buffer_bytes =
+      std::min({options.max_buffer_bytes / options.max_open_streams,
+                server.service.max_job_buffer_bytes,
+                server.service.max_identity_buffer_bytes});
   server.service.max_streams_per_job = options.max_streams_per_job;
   server.service.max_open_streams = options.max_open_streams;
+  server.service.max_streams_per_identity =
+      options.max_streams_per_identity != 0
+          ? options.max_streams_per_identity
+          : std::max<uint32_t>(1, options.max_open_streams / 2);
   server.service.open_timeout = options.open_timeout;
-  server.service.max_planless_streams_per_peer =
-      options.max_planless_streams_per_peer;
+  server.service.max_planless_streams_per_connection =
+      options.max_planless_streams_per_connection;
   server.max_idle_jobs = options.max_idle_jobs;
   server.share_batches = options.share_batches;
   server.shared_batches.retention_bytes =

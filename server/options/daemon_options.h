@@ -73,12 +73,14 @@ struct DaemonOptions {
   bool reflection = true;
   int64_t log_augment_sample = -1;  // a dataset index; -1: none
 
-  // Per-job and per-peer limits, batch sharing.
+  // Per-job, per-identity and per-connection limits, batch sharing.
   uint32_t max_streams_per_job = 256;
   double max_job_buffer_share = 0.5;  // of max_buffer_bytes, in (0, 1]
+  double max_identity_buffer_share = 0.5;  // of max_buffer_bytes, (0, 1]
   uint32_t max_open_streams = 1024;
+  uint32_t max_streams_per_identity = 0;  // 0: half of max_open_streams
   absl::Duration open_timeout = absl::Seconds(10);
-  uint32_t max_planless_streams_per_peer = 64;
+  uint32_t max_planless_streams_per_connection = 64;
   bool share_batches = true;
   int64_t shared_batch_bytes = -1;  // -1: max_buffer_bytes / 16
 
