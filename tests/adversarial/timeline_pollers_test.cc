@@ -213,7 +213,9 @@ TEST_F(TimelinePollersTest, EightPollersWithAThousandJobsCostOneRenderASecond) {
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "2",
                             "--metrics-port", "0", "--metrics-port-file",
-                            port_file, "--max-open-streams", "1100"}));
+                            port_file, "--max-open-streams", "1100",
+                            // Every stream comes from this one host.
+                            "--max-streams-per-identity", "1100"}));
   int port = 0;
   ASSERT_TRUE(absl::SimpleAtoi(ReadPortFile(port_file), &port));
 
