@@ -215,7 +215,8 @@ TEST_F(TimelinePollersTest, EightPollersWithAThousandJobsCostOneRenderASecond) {
                             "--metrics-port", "0", "--metrics-port-file",
                             port_file, "--max-open-streams", "1100",
                             // Every stream comes from this one host.
-                            "--max-streams-per-identity", "1100"}));
+                            "--max-streams-per-identity", "1100",
+                            "--max-identity-buffer-share", "1"}));
   int port = 0;
   ASSERT_TRUE(absl::SimpleAtoi(ReadPortFile(port_file), &port));
 
