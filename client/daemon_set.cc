@@ -161,16 +161,24 @@ absl::Status DaemonSet::AwaitFirstOpened() {
   const absl::Time deadline = start + options_.connect_timeout;
   // When each daemon was last tried. Before the first `opened` it is tried
   // at least every kStartRetryInterval, whatever its backoff: a daemon
-  // that comes up a little after the trainer is found at once.
+  // that comes up a little after the trainer is found at once. A daemon
+  // that refused the stream with RESOURCE_EXHAUSTED (full, or this caller
+  // holds its share) is up: it waits out its backoff, jittered and capped
+  // (DaemonRoster), so that refused clients do not retry in step.
   std::vector<absl::Time> tried(daemons_.size(), start);
+  const auto refused = [this](int id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return roster_.last_error(id).code() ==
+           absl::StatusCode::kResourceExhausted;
+  };
   auto decided = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return opened_received_ || !error_.ok() ||
            roster_.CountIn(DaemonState::kFailed) > 0;
   };
   std::vector<std::shared_ptr<DaemonStream>> finished;
   for (;;) {
-    auto retry_at = [&tried, this](int id)
+    auto retry_at = [&tried, &refused, this](int id)
                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (refused(id)) return roster_.retry_at(id);
       return std::min(roster_.retry_at(id), tried[id] + kStartRetryInterval);
     };
     absl::Time wake = deadline;
@@ -199,9 +207,12 @@ absl::Status DaemonSet::AwaitFirstOpened() {
       if (d.stream != nullptr) finished.push_back(std::move(d.stream));
       // A channel that failed to connect waits out gRPC's own backoff
       // (seconds) before it tries again, and fails calls at once
-      // meanwhile: a fresh connection is tried now.
-      d.channel = NewBatchdChannel(roster_.endpoint(id), security_,
-                                   /*fresh_connection=*/true);
+      // meanwhile: a fresh connection is tried now. (A refusal came over
+      // a working connection: it is kept.)
+      if (!refused(id)) {
+        d.channel = NewBatchdChannel(roster_.endpoint(id), security_,
+                                     /*fresh_connection=*/true);
+      }
       ConnectLocked(id);
       tried[id] = now;
     }
@@ -227,6 +238,17 @@ absl::Status DaemonSet::NotOpenedError() const {
   for (int id = 0; id < roster_.size(); ++id) {
     if (roster_.state(id) == DaemonState::kFailed) {
       return roster_.last_error(id);
+    }
+  }
+  // A daemon that kept refusing the stream for want of room: its message
+  // says which limit and whose.
+  for (int id = 0; id < roster_.size(); ++id) {
+    const absl::Status& error = roster_.last_error(id);
+    if (error.code() == absl::StatusCode::kResourceExhausted) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          error.message(), " (asked again with backoff for ",
+          absl::FormatDuration(options_.connect_timeout),
+          ", LoaderOptions.connect_timeout)"));
     }
   }
   std::vector<std::string> why;

@@ -311,7 +311,7 @@ void DaemonSet::OnStreamEnd(int daemon, const grpc::Status& status,
   }
   StreamEndVerdict verdict =
       watch_.JudgeEnd(daemon, roster_.endpoint(daemon), status, protocol_error,
-                      owed, roster_.in_dns(daemon), security_);
+                      owed, roster_.in_dns(daemon), security_, d.opened);
   roster_.Ended(daemon, verdict.next, std::move(verdict.error), absl::Now());
   StartUnavailableClockLocked(absl::Now());
   CheckAllFailedLocked();

@@ -8,12 +8,40 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/daemon_set.h"
+#include "client/daemon_status.h"
+#include "common/daemon_verdict.h"
 
 namespace batchd::client {
 namespace {
 
 // The supervisor's period: stall, hedge, reconnect and deadline checks.
 constexpr absl::Duration kSupervisorTick = absl::Milliseconds(20);
+// When batches stop, the daemons are asked why (their status names a
+// failing or slow object store); at most this many, each for at most
+// kWhyStalledTimeout, so the error comes at most a few seconds later.
+constexpr int kMaxDaemonsAsked = 4;
+constexpr absl::Duration kWhyStalledTimeout = absl::Seconds(1);
+
+// What the daemons' statuses say about their object stores, e.g. "the
+// object store for dataset \"d\" is slow (...) (daemon localhost:1
+// reports it)"; empty when none names one or none answers.
+std::string WhyStalled(
+    const std::vector<std::pair<std::string, std::shared_ptr<grpc::Channel>>>&
+        daemons) {
+  std::string out;
+  for (const auto& [endpoint, channel] : daemons) {
+    absl::StatusOr<batchd::v1::ServerStatus> status =
+        FetchServerStatus(channel, kWhyStalledTimeout);
+    if (!status.ok()) continue;
+    for (const batchd::v1::StoreFaultStatus& fault :
+         status->object_store().recent_faults()) {
+      absl::StrAppend(&out, out.empty() ? "" : "; ",
+                      common::StoreFaultLine(fault), " (daemon ", endpoint,
+                      " reports it)");
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -32,6 +60,11 @@ void DaemonSet::SupervisorLoop() {
     const TrainerClock::Reading trainer = clock_->Read(now);
     std::vector<std::shared_ptr<DaemonStream>> finished;
     std::vector<Outgoing> outgoing;
+    // Set when batches stopped for unavailable_timeout: the daemons to ask
+    // why, outside mu_, before the error is set.
+    bool stalled = false;
+    std::string stalled_summary;
+    std::vector<std::pair<std::string, std::shared_ptr<grpc::Channel>>> ask;
     bool resolve = false;
     size_t grow = 0;
     {
@@ -41,10 +74,15 @@ void DaemonSet::SupervisorLoop() {
         SuperviseLocked(id, now, finished);
       }
       if (error_.ok() && !cancelled_ && watch_.Unavailable(now)) {
-        error_ = absl::UnavailableError(absl::StrCat(
-            "no batchd daemon was up and delivering for ",
-            absl::FormatDuration(options_.unavailable_timeout), ": ",
-            roster_.Summary()));
+        stalled = true;
+        stalled_summary = roster_.Summary();
+        for (int id = 0; id < roster_.size() &&
+                         static_cast<int>(ask.size()) < kMaxDaemonsAsked;
+             ++id) {
+          if (daemons_[id].channel != nullptr) {
+            ask.emplace_back(roster_.endpoint(id), daemons_[id].channel);
+          }
+        }
       }
       if (error_.ok()) outgoing = ScheduleLocked();
       for (Outgoing& report : ReportsLocked(now, trainer)) {
@@ -67,6 +105,24 @@ void DaemonSet::SupervisorLoop() {
     }
     Send(std::move(outgoing));
     finished.clear();  // joins finished reader threads, outside mu_
+    if (stalled) {
+      // A daemon that is up but waits on its object store is not "down":
+      // the error names the store when a daemon says so.
+      const std::string store = WhyStalled(ask);
+      absl::MutexLock lock(&mu_);
+      if (error_.ok() && !cancelled_) {
+        error_ = absl::UnavailableError(
+            store.empty()
+                ? absl::StrCat("no batchd daemon was up and delivering for ",
+                               absl::FormatDuration(
+                                   options_.unavailable_timeout),
+                               ": ", stalled_summary)
+                : absl::StrCat("no batch for ",
+                               absl::FormatDuration(
+                                   options_.unavailable_timeout),
+                               ": ", store, "; daemons: ", stalled_summary));
+      }
+    }
     if (grow > 0) GrowRing(grow);
     if (resolve) Resolve();
   }

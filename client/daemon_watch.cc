@@ -12,7 +12,8 @@ namespace {
 
 // Whether a stream that ended with `code` may be tried again: the daemon
 // went away or dropped the connection. Other codes are the daemon's verdict
-// on the plan or the client (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...).
+// on the plan or the client (INVALID_ARGUMENT, PERMISSION_DENIED, ...),
+// except RESOURCE_EXHAUSTED, which says "back off" (JudgeStreamEnd).
 bool IsRetryable(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::CANCELLED:
@@ -34,7 +35,8 @@ StreamEndVerdict JudgeStreamEnd(absl::string_view endpoint,
                                 const absl::Status& protocol_error,
                                 bool stalled, uint32_t owed, bool in_dns,
                                 absl::Duration stall_timeout,
-                                const ChannelSecurity& security) {
+                                const ChannelSecurity& security,
+                                bool opened) {
   using Next = StreamEndVerdict::Next;
   const std::string where = absl::StrCat("batchd at ", endpoint);
   StreamEndVerdict verdict;
@@ -58,6 +60,14 @@ StreamEndVerdict JudgeStreamEnd(absl::string_view endpoint,
       verdict.error =
           absl::UnavailableError(absl::StrCat(where, " ended the stream"));
     }
+  } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+             !opened) {
+    // The open was refused: the daemon is full, or its caller holds its
+    // share of it. Places free up as streams end, so it is asked again
+    // after the backoff, and its message is what the loader says if it
+    // never makes room.
+    verdict.error = absl::ResourceExhaustedError(absl::StrCat(
+        where, " refused the stream: ", status.error_message()));
   } else if (IsRetryable(status.error_code())) {
     verdict.error = absl::UnavailableError(
         absl::StrCat("lost the stream to ", where, ": ",
@@ -131,11 +141,11 @@ bool DaemonWatch::ShouldCancel(int daemon, absl::string_view endpoint,
 StreamEndVerdict DaemonWatch::JudgeEnd(
     int daemon, absl::string_view endpoint, const grpc::Status& status,
     const absl::Status& protocol_error, uint32_t owed, bool in_dns,
-    const ChannelSecurity& security) const {
+    const ChannelSecurity& security, bool opened) const {
   const Daemon& d = daemons_[daemon];
   StreamEndVerdict verdict =
       JudgeStreamEnd(endpoint, status, protocol_error, d.stalled, owed, in_dns,
-                     options_.stall_timeout, security);
+                     options_.stall_timeout, security, opened);
   if (!d.stall_error.ok()) verdict.error = d.stall_error;
   return verdict;
 }

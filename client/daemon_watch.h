@@ -39,13 +39,17 @@ struct StreamEndVerdict {
 };
 // The stream to `endpoint` ended with gRPC's `status`, or with a sink's
 // `protocol_error`; `stalled`: the supervisor cancelled it for silence;
-// `owed`: the batches it still owed; `in_dns`: still listed.
+// `owed`: the batches it still owed; `in_dns`: still listed; `opened`:
+// the daemon had answered its plan (a RESOURCE_EXHAUSTED before that is a
+// refused open, asked again after the backoff; after it, the daemon's
+// verdict).
 StreamEndVerdict JudgeStreamEnd(absl::string_view endpoint,
                                 const grpc::Status& status,
                                 const absl::Status& protocol_error,
                                 bool stalled, uint32_t owed, bool in_dns,
                                 absl::Duration stall_timeout,
-                                const ChannelSecurity& security);
+                                const ChannelSecurity& security,
+                                bool opened);
 
 class DaemonWatch {
  public:
@@ -104,8 +108,8 @@ class DaemonWatch {
   StreamEndVerdict JudgeEnd(int daemon, absl::string_view endpoint,
                             const grpc::Status& status,
                             const absl::Status& protocol_error, uint32_t owed,
-                            bool in_dns,
-                            const ChannelSecurity& security) const;
+                            bool in_dns, const ChannelSecurity& security,
+                            bool opened) const;
 
   // The unavailable clock: starts at `now` if `accepting` (daemons taking
   // requests) is 0 and it does not run; stops when a daemon recovers.

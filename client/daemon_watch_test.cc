@@ -18,10 +18,10 @@ absl::Time At(int ms) { return kT0 + absl::Milliseconds(ms); }
 StreamEndVerdict Judge(const grpc::Status& status,
                        const absl::Status& protocol_error = absl::OkStatus(),
                        bool stalled = false, uint32_t owed = 0,
-                       bool in_dns = true) {
+                       bool in_dns = true, bool opened = false) {
   return JudgeStreamEnd("host-a:7070", status, protocol_error, stalled, owed,
                         in_dns, /*stall_timeout=*/absl::Seconds(20),
-                        ChannelSecurity());
+                        ChannelSecurity(), opened);
 }
 
 TEST(JudgeStreamEndTest, LostConnectionIsRetried) {
@@ -40,6 +40,27 @@ TEST(JudgeStreamEndTest, TheDaemonsVerdictIsFinalAndKeepsItsCode) {
   EXPECT_EQ(verdict.next, Next::kFail);
   EXPECT_THAT(verdict.error, StatusIs(absl::StatusCode::kInvalidArgument,
                                       "no dataset 'x'"));
+}
+
+TEST(JudgeStreamEndTest, AFullDaemonIsAskedAgainAndItsMessageKept) {
+  const StreamEndVerdict verdict = Judge(grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      "identity peer host 10.0.0.1 has 512 of its 512 streams "
+      "(--max-streams-per-identity)"));
+  EXPECT_EQ(verdict.next, Next::kReconnect);
+  EXPECT_THAT(verdict.error,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "batchd at host-a:7070 refused the stream: identity "
+                       "peer host 10.0.0.1 has 512 of its 512 streams "
+                       "(--max-streams-per-identity)"));
+  // After its `opened`, the same code is the daemon's verdict.
+  const StreamEndVerdict later =
+      Judge(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "full"),
+            absl::OkStatus(), /*stalled=*/false, /*owed=*/1,
+            /*in_dns=*/true, /*opened=*/true);
+  EXPECT_EQ(later.next, Next::kFail);
+  EXPECT_THAT(later.error,
+              StatusIs(absl::StatusCode::kResourceExhausted, "full"));
 }
 
 TEST(JudgeStreamEndTest, ProtocolErrorIsFinal) {
@@ -121,7 +142,8 @@ TEST(DaemonWatchTest, SilenceWithBatchesOwedStallsOnce) {
   // The stream ends: the stall timeout's message.
   const StreamEndVerdict verdict =
       watch.JudgeEnd(d, "a:1", grpc::Status::CANCELLED, absl::OkStatus(),
-                     /*owed=*/2, /*in_dns=*/true, ChannelSecurity());
+                     /*owed=*/2, /*in_dns=*/true, ChannelSecurity(),
+                     /*opened=*/true);
   EXPECT_EQ(verdict.next, Next::kReconnect);
   EXPECT_THAT(verdict.error,
               StatusIs(absl::StatusCode::kUnavailable,
@@ -153,7 +175,8 @@ TEST(DaemonWatchTest, FrozenBatchIsGivenToTheOthersAndSaysWhy) {
   EXPECT_EQ(watch.progress_cancels(), 1u);
   const StreamEndVerdict verdict =
       watch.JudgeEnd(d, "a:1", grpc::Status::CANCELLED, absl::OkStatus(),
-                     /*owed=*/1, /*in_dns=*/true, ChannelSecurity());
+                     /*owed=*/1, /*in_dns=*/true, ChannelSecurity(),
+                     /*opened=*/true);
   EXPECT_EQ(verdict.next, Next::kReconnect);
   EXPECT_THAT(verdict.error,
               StatusIs(absl::StatusCode::kUnavailable,

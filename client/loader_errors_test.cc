@@ -66,6 +66,44 @@ TEST(LoaderTest, BadPlanFailsCreateWithTheServersStatus) {
                        HasSubstr("plan.dataset: unknown dataset \"bad\"")));
 }
 
+// A daemon that refuses the stream for want of room (RESOURCE_EXHAUSTED) is
+// asked again with backoff within connect_timeout.
+TEST(LoaderTest, AFullDaemonIsAskedAgainUntilItMakesRoom) {
+  FakeDataService::Options fake;
+  fake.refuse_first = 2;
+  FakeServer server(fake, FakeDataService::ServeInOrder());
+  LoaderOptions options = OptionsFor(server);
+  options.connect_timeout = absl::Seconds(20);
+  ASSERT_OK(Loader::Create(std::move(options)));
+  EXPECT_EQ(server.service().streams_refused(), 2);
+  EXPECT_EQ(server.service().streams_opened(), 1);
+}
+
+TEST(LoaderTest, ADaemonThatStaysFullFailsCreateWithItsMessage) {
+  FakeDataService::Options fake;
+  fake.refuse_first = -1;
+  FakeServer server(fake, FakeDataService::ServeInOrder());
+  LoaderOptions options = OptionsFor(server);
+  options.connect_timeout = absl::Seconds(2);
+  options.reconnect_backoff_min = absl::Milliseconds(100);
+  options.reconnect_backoff_max = absl::Milliseconds(400);
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(
+      Loader::Create(std::move(options)),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               ::testing::AllOf(
+                   HasSubstr("refused the stream: identity peer host "
+                             "127.0.0.1 has 2 of its 2 streams "
+                             "(--max-streams-per-identity)"),
+                   HasSubstr("asked again with backoff for 2s"))));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_LT(took, absl::Seconds(2) + absl::Seconds(3)) << took;
+  // Asked again, with backoff (0.1, 0.2, 0.4, 0.4, ... s, +-20 %), not in a
+  // loop: about 6 refusals in 2 s.
+  EXPECT_GE(server.service().streams_refused(), 3);
+  EXPECT_LE(server.service().streams_refused(), 12);
+}
+
 TEST(LoaderTest, UnreachableDaemonIsUnavailable) {
   std::string endpoint;
   {

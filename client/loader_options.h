@@ -48,7 +48,10 @@ struct LoaderOptions {
   // Where slots come from; nullptr means 64-byte aligned heap memory. Not
   // owned; must outlive the Loader and every Batch it returned.
   BufferAllocator* allocator = nullptr;
-  // Create() waits this long for the first daemon to open the plan.
+  // Create() waits this long for the first daemon to open the plan. A
+  // daemon that refuses the stream with RESOURCE_EXHAUSTED (it is full, or
+  // this caller holds its share of it) is asked again after the reconnect
+  // backoff below until then; Create() then fails with its message.
   absl::Duration connect_timeout = absl::Seconds(10);
   // Called on the consumer thread when Next() reaches the end of an epoch,
   // with the epoch's one-line diagnosis (client/diagnosis.h), e.g.
@@ -109,8 +112,9 @@ struct LoaderOptions {
   // median latency is asked of a second daemon too; the first answer wins.
   // 0 disables; there is never hedging with a single daemon up.
   double hedge_factor = 3.0;
-  // Reconnecting to a down daemon: exponential backoff from `min` to `max`,
-  // with +-20 % jitter so that many clients do not retry in step.
+  // Reconnecting to a down daemon, or one that refused the stream with
+  // RESOURCE_EXHAUSTED: exponential backoff from `min` to `max`, with
+  // +-20 % jitter so that many clients do not retry in step.
   absl::Duration reconnect_backoff_min = absl::Milliseconds(100);
   absl::Duration reconnect_backoff_max = absl::Seconds(5);
 };

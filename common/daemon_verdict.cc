@@ -115,6 +115,16 @@ std::string SharingSummary(const batchd::v1::ServerStatus& status) {
       shared.retention_limit_bytes() / 1e6, shared.evictions());
 }
 
+std::string StoreFaultLine(const batchd::v1::StoreFaultStatus& fault) {
+  return absl::StrCat(
+      "the object store for dataset \"", fault.dataset(), "\" is ",
+      fault.slow() ? "slow" : "failing", " (", fault.count(),
+      fault.count() == 1 ? " failed request" : " failed requests",
+      " in the last minute, the latest ",
+      absl::StrFormat("%.1f", fault.seconds_since_latest()), " s ago: ",
+      fault.latest(), ")");
+}
+
 DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status) {
   DaemonVerdict v;
   if (status.draining()) {
@@ -131,6 +141,24 @@ DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status) {
         job.trainer().wait_ratio() > waiting->trainer().wait_ratio()) {
       waiting = &job;
     }
+  }
+  if (streams > 0 && status.object_store().recent_faults_size() > 0) {
+    // Reads that fail or crawl explain any wait: name the store first.
+    const batchd::v1::StoreFaultStatus& fault =
+        status.object_store().recent_faults(0);
+    v.kind = fault.slow() ? "store-slow" : "store-failing";
+    v.line = absl::StrCat(v.kind, ": ", StoreFaultLine(fault),
+                          status.object_store().recent_faults_size() > 1
+                              ? absl::StrCat(
+                                    "; and the stores of ",
+                                    status.object_store().recent_faults_size() -
+                                        1,
+                                    " more datasets")
+                              : std::string(),
+                          " → check the store, its network and its "
+                          "throttling; --remote-low-speed-bytes-per-s sets "
+                          "what is too slow");
+    return v;
   }
   if (waiting == nullptr) {
     v.kind = streams == 0 ? "idle" : "unknown";

@@ -41,7 +41,7 @@ inline constexpr double kAugmentNamedShare = 0.25;
 
 struct DaemonVerdict {
   // "idle", "unknown", "compute-bound", "storage-bound", "input-bound",
-  // "network-bound", "draining".
+  // "network-bound", "draining", "store-failing", "store-slow".
   std::string kind;
   // The line, starting with `kind` and a colon.
   std::string line;
@@ -50,6 +50,9 @@ struct DaemonVerdict {
 // The rules, in order:
 //   draining                                   → draining
 //   no stream open                             → idle
+//   a dataset's store failed or was too slow in the last minute
+//     (ObjectStoreStatus.recent_faults)        → store-failing or
+//                                                store-slow, naming it
 //   no job's trainers report (old clients)     → unknown
 //   the most-waiting job waits < kInputBoundWaitFraction → compute-bound
 //   workers busy >= kSaturatedBusyFraction     → input-bound, with
@@ -62,6 +65,11 @@ struct DaemonVerdict {
 //     arrive too slowly (network, or the trainer's client; its own
 //     diagnosis says which)
 DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status);
+
+// "the object store for dataset \"d\" is slow (3 failed requests in the
+// last minute, the latest 1.2 s ago: <its error>)": the verdict's words,
+// which the trainer's error repeats when its batches stop.
+std::string StoreFaultLine(const batchd::v1::StoreFaultStatus& fault);
 
 // What to do about saturated workers: under --workers auto the daemon adds
 // them itself until its --max-workers; past that, or when the trainers ask

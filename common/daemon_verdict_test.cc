@@ -37,6 +37,32 @@ TEST(DaemonVerdictTest, IdleWithoutStreamsUnknownWithoutReports) {
             "busy (2 workers)");
 }
 
+TEST(DaemonVerdictTest, AFailingOrSlowStoreIsNamedFirst) {
+  batchd::v1::ServerStatus status = Status(0.1, 2);
+  AddJob(&status, "a", 1, 1, 0.9);
+  batchd::v1::StoreFaultStatus* fault =
+      status.mutable_object_store()->add_recent_faults();
+  fault->set_dataset("imagenet");
+  fault->set_slow(true);
+  fault->set_count(3);
+  fault->set_seconds_since_latest(1.25);
+  fault->set_latest("dataset \"imagenet\": GET http://s/x.tar bytes=0-9: "
+                    "too slow");
+  DaemonVerdict v = JudgeDaemon(status);
+  EXPECT_EQ(v.kind, "store-slow");
+  EXPECT_THAT(v.line,
+              HasSubstr("store-slow: the object store for dataset "
+                        "\"imagenet\" is slow (3 failed requests in the last "
+                        "minute, the latest 1.2 s ago: dataset \"imagenet\": "
+                        "GET http://s/x.tar"));
+  fault->set_slow(false);
+  EXPECT_EQ(JudgeDaemon(status).kind, "store-failing");
+  // Without streams nobody waits on it.
+  batchd::v1::ServerStatus idle = status;
+  idle.clear_jobs();
+  EXPECT_EQ(JudgeDaemon(idle).kind, "idle");
+}
+
 TEST(DaemonVerdictTest, TheMostWaitingJobDecides) {
   batchd::v1::ServerStatus status = Status(0.97, 1);
   AddJob(&status, "fast", 1, 1, 0.02);

@@ -149,6 +149,10 @@ ABSL_FLAG(FlagDuration, metrics_request_deadline,
           FlagDuration{Defaults().metrics_request_deadline},
           "Time a request on the metrics port gets, from its first byte "
           "awaited to its answer sent; a slower peer is cut off.");
+ABSL_FLAG(int, timeline_max_jobs, Defaults().timeline_max_jobs,
+          "Jobs drawn one by one on the live page and in /api/timeline: "
+          "those that sent the most images over the last 15 minutes; the "
+          "rest are summed into one series, \"_other\". 1..1024.");
 ABSL_FLAG(std::string, workers, Defaults().workers,
           "Decode worker threads, shared by all streams: a number, or "
           "\"auto\" to size the pool from the trainers' measured wait, "
@@ -198,17 +202,32 @@ ABSL_FLAG(double, max_job_buffer_share, Defaults().max_job_buffer_share,
           "Share of --max-buffer-bytes the streams of one job may reserve "
           "together, 0..1: one job cannot take the whole budget. With share "
           "s, 1/s jobs at their limit fill it; 1 turns the limit off.");
+ABSL_FLAG(double, max_identity_buffer_share,
+          Defaults().max_identity_buffer_share,
+          "Share of --max-buffer-bytes the streams of one identity (a token "
+          "of --auth-token-file, else a client host) may reserve together, "
+          "0..1; every stream is charged at least --max-buffer-bytes / "
+          "--max-open-streams, whatever its plan asks.");
 ABSL_FLAG(uint32_t, max_open_streams, Defaults().max_open_streams,
-          "Most StreamBatches calls open at once, over all clients; more are "
-          "refused with RESOURCE_EXHAUSTED.");
+          "Most StreamBatches calls open at once, over all clients. When "
+          "full, the oldest call without a plan ends to admit a new one; "
+          "with none, a caller below its fair share (this divided by the "
+          "identities holding streams) takes the newest stream of the "
+          "identity holding the most; else RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint32_t, max_streams_per_identity,
+          Defaults().max_streams_per_identity,
+          "Most StreamBatches calls one identity (a token of "
+          "--auth-token-file, else a client host) may have open; at the cap "
+          "its oldest call without a plan ends to admit a new one, else "
+          "RESOURCE_EXHAUSTED. 0 (the default): half of --max-open-streams.");
 ABSL_FLAG(FlagDuration, open_timeout, FlagDuration{Defaults().open_timeout},
           "A StreamBatches call must send its plan (`open`) within this, or "
           "it ends with DEADLINE_EXCEEDED; seconds or a duration.");
-ABSL_FLAG(uint32_t, max_planless_streams_per_peer,
-          Defaults().max_planless_streams_per_peer,
-          "Most StreamBatches calls one client host may have open that have "
-          "not sent their plan yet; more are refused with "
-          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint32_t, max_planless_streams_per_connection,
+          Defaults().max_planless_streams_per_connection,
+          "Most StreamBatches calls one connection may have open that have "
+          "not sent their plan yet; at the cap the connection's oldest such "
+          "call ends with RESOURCE_EXHAUSTED to admit the new one.");
 ABSL_FLAG(bool, share_batches, Defaults().share_batches,
           "Streams whose plans are identical in everything that decides the "
           "bytes (dataset, pipeline, seed, shuffle, batch size, layout, "
@@ -239,6 +258,17 @@ ABSL_FLAG(std::string, remote_redirects, Defaults().remote_redirects,
           "follow: none (the default: a 3xx answer is an error naming its "
           "target), or same-origin (only to the same scheme, host and port; "
           "at most 5). Signed s3:// requests follow none.");
+ABSL_FLAG(int64_t, remote_low_speed_bytes_per_s,
+          Defaults().remote_low_speed_bytes_per_s,
+          "A request to a remote dataset's store that transfers fewer bytes "
+          "per second than this for --remote-low-speed-seconds fails (it is "
+          "retried, then its sample is substituted), and the store is named "
+          "slow in the log and the daemon's verdict: a store that drips "
+          "costs seconds, not the 2-minute request deadline. 0: no minimum.");
+ABSL_FLAG(int64_t, remote_low_speed_seconds,
+          Defaults().remote_low_speed_seconds,
+          "How long a store request may stay under "
+          "--remote-low-speed-bytes-per-s, seconds (1..120).");
 ABSL_FLAG(uint64_t, max_shards, Defaults().max_shards,
           "Most shards a remote dataset may have, and most keys an s3:// "
           "prefix listing may return (.tar or not): past it, or when the "
@@ -435,6 +465,7 @@ batchd::server::DaemonOptions OptionsFromFlags(
   o.metrics_max_connections = absl::GetFlag(FLAGS_metrics_max_connections);
   o.metrics_request_deadline =
       absl::GetFlag(FLAGS_metrics_request_deadline).value;
+  o.timeline_max_jobs = absl::GetFlag(FLAGS_timeline_max_jobs);
   o.workers = absl::GetFlag(FLAGS_workers);
   o.min_workers = absl::GetFlag(FLAGS_min_workers);
   o.max_workers = absl::GetFlag(FLAGS_max_workers);
@@ -453,14 +484,20 @@ batchd::server::DaemonOptions OptionsFromFlags(
   o.max_job_buffer_share = absl::GetFlag(FLAGS_max_job_buffer_share);
   o.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
   o.open_timeout = absl::GetFlag(FLAGS_open_timeout).value;
-  o.max_planless_streams_per_peer =
-      absl::GetFlag(FLAGS_max_planless_streams_per_peer);
+  o.max_planless_streams_per_connection =
+      absl::GetFlag(FLAGS_max_planless_streams_per_connection);
+  o.max_streams_per_identity = absl::GetFlag(FLAGS_max_streams_per_identity);
+  o.max_identity_buffer_share =
+      absl::GetFlag(FLAGS_max_identity_buffer_share);
   o.share_batches = absl::GetFlag(FLAGS_share_batches);
   o.shared_batch_bytes = absl::GetFlag(FLAGS_shared_batch_bytes);
   o.remote_connections = absl::GetFlag(FLAGS_remote_connections);
   o.remote_redirects = absl::GetFlag(FLAGS_remote_redirects);
   o.s3_request_cost_bytes = absl::GetFlag(FLAGS_s3_request_cost_bytes);
   o.http_request_cost_bytes = absl::GetFlag(FLAGS_http_request_cost_bytes);
+  o.remote_low_speed_bytes_per_s =
+      absl::GetFlag(FLAGS_remote_low_speed_bytes_per_s);
+  o.remote_low_speed_seconds = absl::GetFlag(FLAGS_remote_low_speed_seconds);
   o.max_shards = absl::GetFlag(FLAGS_max_shards);
   o.read_cache_bytes = absl::GetFlag(FLAGS_read_cache_bytes);
   o.decoded_cache_bytes = absl::GetFlag(FLAGS_decoded_cache_bytes);
@@ -507,6 +544,8 @@ absl::Status LoadDaemonDatasets(
                          ? batchd::server::RemoteRedirects::kSameOrigin
                          : batchd::server::RemoteRedirects::kNone;
   remote.cancelled = std::move(cancelled);
+  remote.low_speed_bytes_per_s = options.remote_low_speed_bytes_per_s;
+  remote.low_speed_time = absl::Seconds(options.remote_low_speed_seconds);
   if (!options.cache_dir.empty()) {
     batchd::server::ShardCacheOptions cache_options;
     // Shards in a directory of their own (the bound covers its files);

@@ -57,6 +57,11 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
   const bool enabled_;
 };
 
+// Longest wait of an /api/timeline request for a point after its since=
+// (a point comes each second), and then for its turn among the answers;
+// each at most a third of the request deadline, so that both fit in it.
+constexpr absl::Duration kTimelineLongPoll = absl::Seconds(2);
+
 // A duration as gRPC's int milliseconds, at most INT_MAX.
 int Millis(absl::Duration d) {
   return static_cast<int>(
@@ -244,11 +249,25 @@ absl::StatusOr<std::unique_ptr<BatchdServer>> BatchdServer::Start(
     for (const WebAsset& asset : LivePageAssets()) {
       options.metrics_http.routes.push_back(
           {std::string(asset.path), std::string(asset.content_type),
-           [body = asset.body] { return std::string(body); }});
+           [body = asset.body](const HttpParams&) {
+             return std::string(body);
+           }});
     }
+    // Served from a snapshot rendered at most once a second, however many
+    // poll it; a since= request with nothing newer waits for the next one,
+    // and answers are paced (kTimelineAnswersPerSecond), within the
+    // request deadline.
+    TimelineSnapshotOptions snapshots;
+    snapshots.max_jobs = options.timeline_max_jobs;
+    snapshots.max_wait = std::min(
+        kTimelineLongPoll, options.metrics_http.request_deadline / 3);
+    snapshots.render_seconds = &server->metrics_->timeline_render_seconds();
+    server->timeline_snapshots_ = std::make_unique<TimelineSnapshots>(
+        &server->admin_->timeline(), std::move(snapshots));
     options.metrics_http.routes.push_back(
         {"/api/timeline", "application/json",
-         [admin = server->admin_.get()] { return admin->timeline().Json(); }});
+         [snapshots = server->timeline_snapshots_.get()](
+             const HttpParams& params) { return snapshots->Answer(params); }});
     if (options.metrics_auth) {
       options.metrics_http.authorize =
           [authorizer = server->authorizer_.get()](
@@ -323,6 +342,9 @@ void BatchdServer::Stop() {
   if (server_ != nullptr) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   }
+  // A request waiting for the timeline's next point would hold up the
+  // metrics server's stop.
+  if (timeline_snapshots_ != nullptr) timeline_snapshots_->Stop();
   if (http_ != nullptr) http_->Stop();
   // gRPC leaves the socket file behind; a later daemon would replace it,
   // but a client must not find a path that no longer answers.

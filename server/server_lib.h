@@ -37,6 +37,7 @@
 #include "server/metrics/metrics_http_server.h"
 #include "server/metrics/server_metrics.h"
 #include "server/observe/job_stats.h"
+#include "server/observe/timeline_snapshot.h"
 #include "server/observe/trainer_reports.h"
 #include "server/options/server_options.h"
 #include "server/pipeline/pipeline.h"
@@ -142,6 +143,8 @@ class BatchdServer {
   std::unique_ptr<DataServiceImpl> data_;
   std::unique_ptr<AdminServiceImpl> admin_;
   std::unique_ptr<grpc::Server> server_;
+  // Renders admin_'s timeline for http_, which goes first.
+  std::unique_ptr<TimelineSnapshots> timeline_snapshots_;
   std::unique_ptr<MetricsHttpServer> http_;
   int port_ = 0;
   std::string unix_socket_;  // removed by Stop

@@ -232,6 +232,11 @@ absl::StatusOr<double> ImagesPerSecond(const std::string& endpoint,
   LoaderOptions options;
   options.endpoint = endpoint;
   options.plan = plan;
+  return ImagesPerSecond(std::move(options), duration);
+}
+
+absl::StatusOr<double> ImagesPerSecond(LoaderOptions options,
+                                       absl::Duration duration) {
   absl::StatusOr<std::unique_ptr<Loader>> loader =
       Loader::Create(std::move(options));
   if (!loader.ok()) return loader.status();

@@ -111,6 +111,9 @@ int OpenFds(pid_t pid);
 absl::StatusOr<double> ImagesPerSecond(const std::string& endpoint,
                                        const batchd::v1::Plan& plan,
                                        absl::Duration duration);
+// The same for a client with `options` (a token, a connect timeout).
+absl::StatusOr<double> ImagesPerSecond(batchd::client::LoaderOptions options,
+                                       absl::Duration duration);
 
 // The job named `job` in `status`, or nullptr.
 const batchd::v1::JobStatus* FindJob(const batchd::v1::ServerStatus& status,

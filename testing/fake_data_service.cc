@@ -233,6 +233,11 @@ grpc::Status FakeDataService::StreamBatches(
   if (first.open().window() > 0) window = std::min(window, first.open().window());
   {
     absl::MutexLock lock(&mu_);
+    if (options_.refuse_first < 0 || streams_refused_ < options_.refuse_first) {
+      ++streams_refused_;
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          options_.refusal);
+    }
     ++streams_opened_;
   }
   StreamResponse opened;
@@ -286,6 +291,11 @@ std::vector<FakeStream::Key> FakeDataService::requested() const {
 std::vector<batchd::v1::TrainerReport> FakeDataService::reports() const {
   absl::MutexLock lock(&mu_);
   return reports_;
+}
+
+int FakeDataService::streams_refused() const {
+  absl::MutexLock lock(&mu_);
+  return streams_refused_;
 }
 
 int FakeDataService::streams_opened() const {

@@ -102,6 +102,13 @@ class FakeDataService final : public batchd::v1::DataService::Service {
     uint32_t width = 10;
     // Pixel bytes per chunk message.
     uint64_t chunk_bytes = 500;
+    // The first this many StreamBatches calls are refused with
+    // RESOURCE_EXHAUSTED and `refusal` (as a full daemon refuses them);
+    // -1: every call.
+    int refuse_first = 0;
+    std::string refusal =
+        "identity peer host 127.0.0.1 has 2 of its 2 streams "
+        "(--max-streams-per-identity)";
   };
   // Runs after `opened` was sent; its status ends the stream.
   using Script = std::function<grpc::Status(FakeStream&)>;
@@ -143,6 +150,8 @@ class FakeDataService final : public batchd::v1::DataService::Service {
   std::vector<batchd::v1::TrainerReport> reports() const;
   // Streams that sent `open`.
   int streams_opened() const;
+  // Streams refused with RESOURCE_EXHAUSTED (Options::refuse_first).
+  int streams_refused() const;
   // Blocks until at least `n` batches were requested; false after 20 s.
   bool WaitForRequested(uint64_t n) const;
 
@@ -159,6 +168,7 @@ class FakeDataService final : public batchd::v1::DataService::Service {
   std::vector<FakeStream::Key> requested_ ABSL_GUARDED_BY(mu_);
   std::vector<batchd::v1::TrainerReport> reports_ ABSL_GUARDED_BY(mu_);
   int streams_opened_ ABSL_GUARDED_BY(mu_) = 0;
+  int streams_refused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A FakeDataService listening on a free localhost port.

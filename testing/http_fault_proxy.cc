@@ -81,7 +81,16 @@ std::string RewriteHead(absl::string_view head, absl::string_view extra,
               ? absl::string_view()
               : absl::StripAsciiWhitespace(line.substr(colon + 1));
       if (name == "connection" || name == "keep-alive") continue;
-      if (fault == HttpFault::kChangedEtag && name == "etag") {
+      if (fault == HttpFault::kIgnoreRange &&
+          (name == "range" || name == "if-match")) {
+        continue;
+      }
+      if (fault == HttpFault::kEndlessBody && name == "content-length") {
+        continue;
+      }
+      if ((fault == HttpFault::kChangedEtag ||
+           fault == HttpFault::kObjectChanged) &&
+          name == "etag") {
         absl::StrAppend(&out, "ETag: \"changed-by-proxy\"\r\n");
         continue;
       }
@@ -254,6 +263,34 @@ void HttpFaultProxy::SetListing(int keys, int page_keys,
   listing_page_delay_ = page_delay;
 }
 
+void HttpFaultProxy::SetDrip(absl::Duration interval) {
+  absl::MutexLock lock(&mu_);
+  drip_ = interval;
+}
+
+uint64_t HttpFaultProxy::bytes_sent() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_sent_;
+}
+
+bool HttpFaultProxy::SendToClient(int fd, absl::string_view data) {
+  // Only what the kernel took counts: a client that closes mid-body cuts
+  // what the store sends.
+  while (!data.empty()) {
+    const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return false;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      bytes_sent_ += static_cast<uint64_t>(n);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
 void HttpFaultProxy::SetRedirect(std::string base) {
   absl::MutexLock lock(&mu_);
   redirect_base_ = std::move(base);
@@ -379,12 +416,21 @@ void HttpFaultProxy::Serve(int client_fd) {
           !Sleep(page_delay)) {
         break;
       }
-      keep_open = SendAll(client_fd, Answer(fault, request_head));
+      keep_open = SendToClient(client_fd, Answer(fault, request_head));
+      continue;
+    }
+    if (fault == HttpFault::kObjectChanged &&
+        absl::StrContains(absl::AsciiStrToLower(request_head),
+                          "\r\nif-match:")) {
+      keep_open = SendToClient(
+          client_fd,
+          "HTTP/1.1 412 Precondition Failed\r\nContent-Length: 0\r\n"
+          "ETag: \"changed-by-proxy\"\r\n\r\n");
       continue;
     }
     if (fault == HttpFault::kStatus500 || fault == HttpFault::kStatus429) {
       const std::string body = "injected by the fault proxy\n";
-      keep_open = SendAll(
+      keep_open = SendToClient(
           client_fd,
           absl::StrCat(fault == HttpFault::kStatus500
                            ? "HTTP/1.1 500 Internal Server Error\r\n"
@@ -398,7 +444,9 @@ void HttpFaultProxy::Serve(int client_fd) {
     if (upstream < 0) break;
     const bool sent = SendAll(
         upstream,
-        RewriteHead(request_head, "Connection: close\r\n", HttpFault::kNone));
+        RewriteHead(request_head, "Connection: close\r\n",
+                    fault == HttpFault::kIgnoreRange ? fault
+                                                     : HttpFault::kNone));
     std::string response;
     if (sent) {
       char chunk[65536];
@@ -420,7 +468,7 @@ void HttpFaultProxy::Serve(int client_fd) {
       case HttpFault::kResetMidBody:
       case HttpFault::kStall:
       case HttpFault::kTruncateBody: {
-        SendAll(client_fd, absl::StrCat(head, body.substr(0, body.size() / 2)));
+        SendToClient(client_fd, absl::StrCat(head, body.substr(0, body.size() / 2)));
         if (fault == HttpFault::kStall) Sleep(stall);
         if (fault == HttpFault::kResetMidBody) {
           linger reset{1, 0};
@@ -429,8 +477,35 @@ void HttpFaultProxy::Serve(int client_fd) {
         keep_open = false;
         break;
       }
+      case HttpFault::kDrip: {
+        absl::Duration interval;
+        {
+          absl::MutexLock lock(&mu_);
+          interval = drip_;
+        }
+        keep_open = SendToClient(client_fd, head);
+        for (size_t i = 0; keep_open && i < body.size(); ++i) {
+          keep_open = Sleep(interval) &&
+                      SendToClient(client_fd, body.substr(i, 1));
+        }
+        break;
+      }
+      case HttpFault::kEndlessBody: {
+        // No Content-Length: the body ends when the connection does.
+        bool open = SendToClient(client_fd, absl::StrCat(head, body));
+        const std::string filler(16384, 'x');
+        while (open) {
+          {
+            absl::MutexLock lock(&mu_);
+            if (stopping_) break;
+          }
+          open = SendToClient(client_fd, filler);
+        }
+        keep_open = false;
+        break;
+      }
       default:
-        keep_open = SendAll(client_fd, absl::StrCat(head, body));
+        keep_open = SendToClient(client_fd, absl::StrCat(head, body));
         break;
     }
   }

@@ -17,6 +17,7 @@
 #ifndef BATCHD_TESTING_HTTP_FAULT_PROXY_H_
 #define BATCHD_TESTING_HTTP_FAULT_PROXY_H_
 
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <set>
@@ -53,6 +54,19 @@ enum class HttpFault {
                        // same: a client that trusts it lists forever
   kRedirect,           // 302 Found to SetRedirect's base + the request's
                        // path and query
+  // The object changed in the store (its ETag is no longer the one
+  // indexed): a request with If-Match is answered 412 Precondition Failed
+  // with no body; one without is forwarded with another ETag.
+  kObjectChanged,
+  // A store that ignores Range: forwarded without Range and If-Match, so
+  // the upstream answers 200 with the whole object.
+  kIgnoreRange,
+  // Forwarded; the headers at once, then the body one byte every
+  // SetDrip interval (default 1 s).
+  kDrip,
+  // Forwarded; the headers without Content-Length, the body, then filler
+  // bytes without end, as fast as the client takes them, until it closes.
+  kEndlessBody,
 };
 
 class HttpFaultProxy {
@@ -81,9 +95,13 @@ class HttpFaultProxy {
   void SetListing(int keys, int page_keys, absl::Duration page_delay);
   // Where kRedirect sends a request: "http://127.0.0.1:<port>".
   void SetRedirect(std::string base);
+  // The time between two bytes of kDrip.
+  void SetDrip(absl::Duration interval);
   // Requests received so far, and how many of them got a fault.
   int requests() const;
   int faulted() const;
+  // Bytes sent to clients so far (heads and bodies).
+  uint64_t bytes_sent() const;
   // Client connections accepted so far, and the most open at once.
   int connections_accepted() const;
   int max_open_connections() const;
@@ -99,6 +117,8 @@ class HttpFaultProxy {
   std::string Answer(HttpFault fault, absl::string_view request_head);
   // Sleeps `d` or until Stop; false when stopped.
   bool Sleep(absl::Duration d);
+  // SendAll to a client, counted in bytes_sent.
+  bool SendToClient(int fd, absl::string_view data);
 
   // Constant after Start.
   int listen_fd_ = -1;
@@ -116,6 +136,8 @@ class HttpFaultProxy {
   int listing_page_keys_ ABSL_GUARDED_BY(mu_) = 1000;
   absl::Duration listing_page_delay_ ABSL_GUARDED_BY(mu_);
   std::string redirect_base_ ABSL_GUARDED_BY(mu_);
+  absl::Duration drip_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  uint64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
   int requests_ ABSL_GUARDED_BY(mu_) = 0;
   int faulted_ ABSL_GUARDED_BY(mu_) = 0;
   int accepted_ ABSL_GUARDED_BY(mu_) = 0;

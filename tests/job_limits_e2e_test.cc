@@ -98,8 +98,10 @@ TEST_F(SecurityTest, AJobOverItsBufferShareIsRefusedAndAnotherJobStreams) {
     SCOPED_TRACE(absl::StrCat("--max-job-buffer-share ", share));
     ASSERT_OK_AND_ASSIGN(
         std::unique_ptr<DaemonProcess> daemon,
+        // Every job here comes from one host: the identity's share is off.
         StartDaemon({"--max-buffer-bytes", budget, "--max-window", "4",
-                     "--max-job-buffer-share", share}));
+                     "--max-job-buffer-share", share,
+                     "--max-identity-buffer-share", "1"}));
     std::vector<std::unique_ptr<GreedyStreams>> jobs;
     uint32_t granted = 0;
     for (int j = 0; j < 4; ++j) {

@@ -302,7 +302,11 @@ TEST_F(LifecycleTest, StreamsBeyondMaxOpenStreamsAreRefused) {
   ASSERT_TRUE(first->refused.ok()) << first->refused.error_message();
   std::unique_ptr<OpenStream> second = Open(*stub, SmallPlan(), 1);
   EXPECT_EQ(second->refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(second->refused.error_message(), HasSubstr("--max-open-streams"));
+  // With one place, the host's share (half, at least one) is that place:
+  // the identity's cap is the limit named.
+  EXPECT_THAT(second->refused.error_message(),
+              HasSubstr("identity peer host 127.0.0.1 has 1 of its 1 streams "
+                        "(--max-streams-per-identity)"));
   // The first stream is unaffected.
   ASSERT_TRUE(Request(*first->stream, 0, {0}));
   first->stream->WritesDone();
@@ -346,7 +350,8 @@ TEST_F(LifecycleTest, HelpListsEveryLifecycleFlag) {
         "--max_concurrent_streams", "--keepalive_time", "--keepalive_timeout",
         "--keepalive_min_ping_interval", "--keepalive_max_ping_strikes",
         "--handshake_timeout", "--max_connection_idle", "--open_timeout",
-        "--max_planless_streams_per_peer", "--max_idle_jobs"}) {
+        "--max_planless_streams_per_connection", "--max_streams_per_identity",
+        "--max_identity_buffer_share", "--max_idle_jobs"}) {
     EXPECT_THAT(run.output, HasSubstr(flag));
   }
   EXPECT_THAT(run.output, HasSubstr("default: 10s;"));

@@ -108,7 +108,8 @@ TEST(MemoryBoundTest, RssStaysWithinTheFormulaAndIsGivenBackWhenIdle) {
            "--idle-buffer-bytes", std::to_string(kIdleBufferBytes),
            "--shared-batch-bytes", std::to_string(kSharedBatchBytes),
            "--decoded-cache-bytes", std::to_string(kDecodedCacheBytes),
-           "--max-job-buffer-share", "1"}));
+           "--max-job-buffer-share", "1", "--max-identity-buffer-share",
+           "1"}));
 
   // Start-up RSS, after one stream has run and gone, so that gRPC's threads
   // and the code that serves a stream are in it.

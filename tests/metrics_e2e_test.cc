@@ -202,7 +202,13 @@ TEST_F(MetricsE2eTest, TheLivePageAndItsDataAreServed) {
   // The sampler adds a point a second; the first comes at start.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   const std::string timeline = HttpGet(base + "/api/timeline", "");
-  EXPECT_THAT(timeline, HasSubstr("200\n{\"interval_seconds\":1"));
+  EXPECT_THAT(timeline, HasSubstr("200\n{\"since\":null,\"next\":"));
+  EXPECT_THAT(timeline, HasSubstr("\"interval_seconds\":1,\"capacity\":900,"
+                                  "\"max_jobs\":32,"));
+  // The points after a time only; a since that is not a time: 400.
+  EXPECT_THAT(HttpGet(base + "/api/timeline?since=1", ""),
+              HasSubstr("200\n{\"since\":1.000,\"next\":"));
+  EXPECT_EQ(HttpGet(base + "/api/timeline?since=soon", ""), "400\n");
   EXPECT_THAT(timeline,
               HasSubstr("\"kind\":\"idle\",\"line\":\"idle: no streams"));
 }

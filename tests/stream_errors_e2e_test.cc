@@ -39,9 +39,11 @@ class StreamErrorsTest : public ::testing::Test {
         {"--dataset", "small=" + *dataset_, "--workers", "2",
          "--max-batch-size", "64", "--max-window", "4",
          "--max-buffer-bytes", std::to_string(8 * 3 * 64 * 64 * 5),
-         // These tests' streams are all one job, and are about the whole
-         // budget; the per-job share is job_limits_e2e_test's.
-         "--max-job-buffer-share", "1"});
+         // These tests' streams are all one job from one host, and are
+         // about the whole budget; the per-job share is
+         // job_limits_e2e_test's, the per-identity share
+         // adversarial_fair_admission_test's.
+         "--max-job-buffer-share", "1", "--max-identity-buffer-share", "1"});
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_ = *std::move(daemon);
     channel_ = grpc::CreateChannel(daemon_->endpoint(),

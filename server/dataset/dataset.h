@@ -77,6 +77,10 @@ struct RemoteOptions {
   // --http-request-cost-bytes).
   uint64_t s3_request_cost_bytes = 64 << 10;
   uint64_t http_request_cost_bytes = 16 << 10;
+  // The slowest a store request may be (ObjectStoreOptions'
+  // low_speed_*; --remote-low-speed-bytes-per-s, --remote-low-speed-seconds).
+  int64_t low_speed_bytes_per_s = kDefaultLowSpeedBytesPerSecond;
+  absl::Duration low_speed_time = kDefaultLowSpeedTime;
   // Set on SIGTERM/SIGINT during start-up: the load ends with CANCELLED
   // (ObjectStoreOptions::cancelled).
   std::shared_ptr<const std::atomic<bool>> cancelled;

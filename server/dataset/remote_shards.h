@@ -3,8 +3,16 @@
 // when there is one, by ranged reads of the member otherwise.
 //
 // A shard whose ETag changed since it was indexed is FAILED_PRECONDITION
-// naming its URL for every sample it holds (never other bytes); the first
-// such read of each shard is logged, and all are counted.
+// naming its URL for every sample it holds (never other bytes). The first
+// such read marks the shard and is logged; later reads of it fail at once,
+// without a request to the store, until the daemon restarts (and
+// re-indexes). All are counted.
+//
+// A store that ignores Range (answers a ranged read with 200 and the whole
+// object) is logged once, and from then on its shards are read whole
+// through the cache (ShardCache::Read's whole_object) when it can hold
+// them; otherwise, or without a cache, reads fail naming the store and
+// --cache-bytes.
 //
 // ObjectReadAt: a ReadAt over one object, for indexing a shard from its
 // headers: reads `block_bytes` blocks (one kept), so a "cls" member's
@@ -40,11 +48,12 @@ struct RemoteReadCounts {
 class RemoteShards : public ShardSource {
  public:
   // `cache`: nullptr to read member ranges straight from `store`.
-  // `request_cost_bytes`: what one request to `store` weighs against a
-  // byte in the cache's whole-or-ranges choice.
+  // `dataset`: named in the log lines. `request_cost_bytes`: what one
+  // request to `store` weighs against a byte in the cache's
+  // whole-or-ranges choice.
   RemoteShards(std::shared_ptr<ObjectStore> store,
                std::vector<ObjectInfo> shards,
-               std::shared_ptr<ShardCache> cache,
+               std::shared_ptr<ShardCache> cache, std::string dataset = "",
                uint64_t request_cost_bytes = FetchCosts().request_bytes);
 
   size_t shard_count() const override { return shards_.size(); }
@@ -63,20 +72,35 @@ class RemoteShards : public ShardSource {
 
   const ObjectInfo& object(uint32_t shard) const { return shards_[shard]; }
   RemoteReadCounts counts() const;
+  // Whether `shard` was found changed (and is no longer fetched).
+  bool changed(uint32_t shard) const { return change_logged_[shard].load(); }
+  // Whether the store was found to ignore Range.
+  bool ignores_range() const { return ignores_range_.load(); }
 
  private:
+  // One read of `object`'s bytes: by range, or whole through the cache
+  // once the store is known to ignore Range.
+  absl::Status ReadBytes(const ObjectInfo& object, uint64_t offset,
+                         uint64_t size, uint8_t* dest) const;
+  // The store's answer to a ranged read was the whole object: log it once
+  // and read whole shards from now on.
+  void MarkIgnoresRange(const absl::Status& status) const;
+
   // Constant after construction.
   const std::shared_ptr<ObjectStore> store_;
   const std::vector<ObjectInfo> shards_;
   const std::shared_ptr<ShardCache> cache_;
+  const std::string dataset_;
   const uint64_t request_cost_bytes_;
 
   mutable std::atomic<uint64_t> reads_{0};
   mutable std::atomic<uint64_t> bytes_{0};
   mutable std::atomic<uint64_t> changed_{0};
   mutable std::atomic<uint64_t> errors_{0};
-  // One flag per shard: its change was logged.
+  // One flag per shard: it changed since it was indexed (logged once,
+  // never fetched again).
   const std::unique_ptr<std::atomic<bool>[]> change_logged_;
+  mutable std::atomic<bool> ignores_range_{false};
 };
 
 class ObjectReadAt : public ReadAt {

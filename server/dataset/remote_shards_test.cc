@@ -235,11 +235,19 @@ TEST_F(RemoteShardsTest, ChangedShardIsFailedPreconditionNamingTheUrl) {
     store_->Put(ShardUrl(1), ShardBytes(1));
     const uint64_t in_shard_1 = kSamplesPerShard + 2;
     ASSERT_EQ(dataset->sample(in_shard_1).shard, 1);
+    const int reads_before = store_->reads_of(ShardUrl(1));
+    int reads_after_first = 0;
     for (int attempt = 0; attempt < 2; ++attempt) {
       EXPECT_THAT(dataset->ReadSample(in_shard_1),
                   StatusIs(absl::StatusCode::kFailedPrecondition,
                            HasSubstr(ShardUrl(1))));
+      if (attempt == 0) reads_after_first = store_->reads_of(ShardUrl(1));
     }
+    // The first read found the change and marked the shard: the second
+    // asked the store nothing (nor does a prefetch).
+    EXPECT_GT(reads_after_first, reads_before);
+    EXPECT_EQ(store_->reads_of(ShardUrl(1)), reads_after_first);
+    dataset->shards()->Prefetch(1);
     // Other shards still read.
     ASSERT_OK(dataset->ReadSample(0).status());
     const auto* source = dynamic_cast<const RemoteShards*>(dataset->shards());

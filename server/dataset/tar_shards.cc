@@ -442,6 +442,14 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
     options.connections = remote.connections;
     options.redirects = remote.redirects;
     options.cancelled = remote.cancelled;
+    options.low_speed_bytes_per_s = remote.low_speed_bytes_per_s;
+    options.low_speed_time = remote.low_speed_time;
+    if (remote.counters != nullptr) {
+      options.on_fault = [counters = remote.counters](
+                             const StoreFaultReport& report) {
+        counters->RecordFault(report);
+      };
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> made,
                      MakeObjectStore(config, options));
     store = std::move(made);
@@ -498,7 +506,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
           ? remote.s3_request_cost_bytes
           : remote.http_request_cost_bytes;
   auto source = std::make_shared<const RemoteShards>(
-      std::move(store), std::move(objects), remote.cache, request_cost_bytes);
+      std::move(store), std::move(objects), remote.cache, name,
+      request_cost_bytes);
   return AssembleDataset(name, shards, class_names_file, stats,
                          std::move(source));
 }

@@ -340,10 +340,22 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   bool has_root = false;
   for (MetricsHttpOptions::Route& route : options.routes) {
     has_root = has_root || route.path == "/";
-    http.Get(route.path,
-             [route](const httplib::Request&, httplib::Response& response) {
-               response.set_content(route.body(), route.content_type.c_str());
-             });
+    http.Get(route.path, [route](const httplib::Request& request,
+                                 httplib::Response& response) {
+      const HttpParams params(request.params.begin(), request.params.end());
+      absl::StatusOr<std::string> body = route.body(params);
+      if (body.ok()) {
+        response.set_content(*std::move(body), route.content_type.c_str());
+        return;
+      }
+      switch (body.status().code()) {
+        case absl::StatusCode::kInvalidArgument: response.status = 400; break;
+        case absl::StatusCode::kResourceExhausted: response.status = 429; break;
+        default: response.status = 500;
+      }
+      response.set_content(std::string(body.status().message()) + "\n",
+                           "text/plain");
+    });
   }
   if (!has_root) {
     http.Get("/", [](const httplib::Request&, httplib::Response& response) {

@@ -4,7 +4,9 @@
 //
 //   MetricsHttpOptions options;
 //   options.routes.push_back({"/api/timeline", "application/json",
-//                             [&] { return timeline.Json(); }});
+//                             [&](const HttpParams& params) {
+//                               return snapshots.Answer(params);
+//                             }});
 //   ASSIGN_OR_RETURN(std::unique_ptr<MetricsHttpServer> http,
 //                    MetricsHttpServer::Start(&registry, "0.0.0.0", 9090,
 //                                             options));
@@ -25,6 +27,7 @@
 #define BATCHD_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -39,12 +42,18 @@ namespace batchd::server {
 
 class BoundedHttpServer;
 
+// A request's query parameters, decoded, in the order given.
+using HttpParams = std::multimap<std::string, std::string>;
+
 struct MetricsHttpOptions {
-  // A GET route: `path` answers `content_type` with what `body` returns.
+  // A GET route: `path` answers `content_type` with what `body` returns
+  // for the request's query parameters; an error is answered 400
+  // (INVALID_ARGUMENT), 429 (RESOURCE_EXHAUSTED) or 500 with its message
+  // as plain text.
   struct Route {
     std::string path;
     std::string content_type;
-    std::function<std::string()> body;
+    std::function<absl::StatusOr<std::string>(const HttpParams& params)> body;
   };
   std::vector<Route> routes;
   // Connections served at once (--metrics-max-connections); a connection

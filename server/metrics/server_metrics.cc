@@ -47,6 +47,14 @@ ServerMetrics::ServerMetrics()
                                         "shard cache (--cache-dir), seconds.",
                                         {}, kLatencyBucketsSeconds)
                           .With({})),
+      timeline_render_(
+          registry_
+              .AddHistogram("batchd_timeline_render_seconds",
+                            "CPU time of each render of /api/timeline and "
+                            "the live page, seconds: at most one a second, "
+                            "however many poll.",
+                            {}, kLatencyBucketsSeconds)
+              .With({})),
       outstanding_(registry_
                        .AddGauge("batchd_batches_outstanding",
                                  "Batches accepted and not yet fully sent, "

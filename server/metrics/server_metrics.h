@@ -43,6 +43,11 @@ class ServerMetrics {
   Histogram& object_store_request_seconds() { return store_request_; }
   Histogram& shard_download_seconds() { return shard_download_; }
 
+  // batchd_timeline_render_seconds: the CPU time of each render of the
+  // live page's timeline (observe/timeline_snapshot.h), at most one a
+  // second however many poll it.
+  Histogram& timeline_render_seconds() { return timeline_render_; }
+
   // batchd_batches_outstanding: batches accepted and not yet fully sent.
   Gauge& batches_outstanding() { return outstanding_; }
 
@@ -71,8 +76,10 @@ class ServerMetrics {
 
   // batchd_bound_hits_total{bound}: a resource bound of the resource model
   // (RELIABILITY.md) was reached: "stream_reads_paused",
-  // "planless_stream_timeout", "planless_streams_per_peer",
-  // "auth_failure_logs_suppressed", ...
+  // "planless_stream_timeout", "planless_streams_per_connection",
+  // "streams_per_identity", "open_streams", "fair_share" (the admission
+  // rules, server/stream/admission_table.h), "auth_failure_logs_suppressed",
+  // ...
   void BoundHit(const char* bound);
 
   // Writes the families read from an admin status (workers, queues, busy
@@ -94,6 +101,7 @@ class ServerMetrics {
   Histogram& send_;
   Histogram& store_request_;
   Histogram& shard_download_;
+  Histogram& timeline_render_;
   Gauge& outstanding_;
   Gauge& shared_memory_bytes_;
   Family<Counter>& shared_memory_attach_;

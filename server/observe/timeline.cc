@@ -1,12 +1,10 @@
 #include "server/observe/timeline.h"
 
+#include <algorithm>
 #include <cmath>
-#include <map>
-#include <set>
+#include <limits>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/daemon_verdict.h"
 
 namespace batchd::server {
@@ -31,50 +29,14 @@ std::optional<double> MsPer(double seconds, uint64_t items) {
   return 1000.0 * seconds / static_cast<double>(items);
 }
 
-// A JSON string literal.
-std::string Quote(absl::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '/': out += "\\/"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", c);
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
+// NaN for an absent value, as a TimelineSeries stores it.
+double OrNan(bool present, double value) {
+  return present ? value : std::numeric_limits<double>::quiet_NaN();
 }
 
-std::string Number(double value) {
-  if (!std::isfinite(value)) return "null";
-  return absl::StrFormat("%.6g", value);
-}
-
-std::string Number(const std::optional<double>& value) {
-  return value.has_value() ? Number(*value) : "null";
-}
-
-std::string Seconds(absl::Time at) {
-  return absl::StrFormat("%.3f", absl::ToUnixMillis(at) / 1000.0);
-}
-
-// "[a,b,...]" of `value(point)` over `points`.
-template <typename F>
-std::string Column(const std::deque<TimelinePoint>& points, F value) {
-  std::string out = "[";
-  for (size_t i = 0; i < points.size(); ++i) {
-    if (i > 0) out += ",";
-    out += value(points[i]);
-  }
-  return out + "]";
+std::optional<double> FromNan(double value) {
+  if (std::isnan(value)) return std::nullopt;
+  return value;
 }
 
 }  // namespace
@@ -92,15 +54,9 @@ void Timeline::Add(const batchd::v1::ServerStatus& status, absl::Time at) {
   point.max_buffer_bytes = status.max_buffer_bytes();
   double demand = 0;
   for (const batchd::v1::JobStatus& job : status.jobs()) {
-    TimelinePoint::Job j;
-    j.job = job.job();
-    j.images_per_second = job.images_per_second();
     if (job.trainer().reporting_streams() > 0) {
-      j.wait_ratio = job.trainer().wait_ratio();
-      j.demand_images_per_second = job.trainer().demand_images_per_second();
       demand += job.trainer().demand_images_per_second();
     }
-    point.jobs.push_back(std::move(j));
   }
   if (status.capacity_demand_ratio() > 0) {
     point.capacity_images_per_second =
@@ -145,119 +101,170 @@ void Timeline::Add(const batchd::v1::ServerStatus& status, absl::Time at) {
   }
   last_ = status;
   last_at_ = at;
-  points_.push_back(std::move(point));
+  Stored stored;
+  stored.point = std::move(point);
+  stored.jobs.reserve(status.jobs_size());
+  for (const batchd::v1::JobStatus& job : status.jobs()) {
+    const bool reports = job.trainer().reporting_streams() > 0;
+    const uint32_t id = Intern(job.job());
+    ++refs_[id];
+    images_sum_[id] += job.images_per_second();
+    stored.jobs.push_back(
+        {id, job.images_per_second(),
+         OrNan(reports, job.trainer().wait_ratio()),
+         OrNan(reports, job.trainer().demand_images_per_second())});
+  }
+  points_.push_back(std::move(stored));
+  ++added_;
   while (points_.size() > static_cast<size_t>(capacity_)) {
+    Release(points_.front());
     points_.pop_front();
+  }
+}
+
+uint32_t Timeline::Intern(const std::string& name) {
+  auto [it, added] = ids_.try_emplace(name, 0);
+  if (!added) return it->second;
+  uint32_t id;
+  if (!free_ids_.empty()) {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+    names_[id] = name;
+  } else {
+    id = static_cast<uint32_t>(names_.size());
+    names_.push_back(name);
+    refs_.push_back(0);
+    images_sum_.push_back(0);
+  }
+  it->second = id;
+  return id;
+}
+
+void Timeline::Release(const Stored& stored) {
+  for (const StoredJob& job : stored.jobs) {
+    images_sum_[job.id] -= job.images_per_second;
+    if (--refs_[job.id] > 0) continue;
+    ids_.erase(names_[job.id]);
+    names_[job.id].clear();
+    names_[job.id].shrink_to_fit();
+    images_sum_[job.id] = 0;  // no rounding left over for the next name
+    free_ids_.push_back(job.id);
   }
 }
 
 std::vector<TimelinePoint> Timeline::Points() const {
   absl::MutexLock lock(&mu_);
-  return std::vector<TimelinePoint>(points_.begin(), points_.end());
+  std::vector<TimelinePoint> points;
+  points.reserve(points_.size());
+  for (const Stored& stored : points_) {
+    TimelinePoint point = stored.point;
+    for (const StoredJob& job : stored.jobs) {
+      point.jobs.push_back({names_[job.id], job.images_per_second,
+                            FromNan(job.wait_ratio),
+                            FromNan(job.demand_images_per_second)});
+    }
+    points.push_back(std::move(point));
+  }
+  return points;
 }
 
-std::string Timeline::Json() const {
+uint64_t Timeline::version() const {
   absl::MutexLock lock(&mu_);
-  const std::deque<TimelinePoint>& p = points_;
-  std::string out = absl::StrCat("{\"interval_seconds\":1,\"capacity\":",
-                                 capacity_, ",\"verdict\":");
-  if (p.empty()) {
-    out += "null";
-  } else {
-    absl::StrAppend(&out, "{\"t\":", Seconds(p.back().at),
-                    ",\"kind\":", Quote(p.back().verdict_kind),
-                    ",\"line\":", Quote(p.back().verdict), "}");
-  }
-  using Point = TimelinePoint;
-  absl::StrAppend(
-      &out, ",\"t\":", Column(p, [](const Point& x) { return Seconds(x.at); }),
-      ",\"workers\":",
-      Column(p, [](const Point& x) { return absl::StrCat(x.workers); }),
-      ",\"busy_percent\":",
-      Column(p, [](const Point& x) { return Number(100 * x.busy_fraction); }),
-      ",\"queued_samples\":",
-      Column(p, [](const Point& x) { return absl::StrCat(x.queued_samples); }),
-      ",\"buffer_reserved_bytes\":",
-      Column(p,
-             [](const Point& x) {
-               return absl::StrCat(x.buffer_reserved_bytes);
-             }),
-      ",\"buffer_idle_bytes\":",
-      Column(p,
-             [](const Point& x) { return absl::StrCat(x.buffer_idle_bytes); }),
-      ",\"buffer_limit_bytes\":",
-      Column(p,
-             [](const Point& x) { return absl::StrCat(x.max_buffer_bytes); }),
-      ",\"substitutions_per_second\":",
-      Column(p,
-             [](const Point& x) {
-               return Number(x.substitutions_per_second);
-             }),
-      ",\"capacity_images_per_second\":",
-      Column(p,
-             [](const Point& x) {
-               return Number(x.capacity_images_per_second);
-             }),
-      ",\"stage_ms_per_image\":{\"read\":",
-      Column(p, [](const Point& x) { return Number(x.read_ms); }),
-      ",\"decode\":",
-      Column(p, [](const Point& x) { return Number(x.decode_ms); }),
-      ",\"transform\":",
-      Column(p, [](const Point& x) { return Number(x.transform_ms); }),
-      ",\"augment\":",
-      Column(p, [](const Point& x) { return Number(x.augment_ms); }),
-      ",\"send\":",
-      Column(p, [](const Point& x) { return Number(x.send_ms); }), "}");
+  return added_;
+}
 
-  std::set<std::string> names;
-  for (const Point& x : p) {
-    for (const Point::Job& job : x.jobs) names.insert(job.job);
+TimelineView Timeline::View(int max_jobs) const {
+  max_jobs = std::max(max_jobs, 1);
+  absl::MutexLock lock(&mu_);
+  TimelineView view;
+  view.capacity = capacity_;
+  view.version = added_;
+  const size_t n = points_.size();
+  view.points.reserve(n);
+  for (const Stored& stored : points_) view.points.push_back(stored.point);
+
+  // The jobs held, busiest first; the first max_jobs get series.
+  std::vector<uint32_t> held;
+  for (uint32_t id = 0; id < names_.size(); ++id) {
+    if (refs_[id] > 0) held.push_back(id);
   }
-  out += ",\"jobs\":[";
-  bool first = true;
-  for (const std::string& name : names) {
-    // The job's entry in each point, or null where it was not listed.
-    std::vector<const Point::Job*> of(p.size(), nullptr);
-    for (size_t i = 0; i < p.size(); ++i) {
-      for (const Point::Job& job : p[i].jobs) {
-        if (job.job == name) of[i] = &job;
+  const auto busier = [this](uint32_t a, uint32_t b) {
+    if (images_sum_[a] != images_sum_[b]) {
+      return images_sum_[a] > images_sum_[b];
+    }
+    return names_[a] < names_[b];
+  };
+  // "_other" sorts last so that it is never picked.
+  const auto it = ids_.find(kTimelineOtherJob);
+  const int64_t other_id = it == ids_.end() ? -1 : it->second;
+  const auto rank = [&](uint32_t a, uint32_t b) {
+    const bool a_other = a == other_id, b_other = b == other_id;
+    if (a_other != b_other) return b_other;
+    return busier(a, b);
+  };
+  size_t picked = std::min(held.size(), static_cast<size_t>(max_jobs));
+  std::partial_sort(held.begin(), held.begin() + picked, held.end(), rank);
+  if (picked > 0 && held[picked - 1] == other_id) --picked;
+  std::sort(held.begin(), held.begin() + picked,
+            [this](uint32_t a, uint32_t b) { return names_[a] < names_[b]; });
+  view.other_jobs = static_cast<int>(held.size() - picked);
+
+  // Per number, its series (the last for "_other").
+  constexpr int kUnset = -1;
+  std::vector<int> series_of(names_.size(), kUnset);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto new_series = [&](std::string job) {
+    TimelineSeries series;
+    series.job = std::move(job);
+    series.images_per_second.assign(n, nan);
+    series.wait_ratio.assign(n, nan);
+    series.demand_images_per_second.assign(n, nan);
+    view.jobs.push_back(std::move(series));
+    return static_cast<int>(view.jobs.size() - 1);
+  };
+  for (size_t i = 0; i < picked; ++i) {
+    series_of[held[i]] = new_series(names_[held[i]]);
+  }
+  if (view.other_jobs == 0) {
+    for (size_t p = 0; p < n; ++p) {
+      for (const StoredJob& job : points_[p].jobs) {
+        TimelineSeries& s = view.jobs[series_of[job.id]];
+        s.images_per_second[p] = job.images_per_second;
+        s.wait_ratio[p] = job.wait_ratio;
+        s.demand_images_per_second[p] = job.demand_images_per_second;
       }
     }
-    auto column = [&](auto value) {
-      std::string c = "[";
-      for (size_t i = 0; i < of.size(); ++i) {
-        if (i > 0) c += ",";
-        c += of[i] == nullptr ? "null" : value(*of[i]);
+    return view;
+  }
+  const int other = new_series(kTimelineOtherJob);
+  for (size_t p = 0; p < n; ++p) {
+    double images = 0, demand = 0, wait = 0;
+    int listed = 0, reporting = 0;
+    for (const StoredJob& job : points_[p].jobs) {
+      const int index = series_of[job.id];
+      if (index != kUnset) {
+        TimelineSeries& s = view.jobs[index];
+        s.images_per_second[p] = job.images_per_second;
+        s.wait_ratio[p] = job.wait_ratio;
+        s.demand_images_per_second[p] = job.demand_images_per_second;
+        continue;
       }
-      return c + "]";
-    };
-    absl::StrAppend(
-        &out, first ? "" : ",", "{\"job\":", Quote(name),
-        ",\"images_per_second\":",
-        column([](const Point::Job& j) { return Number(j.images_per_second); }),
-        ",\"wait_percent\":", column([](const Point::Job& j) {
-          return j.wait_ratio ? Number(100 * *j.wait_ratio) : "null";
-        }),
-        ",\"compute_percent\":", column([](const Point::Job& j) {
-          return j.wait_ratio ? Number(100 * (1 - *j.wait_ratio)) : "null";
-        }),
-        ",\"demand_images_per_second\":", column([](const Point::Job& j) {
-          return Number(j.demand_images_per_second);
-        }),
-        "}");
-    first = false;
+      ++listed;
+      images += job.images_per_second;
+      if (!std::isnan(job.wait_ratio)) {
+        ++reporting;
+        wait += job.wait_ratio;
+        demand += job.demand_images_per_second;
+      }
+    }
+    TimelineSeries& s = view.jobs[other];
+    if (listed > 0) s.images_per_second[p] = images;
+    if (reporting > 0) {
+      s.wait_ratio[p] = wait / reporting;
+      s.demand_images_per_second[p] = demand;
+    }
   }
-  out += "],\"autoscale\":[";
-  first = true;
-  for (const Point& x : p) {
-    if (x.autoscale_change.empty()) continue;
-    absl::StrAppend(&out, first ? "" : ",", "{\"t\":", Seconds(x.at),
-                    ",\"workers\":", x.workers,
-                    ",\"change\":", Quote(x.autoscale_change), "}");
-    first = false;
-  }
-  out += "]}";
-  return out;
+  return view;
 }
 
 }  // namespace batchd::server

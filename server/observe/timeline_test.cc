@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/observe/timeline_snapshot.h"
 
 namespace batchd::server {
 namespace {
@@ -9,6 +10,13 @@ namespace {
 using ::testing::HasSubstr;
 
 const absl::Time kStart = absl::FromUnixSeconds(1800000000);
+
+// The whole timeline as /api/timeline serves it, every job a series.
+std::string Json(const Timeline& timeline) {
+  return RenderedTimeline(timeline.View(kMaxTimelineMaxJobs),
+                          kMaxTimelineMaxJobs)
+      .full();
+}
 
 batchd::v1::ServerStatus Status(uint64_t decoded, double read_seconds,
                                 uint64_t substituted) {
@@ -60,7 +68,7 @@ TEST(TimelineTest, RatesAndStageTimesAreOverTheSecondBefore) {
   EXPECT_FALSE(p[2].read_ms.has_value());
   EXPECT_DOUBLE_EQ(*p[2].substitutions_per_second, 0.0);
 
-  const std::string json = timeline.Json();
+  const std::string json = Json(timeline);
   EXPECT_THAT(json, HasSubstr("\"t\":[1800000000.000,1800000001.000,"
                               "1800000002.000]"));
   EXPECT_THAT(json, HasSubstr("\"read\":[null,2,null]"));
@@ -84,7 +92,7 @@ TEST(TimelineTest, JobsAlignOnTimeWithNullWhereAbsentAndNamesEscaped) {
   second.set_capacity_demand_ratio(0.5);
   timeline.Add(second, kStart + absl::Seconds(1));
 
-  const std::string json = timeline.Json();
+  const std::string json = Json(timeline);
   EXPECT_THAT(json, HasSubstr("{\"job\":\"a\",\"images_per_second\":[10,20],"
                               "\"wait_percent\":[null,null],"
                               "\"compute_percent\":[null,null],"
@@ -113,15 +121,17 @@ TEST(TimelineTest, AutoscaleChangesBecomeMarkers) {
   status.mutable_autoscale()->set_last_change("grow 2 -> 3: job \"a\"");
   timeline.Add(status, kStart + absl::Seconds(1));
   timeline.Add(status, kStart + absl::Seconds(2));
-  EXPECT_THAT(timeline.Json(),
+  EXPECT_THAT(Json(timeline),
               HasSubstr("\"autoscale\":[{\"t\":1800000001.000,\"workers\":3,"
                         "\"change\":\"grow 2 -> 3: job \\\"a\\\"\"}]"));
 }
 
 TEST(TimelineTest, EmptyTimelineHasNoVerdictAndEmptyColumns) {
   Timeline timeline;
-  EXPECT_EQ(timeline.Json(),
-            "{\"interval_seconds\":1,\"capacity\":900,\"verdict\":null,"
+  EXPECT_EQ(Json(timeline),
+            "{\"since\":null,\"next\":null,\"interval_seconds\":1,"
+            "\"capacity\":900,\"max_jobs\":1024,\"other_jobs\":0,"
+            "\"verdict\":null,"
             "\"t\":[],\"workers\":[],\"busy_percent\":[],"
             "\"queued_samples\":[],\"buffer_reserved_bytes\":[],"
             "\"buffer_idle_bytes\":[],\"buffer_limit_bytes\":[],"

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/control/autoscale_policy.h"
+#include "server/observe/timeline_snapshot.h"
 
 namespace batchd::server {
 namespace {
@@ -76,6 +77,10 @@ AutoscalePolicyOptions AutoscaleBounds(const DaemonOptions& options,
 
 }  // namespace
 
+// The longest --remote-low-speed-seconds: a store request's own deadline
+// is 2 minutes.
+constexpr int64_t kMaxLowSpeedSeconds = 120;
+
 absl::Status ValidateDaemonOptions(const DaemonOptions& options,
                                    int available_cpus) {
   if (options.remote_connections < 1) {
@@ -88,6 +93,20 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& options,
     return absl::InvalidArgumentError(absl::StrCat(
         "--remote-redirects is \"", options.remote_redirects,
         "\"; it must be none or same-origin"));
+  }
+  if (options.remote_low_speed_bytes_per_s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--remote-low-speed-bytes-per-s is ",
+        options.remote_low_speed_bytes_per_s,
+        "; it must be 0 (no minimum) or more bytes per second"));
+  }
+  if (options.remote_low_speed_seconds < 1 ||
+      options.remote_low_speed_seconds > kMaxLowSpeedSeconds) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--remote-low-speed-seconds is ", options.remote_low_speed_seconds,
+        "; it must be 1..", kMaxLowSpeedSeconds,
+        " (the time a store request may stay under "
+        "--remote-low-speed-bytes-per-s)"));
   }
   if (options.max_shards < 1 || options.max_shards > kMaxShardsLimit) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -128,6 +147,12 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& options,
         "--max-job-buffer-share is ", options.max_job_buffer_share,
         "; it must be in (0, 1], e.g. 0.5 for half of --max-buffer-bytes"));
   }
+  if (!(options.max_identity_buffer_share > 0 &&
+        options.max_identity_buffer_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-identity-buffer-share is ", options.max_identity_buffer_share,
+        "; it must be in (0, 1], e.g. 0.5 for half of --max-buffer-bytes"));
+  }
   absl::StatusOr<WorkerCounts> counts =
       ResolveWorkers(options, available_cpus);
   if (!counts.ok()) return counts.status();
@@ -157,6 +182,14 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& options,
         "--metrics-port is ", options.metrics_port,
         "; it must be 0..65535, or -1 for no metrics endpoint"));
   }
+  if (options.timeline_max_jobs < 1 ||
+      options.timeline_max_jobs > kMaxTimelineMaxJobs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--timeline-max-jobs is ", options.timeline_max_jobs,
+        "; give 1..", kMaxTimelineMaxJobs,
+        " (the live page draws that many jobs, the rest summed into "
+        "\"_other\")"));
+  }
   if (counts->autoscale) {
     if (absl::Status valid =
             ValidateAutoscalePolicyOptions(AutoscaleBounds(options, *counts));
@@ -180,9 +213,15 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& options,
   if (options.max_open_streams < 1) {
     return absl::InvalidArgumentError("--max-open-streams must be at least 1");
   }
-  if (options.max_planless_streams_per_peer < 1) {
+  if (options.max_streams_per_identity > options.max_open_streams) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-streams-per-identity is ", options.max_streams_per_identity,
+        ", more than --max-open-streams (", options.max_open_streams,
+        "); give at most that, or 0 for half of it"));
+  }
+  if (options.max_planless_streams_per_connection < 1) {
     return absl::InvalidArgumentError(
-        "--max-planless-streams-per-peer must be at least 1");
+        "--max-planless-streams-per-connection must be at least 1");
   }
   if (options.open_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -285,11 +324,26 @@ ServerOptions MakeServerOptions(const DaemonOptions& options,
   server.service.max_job_buffer_bytes = static_cast<uint64_t>(
       options.max_job_buffer_share *
       static_cast<double>(options.max_buffer_bytes));
+  server.service.max_identity_buffer_bytes = static_cast<uint64_t>(
+      options.max_identity_buffer_share *
+      static_cast<double>(options.max_buffer_bytes));
+  // A stream's even share of the budget: a stream of a 1x1 plan costs as
+  // much budget as a place, so the budget's per-identity share bounds
+  // streams too. Never more than a job's or an identity's share, so that
+  // one stream always fits (--max-open-streams 1).
+  server.service.min_stream_buffer_bytes =
+      std::min({options.max_buffer_bytes / options.max_open_streams,
+                server.service.max_job_buffer_bytes,
+                server.service.max_identity_buffer_bytes});
   server.service.max_streams_per_job = options.max_streams_per_job;
   server.service.max_open_streams = options.max_open_streams;
+  server.service.max_streams_per_identity =
+      options.max_streams_per_identity != 0
+          ? options.max_streams_per_identity
+          : std::max<uint32_t>(1, options.max_open_streams / 2);
   server.service.open_timeout = options.open_timeout;
-  server.service.max_planless_streams_per_peer =
-      options.max_planless_streams_per_peer;
+  server.service.max_planless_streams_per_connection =
+      options.max_planless_streams_per_connection;
   server.max_idle_jobs = options.max_idle_jobs;
   server.share_batches = options.share_batches;
   server.shared_batches.retention_bytes =
@@ -306,6 +360,7 @@ ServerOptions MakeServerOptions(const DaemonOptions& options,
   server.metrics_auth = options.metrics_auth;
   server.metrics_http.max_connections = options.metrics_max_connections;
   server.metrics_http.request_deadline = options.metrics_request_deadline;
+  server.timeline_max_jobs = options.timeline_max_jobs;
 
   // The transport.
   server.max_concurrent_streams = options.max_concurrent_streams;

@@ -54,6 +54,7 @@ struct DaemonOptions {
   bool metrics_auth = false;
   int metrics_max_connections = 128;
   absl::Duration metrics_request_deadline = absl::Seconds(5);
+  int timeline_max_jobs = kDefaultTimelineMaxJobs;
 
   // Workers and the pipeline.
   std::string workers;  // a number, "auto", or empty for the CPUs
@@ -72,12 +73,14 @@ struct DaemonOptions {
   bool reflection = true;
   int64_t log_augment_sample = -1;  // a dataset index; -1: none
 
-  // Per-job and per-peer limits, batch sharing.
+  // Per-job, per-identity and per-connection limits, batch sharing.
   uint32_t max_streams_per_job = 256;
   double max_job_buffer_share = 0.5;  // of max_buffer_bytes, in (0, 1]
+  double max_identity_buffer_share = 0.5;  // of max_buffer_bytes, (0, 1]
   uint32_t max_open_streams = 1024;
+  uint32_t max_streams_per_identity = 0;  // 0: half of max_open_streams
   absl::Duration open_timeout = absl::Seconds(10);
-  uint32_t max_planless_streams_per_peer = 64;
+  uint32_t max_planless_streams_per_connection = 64;
   bool share_batches = true;
   int64_t shared_batch_bytes = -1;  // -1: max_buffer_bytes / 16
 
@@ -86,6 +89,10 @@ struct DaemonOptions {
   std::string remote_redirects = "none";  // or "same-origin"
   uint64_t s3_request_cost_bytes = 64 << 10;
   uint64_t http_request_cost_bytes = 16 << 10;
+  // A store request slower than this over remote_low_speed_seconds fails
+  // (retried, then the sample is substituted); 0: no minimum.
+  int64_t remote_low_speed_bytes_per_s = 1024;
+  int64_t remote_low_speed_seconds = 10;
   uint64_t max_shards = 1000000;
   uint64_t read_cache_bytes = 0;
   uint64_t decoded_cache_bytes = 0;

@@ -46,6 +46,15 @@ std::vector<Refusal> Refusals() {
       {"an unknown redirect policy",
        [](DaemonOptions& o) { o.remote_redirects = "any"; },
        {"--remote-redirects is \"any\"", "it must be none or same-origin"}},
+      {"a negative low speed",
+       [](DaemonOptions& o) { o.remote_low_speed_bytes_per_s = -1; },
+       {"--remote-low-speed-bytes-per-s is -1", "0 (no minimum)"}},
+      {"no low-speed time",
+       [](DaemonOptions& o) { o.remote_low_speed_seconds = 0; },
+       {"--remote-low-speed-seconds is 0", "it must be 1..120"}},
+      {"a low-speed time past the request deadline",
+       [](DaemonOptions& o) { o.remote_low_speed_seconds = 121; },
+       {"--remote-low-speed-seconds is 121", "it must be 1..120"}},
       {"no shards", [](DaemonOptions& o) { o.max_shards = 0; },
        {"--max-shards is 0", "it must be 1..2147483648"}},
       {"more shards than shard numbers",
@@ -130,14 +139,38 @@ std::vector<Refusal> Refusals() {
       {"metrics port below -1",
        [](DaemonOptions& o) { o.metrics_port = -2; },
        {"--metrics-port is -2", "it must be 0..65535"}},
+      {"no timeline jobs",
+       [](DaemonOptions& o) { o.timeline_max_jobs = 0; },
+       {"--timeline-max-jobs is 0", "give 1..1024"}},
+      {"more timeline jobs than the page can draw",
+       [](DaemonOptions& o) { o.timeline_max_jobs = 1025; },
+       {"--timeline-max-jobs is 1025", "give 1..1024",
+        "the rest summed into \"_other\""}},
       {"no streams per job",
        [](DaemonOptions& o) { o.max_streams_per_job = 0; },
        {"--max-streams-per-job must be at least 1"}},
       {"no open streams", [](DaemonOptions& o) { o.max_open_streams = 0; },
        {"--max-open-streams must be at least 1"}},
       {"no planless streams",
-       [](DaemonOptions& o) { o.max_planless_streams_per_peer = 0; },
-       {"--max-planless-streams-per-peer must be at least 1"}},
+       [](DaemonOptions& o) { o.max_planless_streams_per_connection = 0; },
+       {"--max-planless-streams-per-connection must be at least 1"}},
+      {"more streams per identity than open",
+       [](DaemonOptions& o) {
+         o.max_open_streams = 64;
+         o.max_streams_per_identity = 65;
+       },
+       {"--max-streams-per-identity is 65, more than --max-open-streams "
+        "(64)",
+        "or 0 for half of it"}},
+      {"no identity buffer share",
+       [](DaemonOptions& o) { o.max_identity_buffer_share = 0; },
+       {"--max-identity-buffer-share is 0", "it must be in (0, 1]"}},
+      {"identity buffer share above 1",
+       [](DaemonOptions& o) { o.max_identity_buffer_share = 1.5; },
+       {"--max-identity-buffer-share is 1.5"}},
+      {"identity buffer share not a number",
+       [](DaemonOptions& o) { o.max_identity_buffer_share = std::nan(""); },
+       {"--max-identity-buffer-share is nan"}},
       {"no open timeout",
        [](DaemonOptions& o) { o.open_timeout = absl::ZeroDuration(); },
        {"--open-timeout is 0", "it must be positive"}},
@@ -190,6 +223,8 @@ TEST(DaemonOptionsTest, TheEdgesOfEachRangeAreAccepted) {
   const std::vector<std::function<void(DaemonOptions&)>> edges = {
       [](DaemonOptions& o) { o.port = 0; },
       [](DaemonOptions& o) { o.port = 65535; },
+      [](DaemonOptions& o) { o.timeline_max_jobs = 1; },
+      [](DaemonOptions& o) { o.timeline_max_jobs = 1024; },
       [](DaemonOptions& o) {
         o.port = -1;
         o.unix_socket = "/run/batchd.sock";
@@ -209,6 +244,8 @@ TEST(DaemonOptionsTest, TheEdgesOfEachRangeAreAccepted) {
         o.tls_client_ca = "ca.pem";
       },
       [](DaemonOptions& o) { o.max_job_buffer_share = 1; },
+      [](DaemonOptions& o) { o.max_identity_buffer_share = 1; },
+      [](DaemonOptions& o) { o.max_streams_per_identity = 1024; },
       [](DaemonOptions& o) { o.workers = "1"; },
       // --max-workers 0 rises to --workers N above the CPUs.
       [](DaemonOptions& o) { o.workers = "16"; },
@@ -260,6 +297,11 @@ TEST(DaemonOptionsTest, DefaultsMakeTheServersDefaults) {
   EXPECT_EQ(server.pipeline.log_augment_sample, -1);
   EXPECT_EQ(server.service.max_buffer_bytes, uint64_t{2} << 30);
   EXPECT_EQ(server.service.max_job_buffer_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(server.service.max_identity_buffer_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(server.service.min_stream_buffer_bytes, uint64_t{2} << 20);
+  EXPECT_EQ(server.service.max_open_streams, 1024u);
+  EXPECT_EQ(server.service.max_streams_per_identity, 512u);
+  EXPECT_EQ(server.service.max_planless_streams_per_connection, 64u);
   EXPECT_EQ(server.shared_batches.retention_bytes, (uint64_t{2} << 30) / 16);
   EXPECT_EQ(server.shared_memory.handshake_timeout, absl::Milliseconds(500));
   EXPECT_TRUE(server.shared_memory.allowed_uids.empty());
@@ -267,6 +309,7 @@ TEST(DaemonOptionsTest, DefaultsMakeTheServersDefaults) {
   EXPECT_FALSE(server.tls.enabled());
   EXPECT_EQ(server.min_ping_interval, absl::Seconds(5));
   EXPECT_EQ(server.max_ping_strikes, 2);
+  EXPECT_EQ(server.timeline_max_jobs, 32);
   EXPECT_TRUE(server.datasets.empty());
 }
 
@@ -325,6 +368,8 @@ TEST(DaemonOptionsTest, ValuesThatNeedWorkingOut) {
   options.corrupt_policy = "decode";
   options.max_buffer_bytes = 1000;
   options.max_job_buffer_share = 0.2;
+  options.max_identity_buffer_share = 0.3;
+  options.max_open_streams = 3;
   options.shared_batch_bytes = 0;
   options.tls_reload_interval = 3;
   options.log_augment_sample = 17;
@@ -334,6 +379,10 @@ TEST(DaemonOptionsTest, ValuesThatNeedWorkingOut) {
   EXPECT_EQ(server.shared_memory.handshake_timeout, absl::Milliseconds(300));
   EXPECT_TRUE(server.pipeline.decode_limits.decode_damaged);
   EXPECT_EQ(server.service.max_job_buffer_bytes, 200u);
+  EXPECT_EQ(server.service.max_identity_buffer_bytes, 300u);
+  EXPECT_EQ(server.service.min_stream_buffer_bytes, 200u);  // the job's share
+  // Half of 3 streams, rounded down: one per identity.
+  EXPECT_EQ(server.service.max_streams_per_identity, 1u);
   EXPECT_EQ(server.shared_batches.retention_bytes, 0u);
   EXPECT_EQ(server.tls.reload_interval, absl::Seconds(3));
 }

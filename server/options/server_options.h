@@ -13,6 +13,7 @@
 #include "server/control/autoscaler.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/observe/job_stats.h"
+#include "server/observe/timeline_snapshot.h"
 #include "server/pipeline/pipeline.h"
 #include "server/pipeline/shared_batches.h"
 #include "server/plan/resolved_plan.h"
@@ -65,6 +66,9 @@ struct ServerOptions {
   // Bounds of the metrics endpoint (connections, request deadline); its
   // routes and `authorize` are set by Start.
   MetricsHttpOptions metrics_http;
+  // Job series in /api/timeline and the live page: the busiest, the rest
+  // summed into "_other" (--timeline-max-jobs).
+  int timeline_max_jobs = kDefaultTimelineMaxJobs;
   // Every request on the metrics endpoint needs a token from
   // `auth_token_file` (--metrics-auth), as GetStatus does.
   bool metrics_auth = false;

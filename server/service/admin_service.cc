@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "server/service/raw_unary.h"
 
 namespace batchd::server {
@@ -147,6 +148,15 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
     out->set_bytes(store->bytes());
     out->set_failures(store->failures());
     out->set_changed_objects(store->changed());
+    const absl::Time now = absl::Now();
+    for (const RecentStoreFault& fault : store->RecentFaults(now)) {
+      batchd::v1::StoreFaultStatus* f = out->add_recent_faults();
+      f->set_dataset(fault.dataset);
+      f->set_slow(fault.slow);
+      f->set_count(fault.count);
+      f->set_seconds_since_latest(absl::ToDoubleSeconds(now - fault.latest));
+      f->set_latest(fault.what);
+    }
   }
   return status;
 }

@@ -68,7 +68,9 @@ absl::StatusOr<TokenSet> TokenSet::Parse(absl::string_view text,
     }
     set.entries_.push_back(
         {std::string(fields[0]),
-         Caller{fields.size() == 2 ? std::string(fields[1]) : ""}});
+         Caller{fields.size() == 2 ? std::string(fields[1]) : "",
+                absl::StrCat("token on line ", line_number,
+                             " of --auth-token-file")}});
   }
   if (set.entries_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

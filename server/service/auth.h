@@ -36,6 +36,10 @@ inline constexpr size_t kMinTokenChars = 16;
 struct Caller {
   // The job the token is bound to; empty: any job, and administration.
   std::string job;
+  // Which token, for per-identity limits and their messages, without the
+  // secret: "token on line 3 of --auth-token-file". Empty when no token is
+  // required (the caller is then known by its peer host).
+  std::string identity;
 };
 
 class TokenSet {

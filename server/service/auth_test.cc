@@ -32,9 +32,12 @@ TEST(TokenSetTest, ParsesTokensJobsCommentsAndBlankLines) {
   absl::StatusOr<Caller> admin = set->Find(kAdmin);
   ASSERT_TRUE(admin.ok());
   EXPECT_EQ(admin->job, "");
+  // Each token's identity names its line, never the token.
+  EXPECT_EQ(admin->identity, "token on line 3 of --auth-token-file");
   absl::StatusOr<Caller> job = set->Find(kJobA);
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->job, "job-a");
+  EXPECT_EQ(job->identity, "token on line 4 of --auth-token-file");
 }
 
 TEST(TokenSetTest, RejectsBadFilesNamingTheLine) {

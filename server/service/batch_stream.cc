@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunk_codec.h"
 #include "common/local_address.h"
@@ -23,11 +24,24 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 }  // namespace
 
+namespace {
+
+// Who a stream counts against: its token when tokens are required, else
+// its peer host (the Unix socket's peers are one host, "unix").
+std::string IdentityOf(const absl::StatusOr<Caller>& caller,
+                       absl::string_view peer) {
+  if (caller.ok() && !caller->identity.empty()) return caller->identity;
+  return absl::StrCat("peer host ", common::PeerHost(peer));
+}
+
+}  // namespace
+
 BatchStream::BatchStream(const BatchStreamContext* context,
                          absl::StatusOr<Caller> caller, std::string peer)
     : context_(*context),
+      identity_(IdentityOf(caller, peer)),
       session_(
-          &context->session, peer,
+          &context->session, peer, identity_,
           /*may_stream=*/
           [caller = caller.ok() ? *caller : Caller{}](absl::string_view job) {
             return CheckJob(caller, job);
@@ -39,7 +53,7 @@ BatchStream::BatchStream(const BatchStreamContext* context,
   StartRead(&request_bytes_);
   const absl::Status refused =
       caller.ok()
-          ? context_.registry->AddStream(this, common::PeerHost(peer))
+          ? context_.registry->AddStream(this, identity_, peer)
           : caller.status();
   if (!refused.ok()) {
     session_.Fail(refused).IgnoreError();  // it ends the stream: Pump
@@ -53,8 +67,10 @@ void BatchStream::Cancel(absl::Status status) {
   Pump();
 }
 
-void BatchStream::CancelIfNoPlan(absl::Status status) {
-  if (session_.EndIfNoPlan(std::move(status))) Pump();
+bool BatchStream::CancelIfNoPlan(absl::Status status) {
+  if (!session_.EndIfNoPlan(std::move(status))) return false;
+  Pump();
+  return true;
 }
 
 void BatchStream::OnReadDone(bool ok) {
@@ -71,7 +87,7 @@ void BatchStream::OnReadDone(bool ok) {
     }
     // Whatever became of it, the plan arrived, or the stream is ending
     // (a request it could not handle): either way it no longer waits for
-    // a plan, so the open deadline and its host's count of planless
+    // a plan, so the open deadline and its connection's count of planless
     // streams no longer apply. (Until OnDone, which may come late on a
     // loaded daemon, a refused stream would otherwise hold its host's
     // place.)

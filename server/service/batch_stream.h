@@ -42,11 +42,15 @@ class BatchStream;
 // DataServiceImpl; thread-safe.
 class StreamRegistry : public StreamAdmission {
  public:
-  // Registers a new stream from `peer_host`, waiting for its plan, or
-  // returns why it is refused (draining, --max-open-streams or
-  // --max-planless-streams-per-peer reached).
+  // Registers a new stream of `identity` over the connection `peer` (gRPC's
+  // peer string), waiting for its plan, or returns why it is refused
+  // (draining, --max-streams-per-identity or --max-open-streams reached;
+  // server/stream/admission_table.h). Admitting it may end other streams
+  // that have not sent their plan, or one of an identity above its fair
+  // share.
   virtual absl::Status AddStream(BatchStream* stream,
-                                 const std::string& peer_host) = 0;
+                                 const std::string& identity,
+                                 const std::string& peer) = 0;
   // The stream's first `open` arrived, or a request ended the stream: it
   // no longer waits for its plan. Idempotent.
   virtual void PlanArrived(BatchStream* stream) = 0;
@@ -82,8 +86,8 @@ class BatchStream final
   // write is in flight.
   void Cancel(absl::Status status);
   // Cancel, unless the stream's plan has arrived (the open deadline's
-  // race with a late `open`).
-  void CancelIfNoPlan(absl::Status status);
+  // race with a late `open`). Returns whether it cancelled.
+  bool CancelIfNoPlan(absl::Status status);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -118,6 +122,9 @@ class BatchStream final
   void TakeFromGrpc();
 
   const BatchStreamContext& context_;
+  // Who the stream counts against (AdmissionTable, BufferBudget): the
+  // caller's token, else "peer host <address>".
+  const std::string identity_;
   std::atomic<int> refs_{1};  // gRPC's, until OnDone
 
   // Only touched by reactions, which gRPC runs one at a time for reads.

@@ -13,7 +13,9 @@ DataServiceImpl::DataServiceImpl(DatasetMap datasets,
                                  TrainerReports* reports)
     : datasets_(std::move(datasets)),
       options_(std::move(options)),
-      budget_(options_.max_buffer_bytes, options_.max_job_buffer_bytes),
+      budget_(options_.max_buffer_bytes, options_.max_job_buffer_bytes,
+              options_.max_identity_buffer_bytes,
+              options_.min_stream_buffer_bytes),
       own_batches_(pipeline),
       stream_context_{
           .session = {.datasets = &datasets_,
@@ -32,6 +34,12 @@ DataServiceImpl::DataServiceImpl(DatasetMap datasets,
                       .budget = &budget_,
                       .admission = this},
           .registry = this},
+      admission_(AdmissionTable::Limits{
+          .max_open_streams = options_.max_open_streams,
+          .max_streams_per_identity = options_.max_streams_per_identity,
+          .max_planless_per_connection =
+              options_.max_planless_streams_per_connection,
+          .open_timeout = options_.open_timeout}),
       reaper_([this] { ReapPlanlessStreams(); }) {}
 
 DataServiceImpl::~DataServiceImpl() {
@@ -53,25 +61,37 @@ void DataServiceImpl::ReapPlanlessStreams() {
                    "message"));
   absl::MutexLock lock(&mu_);
   while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), kTick)) {
-    const absl::Time now = absl::Now();
-    std::vector<BatchStream*> overdue;
-    for (auto& [stream, awaiting] : streams_) {
-      if (awaiting.has_value() && awaiting->deadline <= now) {
-        stream->AddRef();
-        overdue.push_back(stream);
-        PlanArrivedLocked(stream);  // counted once, here
-      }
+    std::vector<ToEnd> overdue;
+    for (AdmissionTable::Handle handle : admission_.Overdue(absl::Now())) {
+      // Registered streams are alive: OnDone unregisters before it drops
+      // gRPC's reference.
+      auto* stream = const_cast<BatchStream*>(
+          static_cast<const BatchStream*>(handle));
+      stream->AddRef();
+      overdue.push_back(
+          ToEnd{stream, AdmissionTable::Ended{stream, timed_out,
+                                              /*planless=*/true,
+                                              "planless_stream_timeout"}});
     }
     if (overdue.empty()) continue;
     mu_.Unlock();
-    for (BatchStream* stream : overdue) {
-      if (ServerMetrics* metrics = options_.metrics) {
-        metrics->BoundHit("planless_stream_timeout");
-      }
-      stream->CancelIfNoPlan(timed_out);
-      stream->Unref();
-    }
+    EndStreams(std::move(overdue));
     mu_.Lock();
+  }
+}
+
+void DataServiceImpl::EndStreams(std::vector<ToEnd> streams) {
+  for (ToEnd& end : streams) {
+    if (ServerMetrics* metrics = options_.metrics) {
+      metrics->BoundHit(end.how.bound);
+    }
+    if (!end.how.planless) {
+      end.stream->Cancel(end.how.status);
+    } else if (!end.stream->CancelIfNoPlan(end.how.status)) {
+      absl::MutexLock lock(&mu_);
+      admission_.Restore(end.stream);
+    }
+    end.stream->Unref();
   }
 }
 
@@ -138,49 +158,44 @@ void DataServiceImpl::RemoveJobStream(const std::string& job) {
 }
 
 absl::Status DataServiceImpl::AddStream(BatchStream* stream,
-                                        const std::string& peer_host) {
-  absl::MutexLock lock(&mu_);
-  if (draining_.load()) return DrainingRefusalLocked();
-  if (streams_.size() >= options_.max_open_streams) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("batchd already has ", streams_.size(),
-                     " StreamBatches calls open, its --max-open-streams "
-                     "limit; close a stream, retry later or on another "
-                     "daemon, or raise --max-open-streams"));
-  }
-  uint32_t& planless = planless_by_host_[peer_host];
-  if (planless >= options_.max_planless_streams_per_peer) {
-    if (ServerMetrics* metrics = options_.metrics) {
-      metrics->BoundHit("planless_streams_per_peer");
+                                        const std::string& identity,
+                                        const std::string& peer) {
+  std::vector<ToEnd> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_.load()) return DrainingRefusalLocked();
+    AdmissionTable::Decision decision =
+        admission_.Admit(stream, identity, peer, absl::Now());
+    if (!decision.status.ok()) {
+      if (ServerMetrics* metrics = options_.metrics) {
+        metrics->BoundHit(decision.refused_by);
+      }
+      return decision.status;
     }
-    return absl::ResourceExhaustedError(
-        absl::StrCat("host ", peer_host, " already has ", planless,
-                     " StreamBatches calls open that have not sent their "
-                     "plan, the most --max-planless-streams-per-peer "
-                     "allows; send `open` first on the streams you have"));
+    streams_.insert(stream);
+    for (AdmissionTable::Ended& end : decision.ended) {
+      // Registered streams are alive: OnDone unregisters before it drops
+      // gRPC's reference.
+      auto* other = const_cast<BatchStream*>(
+          static_cast<const BatchStream*>(end.stream));
+      other->AddRef();
+      ended.push_back(ToEnd{other, std::move(end)});
+    }
   }
-  ++planless;
-  streams_.emplace(stream, AwaitingPlan{peer_host,
-                                        absl::Now() + options_.open_timeout});
+  // Not under mu_: ending a stream may run its reactions inline, and they
+  // unregister it.
+  EndStreams(std::move(ended));
   return absl::OkStatus();
 }
 
 void DataServiceImpl::PlanArrived(BatchStream* stream) {
   absl::MutexLock lock(&mu_);
-  PlanArrivedLocked(stream);
-}
-
-void DataServiceImpl::PlanArrivedLocked(BatchStream* stream) {
-  auto it = streams_.find(stream);
-  if (it == streams_.end() || !it->second.has_value()) return;
-  auto host = planless_by_host_.find(it->second->peer_host);
-  if (--host->second == 0) planless_by_host_.erase(host);
-  it->second.reset();
+  admission_.PlanArrived(stream);
 }
 
 void DataServiceImpl::RemoveStream(BatchStream* stream) {
   absl::MutexLock lock(&mu_);
-  PlanArrivedLocked(stream);
+  admission_.Remove(stream);
   streams_.erase(stream);
 }
 
@@ -188,8 +203,7 @@ std::vector<BatchStream*> DataServiceImpl::RefStreams() {
   absl::MutexLock lock(&mu_);
   std::vector<BatchStream*> streams;
   streams.reserve(streams_.size());
-  for (const auto& entry : streams_) {
-    BatchStream* stream = entry.first;
+  for (BatchStream* stream : streams_) {
     // Registered streams are alive: OnDone unregisters before it drops
     // gRPC's reference.
     stream->AddRef();

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -40,6 +41,7 @@
 #include "server/metrics/server_metrics.h"
 #include "server/service/auth.h"
 #include "server/service/batch_stream.h"
+#include "server/stream/admission_table.h"
 #include "server/stream/buffer_budget.h"
 #include "server/stream/shared_memory_broker.h"
 
@@ -56,21 +58,31 @@ struct DataServiceOptions {
   // Bound on what the streams of one job may reserve together, bytes, so
   // that one job cannot take the whole budget (--max-job-buffer-share).
   uint64_t max_job_buffer_bytes = uint64_t{1} << 30;
+  // The same for one identity (a token, else a peer host), bytes
+  // (--max-identity-buffer-share).
+  uint64_t max_identity_buffer_bytes = uint64_t{1} << 30;
+  // What every stream is charged of the budget at least, bytes, whatever
+  // its plan asks: max_buffer_bytes / max_open_streams by default, so that
+  // a stream of a 1x1 plan costs budget as it costs a place.
+  uint64_t min_stream_buffer_bytes = (uint64_t{2} << 30) / 1024;
   // Most StreamBatches calls one job may have open at once.
   uint32_t max_streams_per_job = 256;
   // Most StreamBatches calls open at once over all clients; more are refused
   // with RESOURCE_EXHAUSTED. The buffer budget already bounds pixel memory;
   // this bounds the per-stream state a client that leaks streams can pin.
   uint32_t max_open_streams = 1024;
+  // Most StreamBatches calls one identity (a token, else a peer host) may
+  // have open; and, when the daemon is full, its fair share of
+  // max_open_streams (server/stream/admission_table.h).
+  uint32_t max_streams_per_identity = 512;
   // A stream must send its plan (`open`) within this, or it ends with
   // DEADLINE_EXCEEDED: a call that never sends one would hold a
   // max_open_streams place for good.
   absl::Duration open_timeout = absl::Seconds(10);
-  // Most streams one peer host (common::PeerHost) may have open that have
-  // not sent their plan yet; more are refused with RESOURCE_EXHAUSTED, so
-  // that one host cannot take every max_open_streams place before any job
-  // is known.
-  uint32_t max_planless_streams_per_peer = 64;
+  // Most streams one connection (gRPC's peer string: address and port) may
+  // have open that have not sent their plan yet; at the cap its oldest
+  // such stream ends with RESOURCE_EXHAUSTED.
+  uint32_t max_planless_streams_per_connection = 64;
   // The version and limits sent in every PlanOpened.daemon.
   batchd::v1::DaemonInfo daemon_info;
   // Who may call; nullptr: anyone. Not owned; must outlive the service.
@@ -141,8 +153,9 @@ class DataServiceImpl final
 
  private:
   // StreamRegistry, for the BatchStreams.
-  absl::Status AddStream(BatchStream* stream, const std::string& peer_host)
-      override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AddStream(BatchStream* stream, const std::string& identity,
+                         const std::string& peer) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   void PlanArrived(BatchStream* stream) override ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveStream(BatchStream* stream) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status AddJobStream(const std::string& job) override
@@ -154,9 +167,14 @@ class DataServiceImpl final
 
   // The open streams, each with a reference the caller must drop (Unref).
   std::vector<BatchStream*> RefStreams() ABSL_LOCKS_EXCLUDED(mu_);
-  // Stops counting `stream` as waiting for its plan. REQUIRES: registered.
-  void PlanArrivedLocked(BatchStream* stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A stream the admission table chose to end, with a reference.
+  struct ToEnd {
+    BatchStream* stream;
+    AdmissionTable::Ended how;
+  };
+  // Ends each of `streams` as the table said and drops its reference; a
+  // plan-less one whose plan came first goes on and counts again.
+  void EndStreams(std::vector<ToEnd> streams) ABSL_LOCKS_EXCLUDED(mu_);
   // The open-deadline reaper's loop: ends streams that sent no plan within
   // options_.open_timeout, until the service is destroyed.
   void ReapPlanlessStreams() ABSL_LOCKS_EXCLUDED(mu_);
@@ -175,18 +193,11 @@ class DataServiceImpl final
   std::atomic<uint64_t> send_nanos_{0};
 
   mutable absl::Mutex mu_;
-  // A registered stream that has not sent its plan yet.
-  struct AwaitingPlan {
-    std::string peer_host;
-    absl::Time deadline;
-  };
-  // Every StreamBatches call between its reactor's construction and OnDone;
-  // a value while it waits for its plan.
-  absl::flat_hash_map<BatchStream*, std::optional<AwaitingPlan>> streams_
-      ABSL_GUARDED_BY(mu_);
-  // Streams waiting for their plan, by peer host; hosts with none absent.
-  absl::flat_hash_map<std::string, uint32_t> planless_by_host_
-      ABSL_GUARDED_BY(mu_);
+  // Every StreamBatches call between its reactor's construction and OnDone.
+  absl::flat_hash_set<BatchStream*> streams_ ABSL_GUARDED_BY(mu_);
+  // The places the registered streams hold, and which to end for a new
+  // one; streams_ are the ones it knows.
+  AdmissionTable admission_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // the reaper exits
   // Streams with an open plan, by job; jobs with none are absent.
   absl::flat_hash_map<std::string, uint32_t> job_streams_ ABSL_GUARDED_BY(mu_);

@@ -3,6 +3,12 @@
 // latency) in an ObjectStoreCounters shared with whoever reports them (the
 // daemon's status and metrics). One counters object may serve many stores.
 //
+// ObjectStoreCounters also keeps each dataset's recent store faults (failed,
+// slow or stalled attempts, from ObjectStoreOptions::on_fault): they are
+// logged, at most one line per dataset every kStoreFaultLogInterval with a
+// count of the rest, and RecentFaults() gives the daemon's verdict its
+// "the object store is failing/slow" (common/daemon_verdict.h).
+//
 // Thread-safe.
 #ifndef BATCHD_SERVER_STORAGE_COUNTING_OBJECT_STORE_H_
 #define BATCHD_SERVER_STORAGE_COUNTING_OBJECT_STORE_H_
@@ -10,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +27,21 @@
 #include "server/storage/object_store.h"
 
 namespace batchd::server {
+
+// A dataset's store faults over the last kStoreFaultWindow.
+struct RecentStoreFault {
+  std::string dataset;
+  bool slow = false;    // the latest fault was a slow or stalled transfer
+  uint64_t count = 0;   // faults since `since`
+  absl::Time since;     // the window's start (at most kStoreFaultWindow ago)
+  absl::Time latest;
+  std::string what;     // the latest fault's error (dataset, URL, range)
+};
+
+// Faults older than this no longer count as the store failing.
+inline constexpr absl::Duration kStoreFaultWindow = absl::Seconds(60);
+// At most one log line per dataset this often (the rest are counted in it).
+inline constexpr absl::Duration kStoreFaultLogInterval = absl::Seconds(10);
 
 class ObjectStoreCounters {
  public:
@@ -39,13 +61,30 @@ class ObjectStoreCounters {
   void Record(uint64_t bytes, const absl::Status& status,
               absl::Duration elapsed);
 
+  // A failed attempt of a store request: counted, and logged to stderr
+  // (rate-limited, see above). Thread-safe; never blocks on I/O for long
+  // (one fprintf).
+  void RecordFault(const StoreFaultReport& report);
+  // Datasets whose store failed within kStoreFaultWindow of `now`, by name.
+  std::vector<RecentStoreFault> RecentFaults(absl::Time now) const;
+  uint64_t faults() const { return faults_.load(); }  // since start
+
  private:
+  struct FaultLog {
+    RecentStoreFault recent;
+    absl::Time logged = absl::InfinitePast();  // the last line
+    uint64_t unlogged = 0;  // faults since that line, not in one
+  };
+
+  std::atomic<uint64_t> faults_{0};
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint64_t> failures_{0};
   std::atomic<uint64_t> changed_{0};
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   LatencyObserver observer_ ABSL_GUARDED_BY(mu_);
+  // By dataset: bounded by the datasets the daemon serves.
+  std::map<std::string, FaultLog> fault_logs_ ABSL_GUARDED_BY(mu_);
 };
 
 class CountingObjectStore : public ObjectStore {

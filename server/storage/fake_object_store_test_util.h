@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/storage/object_store.h"
+#include "server/storage/response_check.h"
 
 namespace batchd::server {
 
@@ -109,9 +110,12 @@ class FakeObjectStore : public ObjectStore {
           absl::StrCat("'", object.url, "' does not exist"));
     }
     if (it->second.etag != object.etag) {
-      return absl::FailedPreconditionError(
+      // As HttpClient says it (a 412 to If-Match, or another ETag).
+      absl::Status changed = absl::FailedPreconditionError(
           absl::StrCat("'", object.url, "' changed since it was indexed (ETag ",
                        it->second.etag, ", expected ", object.etag, ")"));
+      SetStoreFault(changed, StoreFault::kChanged);
+      return changed;
     }
     const std::string& bytes = it->second.bytes;
     if (offset > bytes.size() || size > bytes.size() - offset) {

@@ -42,6 +42,7 @@ struct Sink {
   long status = 0;  // from the last status line
   std::string etag;
   std::string content_range;
+  int64_t content_length = -1;
   uint64_t received = 0;
   bool overflow = false;
   std::string error_body;
@@ -57,10 +58,21 @@ struct Sink {
   const std::atomic<bool>* cancel = nullptr;
   bool cancelled = false;
 
+  // The request, for judging a ranged read's headers before its body
+  // (CheckHeaders); `headers_verdict` holds the refusal that aborted it.
+  const RequestFacts* facts = nullptr;
+  bool headers_refused = false;
+  Verdict headers_verdict;
+  // The last attempt ended too slow or stalled (for fault reports).
+  bool slow_or_stalled = false;
+
   void ResetResponse() {
     status = 0;
     etag.clear();
     content_range.clear();
+    content_length = -1;
+    headers_refused = false;
+    headers_verdict = Verdict();
     received = 0;
     overflow = false;
     error_body.clear();
@@ -86,6 +98,26 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   sink.last_byte = absl::Now();
   absl::string_view line(data, size * n);
   line = absl::StripTrailingAsciiWhitespace(line);
+  if (line.empty()) {
+    // The end of a response's headers. A ranged read whose headers already
+    // say the body is not the range asked (another ETag, the whole object,
+    // another range, a longer body) ends here, before any of its body.
+    if (sink.facts != nullptr && sink.facts->ranged && sink.status >= 200 &&
+        sink.status < 300) {
+      ResponseFacts headers;
+      headers.http_status = sink.status;
+      headers.etag = sink.etag;
+      headers.content_range = sink.content_range;
+      headers.content_length = sink.content_length;
+      Verdict verdict = CheckHeaders(*sink.facts, headers);
+      if (!verdict.status.ok()) {
+        sink.headers_refused = true;
+        sink.headers_verdict = std::move(verdict);
+        return 0;  // CURLE_WRITE_ERROR
+      }
+    }
+    return size * n;
+  }
   if (absl::StartsWith(line, "HTTP/")) {
     // A new response (after a redirect or 100 Continue): forget the last.
     sink.ResetResponse();
@@ -102,6 +134,12 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
   if (name == "etag") sink.etag = std::string(value);
   if (name == "content-range") sink.content_range = std::string(value);
+  if (name == "content-length") {
+    int64_t length = -1;
+    if (absl::SimpleAtoi(value, &length) && length >= 0) {
+      sink.content_length = length;
+    }
+  }
   return size * n;
 }
 
@@ -132,7 +170,8 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
   return bytes;
 }
 
-Transport TransportOf(CURLcode code, const Sink& sink) {
+Transport TransportOf(CURLcode code, const Sink& sink,
+                      const char* error_buffer) {
   switch (code) {
     case CURLE_OK:
       return Transport::kOk;
@@ -141,13 +180,19 @@ Transport TransportOf(CURLcode code, const Sink& sink) {
              : sink.stalled ? Transport::kStalled
                             : Transport::kFatal;
     case CURLE_WRITE_ERROR:
-      return sink.overflow ? Transport::kBodyRefused : Transport::kFatal;
+      return sink.headers_refused ? Transport::kHeadersRefused
+             : sink.overflow      ? Transport::kBodyRefused
+                                  : Transport::kFatal;
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE:
       return Transport::kCertificate;
+    case CURLE_OPERATION_TIMEDOUT:
+      // libcurl words its low-speed abort "Operation too slow. Less than
+      // N bytes/sec transferred the last T seconds".
+      return absl::StrContains(error_buffer, "too slow") ? Transport::kTooSlow
+                                                          : Transport::kTransient;
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_OPERATION_TIMEDOUT:
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
     case CURLE_GOT_NOTHING:
@@ -288,6 +333,18 @@ Verdict HttpClient::Attempt(Request& request, absl::Time deadline) {
   sink.stalled = false;
   sink.cancel = options_.store.cancelled.get();
   sink.cancelled = false;
+  sink.facts = &facts;
+  char error_buffer[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
+  if (options_.store.low_speed_bytes_per_s > 0 &&
+      options_.store.low_speed_time > absl::ZeroDuration()) {
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT,
+                     static_cast<long>(options_.store.low_speed_bytes_per_s));
+    curl_easy_setopt(
+        curl, CURLOPT_LOW_SPEED_TIME,
+        static_cast<long>(std::max<int64_t>(
+            1, absl::ToInt64Seconds(options_.store.low_speed_time))));
+  }
   curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &OnProgress);
   curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &sink);
@@ -336,15 +393,24 @@ Verdict HttpClient::Attempt(Request& request, absl::Time deadline) {
   }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, nullptr);
   curl_easy_setopt(curl, CURLOPT_USERPWD, nullptr);
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, nullptr);
   curl_slist_free_all(headers);
   Release(curl);
 
   ResponseFacts response;
-  response.transport = TransportOf(code, sink);
+  response.transport = TransportOf(code, sink, error_buffer);
+  sink.slow_or_stalled = response.transport == Transport::kTooSlow ||
+                         response.transport == Transport::kStalled;
+  if (response.transport == Transport::kHeadersRefused) {
+    return sink.headers_verdict;
+  }
   if (response.transport != Transport::kOk) {
     response.transport_error = curl_easy_strerror(code);
   }
   response.stall_timeout = options_.store.stall_timeout;
+  response.low_speed_bytes_per_s = options_.store.low_speed_bytes_per_s;
+  response.low_speed_time = options_.store.low_speed_time;
+  response.content_length = sink.content_length;
   response.http_status = sink.status;
   response.etag = sink.etag;
   response.content_range = sink.content_range;
@@ -392,6 +458,7 @@ absl::Status HttpClient::Run(Request& request) {
       --attempt;
       continue;
     }
+    if (!outcome.status.ok()) Report(request, outcome.status);
     if (outcome.status.ok() || !outcome.retry) return outcome.status;
     if (attempt >= std::max(1, o.max_attempts)) break;
     // Full jitter in [backoff / 2, backoff].
@@ -460,6 +527,19 @@ absl::Status HttpClient::GetRange(const std::string& url,
   request.sink.dest = dest;
   request.sink.capacity = size;
   return Run(request);
+}
+
+void HttpClient::Report(const Request& request, const absl::Status& status) {
+  if (!options_.store.on_fault || absl::IsCancelled(status) ||
+      StoreFaultOf(status) != StoreFault::kNone) {
+    return;
+  }
+  StoreFaultReport report;
+  report.dataset = options_.dataset;
+  report.url = request.facts.shown_url;
+  report.slow = request.sink.slow_or_stalled;
+  report.what = std::string(status.message());
+  options_.store.on_fault(report);
 }
 
 RequestFacts HttpClient::Facts(const char* method,

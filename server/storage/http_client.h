@@ -8,6 +8,14 @@
 // libcurl is pinned to http and https. When store.cancelled is set, a
 // transfer in flight aborts and every request ends with CANCELLED.
 //
+// A ranged read's headers are judged before its body (CheckHeaders): an
+// answer that is not the range asked (HTTP 200 with the whole object,
+// another ETag or Content-Range, a longer Content-Length) is aborted
+// before a byte of its body is taken, and a body is cut the moment it
+// passes the range. An attempt slower than store.low_speed_bytes_per_s
+// over store.low_speed_time fails. Each failed attempt goes to
+// store.on_fault.
+//
 // Errors name the dataset, the method, the URL as shown to people, the
 // range and the HTTP status; never a credential.
 //
@@ -84,6 +92,8 @@ class HttpClient {
   // One attempt on a pooled connection, judged by CheckResponse.
   Verdict Attempt(Request& request, absl::Time deadline);
   RequestFacts Facts(const char* method, const std::string& shown_url) const;
+  // Tells store.on_fault of a failed attempt (see StoreFaultReport).
+  void Report(const Request& request, const absl::Status& status);
 
   void* Acquire();  // CURL*; blocks until one is free
   void Release(void* handle);

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +82,21 @@ enum class RemoteRedirects {
   kSameOrigin,  // only to the same scheme, host and port (at most 5)
 };
 
+// A failed attempt of a store request, as HttpClient reports it to
+// ObjectStoreOptions::on_fault: transfers that failed, were too slow or
+// stalled, or answered an error. Not reported: cancellations, changed
+// objects and a store that ignores Range (their own log lines).
+struct StoreFaultReport {
+  std::string dataset;
+  std::string url;   // as shown to people
+  bool slow = false;  // too slow or stalled, rather than failing
+  std::string what;  // the attempt's error, naming the URL and range
+};
+
+// --remote-low-speed-bytes-per-s and --remote-low-speed-seconds' defaults.
+inline constexpr int64_t kDefaultLowSpeedBytesPerSecond = 1024;
+inline constexpr absl::Duration kDefaultLowSpeedTime = absl::Seconds(10);
+
 // How a store retries and times out. The defaults suit the daemon; tests
 // shorten them.
 struct ObjectStoreOptions {
@@ -93,6 +109,15 @@ struct ObjectStoreOptions {
   // A response that sends no byte for this long is a failed attempt
   // (checked about once a second).
   absl::Duration stall_timeout = absl::Seconds(30);
+  // An attempt slower than `low_speed_bytes_per_s` over `low_speed_time`
+  // fails (libcurl's low-speed limit; --remote-low-speed-bytes-per-s,
+  // --remote-low-speed-seconds), so a store that drips a byte a second
+  // costs `low_speed_time` an attempt, not `deadline`. 0: no minimum.
+  int64_t low_speed_bytes_per_s = kDefaultLowSpeedBytesPerSecond;
+  absl::Duration low_speed_time = kDefaultLowSpeedTime;
+  // Called (on the requesting thread, no lock held) for each failed
+  // attempt; may be empty. Must not block.
+  std::function<void(const StoreFaultReport&)> on_fault;
   int list_page_size = 1000;  // ListObjectsV2 max-keys
   RemoteRedirects redirects = RemoteRedirects::kNone;
   // When set and true, every request ends at once with CANCELLED: a

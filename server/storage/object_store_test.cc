@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "testing/object_servers.h"
 #include "testing/status_matchers.h"
 #include "server/storage/object_store_test_util.h"
+#include "server/storage/response_check.h"
 
 namespace batchd::server {
 namespace {
@@ -294,6 +296,114 @@ TEST_F(NginxStoreTest, PersistentFaultsEndInAClearError) {
   EXPECT_OK(store->ReadRange(object, 100, 3000,
                              reinterpret_cast<uint8_t*>(dest.data())));
   EXPECT_EQ(dest, shards_[0].substr(100, 3000));
+}
+
+// A changed object answers If-Match with 412 and no body; a store that
+// ignores Range is named and its whole-object answer cut at the headers;
+// an endless body is cut at the range. Each costs the store few bytes.
+TEST_F(NginxStoreTest, AnswersAreJudgedBeforeTheirBodies) {
+  // A large object: what a store sends past the headers shows.
+  const std::string big = Bytes(uint64_t{64} << 20, 7);
+  WriteFile(root_ + "/big.tar", big);
+  ASSERT_OK_AND_ASSIGN(auto proxy, HttpFaultProxy::Start(nginx_->port()));
+  ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, TestOptions()));
+  ASSERT_OK_AND_ASSIGN(ObjectInfo object,
+                       store->Stat(proxy->url() + "/big.tar"));
+  std::string dest(3000, '\0');
+  auto read = [&] {
+    return store->ReadRange(object, 100, 3000,
+                            reinterpret_cast<uint8_t*>(dest.data()));
+  };
+
+  proxy->Always(HttpFault::kObjectChanged);
+  uint64_t sent = proxy->bytes_sent();
+  int requests = proxy->requests();
+  absl::Status status = read();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                               AllOf(HasSubstr("HTTP 412"),
+                                     HasSubstr("changed since it was indexed"),
+                                     HasSubstr(object.url))));
+  EXPECT_EQ(StoreFaultOf(status), StoreFault::kChanged);
+  EXPECT_THAT(proxy->last_request_head(),
+              HasSubstr(absl::StrCat("If-Match: ", object.etag)));
+  EXPECT_EQ(proxy->requests() - requests, 1);
+  EXPECT_LT(proxy->bytes_sent() - sent, 1024u);
+
+  proxy->Always(HttpFault::kIgnoreRange);
+  sent = proxy->bytes_sent();
+  requests = proxy->requests();
+  status = read();
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("the store ignores Range: answered 200 "
+                                       "with the whole object (67108864 "
+                                       "bytes)"),
+                             HasSubstr(object.url))));
+  EXPECT_EQ(StoreFaultOf(status), StoreFault::kIgnoresRange);
+  EXPECT_EQ(proxy->requests() - requests, 1);
+  const uint64_t ignored_range_bytes = proxy->bytes_sent() - sent;
+  // Cut at the headers: what the sockets' buffers took, not the object.
+  EXPECT_LT(ignored_range_bytes, big.size() / 4);
+  // A read of the whole object is what such a store can serve.
+  std::string whole(big.size(), '\0');
+  EXPECT_OK(store->ReadRange(object, 0, big.size(),
+                             reinterpret_cast<uint8_t*>(whole.data())));
+  EXPECT_TRUE(whole == big);
+
+  proxy->Always(HttpFault::kEndlessBody);
+  sent = proxy->bytes_sent();
+  requests = proxy->requests();
+  status = read();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable,
+                               HasSubstr("more than the 3000 bytes asked")));
+  const int endless_attempts = proxy->requests() - requests;
+  EXPECT_EQ(endless_attempts, TestOptions().max_attempts);
+  const uint64_t endless_bytes = proxy->bytes_sent() - sent;
+  EXPECT_LT(endless_bytes, uint64_t{endless_attempts} * (16u << 20));
+  std::cout << "store bytes sent: ignored Range " << ignored_range_bytes
+            << " of " << big.size() << "; endless body " << endless_bytes
+            << " over " << endless_attempts << " attempts\n";
+}
+
+// A store that drips: each attempt ends after the low-speed time, and every
+// failed attempt is reported as slow.
+TEST_F(NginxStoreTest, LowSpeedLimitEndsADrip) {
+  ASSERT_OK_AND_ASSIGN(auto proxy, HttpFaultProxy::Start(nginx_->port()));
+  ObjectStoreOptions options = TestOptions();
+  options.max_attempts = 2;
+  options.stall_timeout = absl::Seconds(30);  // the drip never stalls
+  options.low_speed_bytes_per_s = 1000;
+  options.low_speed_time = absl::Seconds(2);
+  std::atomic<int> slow_faults{0};
+  std::atomic<int> faults{0};
+  options.on_fault = [&](const StoreFaultReport& report) {
+    ++faults;
+    if (report.slow && report.dataset == "web" &&
+        report.what.find("too slow") != std::string::npos) {
+      ++slow_faults;
+    }
+  };
+  ASSERT_OK_AND_ASSIGN(auto store, MakeObjectStore(config_, options));
+  ASSERT_OK_AND_ASSIGN(ObjectInfo object,
+                       store->Stat(proxy->url() + "/shard-000000.tar"));
+  proxy->SetDrip(absl::Milliseconds(100));
+  proxy->Always(HttpFault::kDrip);
+  std::string dest(3000, '\0');
+  const absl::Time start = absl::Now();
+  const absl::Status status = store->ReadRange(
+      object, 0, 3000, reinterpret_cast<uint8_t*>(dest.data()));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("too slow: under 1000 bytes/s for 2s"),
+                             HasSubstr("--remote-low-speed-bytes-per-s"),
+                             HasSubstr(object.url))));
+  EXPECT_EQ(slow_faults.load(), 2);
+  EXPECT_EQ(faults.load(), 2);
+  // 2 attempts of about 2 s; without the limit, 300 s of drip each.
+  EXPECT_LT(took, absl::Seconds(12));
+  std::cout << "drip of 10 bytes/s: gave up after "
+            << absl::FormatDuration(took) << "\n";
 }
 
 TEST_F(NginxStoreTest, DeadlineBoundsRetries) {

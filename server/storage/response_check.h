@@ -42,6 +42,12 @@ enum class Transport {
   kStalled,      // no byte for the stall timeout
   kBodyRefused,  // more body than asked for (not written)
   kCancelled,    // aborted: the daemon is stopping
+  // Slower than the store's minimum rate (low_speed_bytes_per_s over
+  // low_speed_time: libcurl's low-speed limit).
+  kTooSlow,
+  // Aborted after the headers: CheckHeaders refused them, so no byte of
+  // the body was taken.
+  kHeadersRefused,
 };
 
 // What came back.
@@ -49,9 +55,13 @@ struct ResponseFacts {
   Transport transport = Transport::kOk;
   std::string transport_error;  // libcurl's words, when not kOk
   absl::Duration stall_timeout;  // for kStalled's message
+  // For kTooSlow's message: the minimum rate and the time under it.
+  int64_t low_speed_bytes_per_s = 0;
+  absl::Duration low_speed_time;
   long http_status = 0;          // 0: no status line
   std::string etag;
   std::string content_range;
+  int64_t content_length = -1;  // -1: none in the headers
   std::string error_body;  // the start of a non-2xx body (S3's XML)
   uint64_t received = 0;   // body bytes accepted
   // A 3xx answer: where it pointed (absolute), and why it was not
@@ -76,6 +86,28 @@ struct Verdict {
 // CANCELLED. Messages start with the dataset and `request.Describe()`.
 Verdict CheckResponse(const RequestFacts& request,
                       const ResponseFacts& response);
+
+// The part of CheckResponse that the headers alone decide, for a final
+// (non-1xx, non-3xx) answer to a ranged read: HTTP 200 to a range that is
+// not the whole object (the store ignores Range: FAILED_PRECONDITION with
+// StoreFault::kIgnoresRange), another ETag than the indexed one
+// (FAILED_PRECONDITION with StoreFault::kChanged), a 206 whose
+// Content-Range is not the range asked or whose Content-Length is larger
+// (UNAVAILABLE, retried), another total size (kChanged). OK when the body
+// may be read. HttpClient calls it from libcurl's header callback and
+// aborts the transfer before the body when it fails.
+Verdict CheckHeaders(const RequestFacts& request,
+                     const ResponseFacts& response);
+
+// What a failed read says about the object or the store, carried in the
+// status's payload (so that callers need not parse messages).
+enum class StoreFault {
+  kNone,
+  kChanged,       // the object changed since it was indexed (412, ETag)
+  kIgnoresRange,  // the store answered 200 with the whole object
+};
+StoreFault StoreFaultOf(const absl::Status& status);
+void SetStoreFault(absl::Status& status, StoreFault fault);
 
 }  // namespace batchd::server
 

@@ -149,12 +149,92 @@ TEST(CheckResponseTest, IgnoredRangeIsOkOnlyForTheWholeObject) {
   full.content_range.clear();
   EXPECT_THAT(CheckResponse(Ranged(), full).status,
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("ignored the Range header")));
+                       HasSubstr("the store ignores Range: answered 200 "
+                                 "with the whole object")));
+  EXPECT_EQ(StoreFaultOf(CheckResponse(Ranged(), full).status),
+            StoreFault::kIgnoresRange);
   RequestFacts whole = Ranged();
   whole.offset = 0;
   whole.size = 1000;
   full.received = 1000;
   EXPECT_OK(CheckResponse(whole, full).status);
+}
+
+TEST(CheckResponseTest, A412IsAChangedObject) {
+  ResponseFacts precondition;
+  precondition.http_status = 412;
+  const Verdict v = CheckResponse(Ranged(), precondition);
+  EXPECT_FALSE(v.retry);
+  EXPECT_THAT(v.status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                 HasSubstr("changed since it was indexed")));
+  EXPECT_EQ(StoreFaultOf(v.status), StoreFault::kChanged);
+  // Other failures carry no store fault.
+  ResponseFacts unavailable;
+  unavailable.http_status = 503;
+  EXPECT_EQ(StoreFaultOf(CheckResponse(Ranged(), unavailable).status),
+            StoreFault::kNone);
+}
+
+// The headers alone refuse an answer that is not the range asked, so that
+// HttpClient ends it before its body.
+TEST(CheckHeadersTest, RefusesWhatTheHeadersAlreadyGiveAway) {
+  ResponseFacts good = Good();
+  good.received = 0;  // no body yet
+  good.content_length = 100;
+  EXPECT_OK(CheckHeaders(Ranged(), good).status);
+
+  ResponseFacts whole = good;
+  whole.http_status = 200;
+  whole.content_range.clear();
+  whole.content_length = 1000;
+  Verdict v = CheckHeaders(Ranged(), whole);
+  EXPECT_FALSE(v.retry);
+  EXPECT_THAT(v.status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                 HasSubstr("the store ignores Range: answered "
+                                           "200 with the whole object (1000 "
+                                           "bytes)")));
+  EXPECT_EQ(StoreFaultOf(v.status), StoreFault::kIgnoresRange);
+
+  ResponseFacts other_etag = good;
+  other_etag.etag = "\"e2\"";
+  EXPECT_EQ(StoreFaultOf(CheckHeaders(Ranged(), other_etag).status),
+            StoreFault::kChanged);
+
+  ResponseFacts longer = good;
+  longer.content_length = 1u << 30;
+  v = CheckHeaders(Ranged(), longer);
+  EXPECT_TRUE(v.retry);
+  EXPECT_THAT(v.status,
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("Content-Length 1073741824 for a range of "
+                                 "100 bytes")));
+
+  ResponseFacts wrong_range = good;
+  wrong_range.content_range = "bytes 0-99/1000";
+  EXPECT_TRUE(CheckHeaders(Ranged(), wrong_range).retry);
+
+  // An unranged GET or an error status is not the headers' to judge.
+  RequestFacts get = Ranged();
+  get.ranged = false;
+  EXPECT_OK(CheckHeaders(get, whole).status);
+  ResponseFacts error;
+  error.http_status = 500;
+  EXPECT_OK(CheckHeaders(Ranged(), error).status);
+}
+
+TEST(CheckResponseTest, TooSlowNamesTheFlagsAndIsRetried) {
+  ResponseFacts slow;
+  slow.transport = Transport::kTooSlow;
+  slow.http_status = 206;
+  slow.low_speed_bytes_per_s = 1024;
+  slow.low_speed_time = absl::Seconds(10);
+  const Verdict v = CheckResponse(Ranged(), slow);
+  EXPECT_TRUE(v.retry);
+  EXPECT_THAT(v.status,
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("too slow: under 1024 bytes/s for 10s"),
+                             HasSubstr("--remote-low-speed-bytes-per-s"),
+                             HasSubstr("s3://b/k"))));
 }
 
 TEST(CheckResponseTest, UnrangedGetAndHead) {

@@ -1,6 +1,7 @@
 #include "server/storage/shard_cache.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -341,7 +342,8 @@ bool ShardCache::MakeRoom(uint64_t bytes, bool prefetch,
 
 absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
     const std::shared_ptr<ObjectStore>& store, const ObjectInfo& shard,
-    bool prefetch, const Outlook& outlook, bool* downloaded) {
+    bool prefetch, bool whole_object, const Outlook& outlook,
+    bool* downloaded) {
   const std::string name = FileName(shard);
   *downloaded = false;
   absl::MutexLock lock(&mu_);
@@ -381,7 +383,9 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
         prefetched_unread_bytes_ + shard.size > options_.disk_bytes / 2) {
       return nullptr;
     }
-    const std::optional<ShardFetch> fetch = ChooseFetchFor(outlook, name);
+    // A store that ignores Range can only be read whole.
+    const std::optional<ShardFetch> fetch =
+        whole_object ? std::nullopt : ChooseFetchFor(outlook, name);
     if (fetch == ShardFetch::kRanges) {
       ++(prefetch ? stats_.prefetches_declined : stats_.range_choices);
       return nullptr;
@@ -405,7 +409,8 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
 
   mu_.Unlock();
   const absl::Time start = absl::Now();
-  const absl::Status status = Download(*store, shard, PathOf(name));
+  const absl::Status status =
+      Download(*store, shard, PathOf(name), whole_object);
   const absl::Duration elapsed = absl::Now() - start;
   mu_.Lock();
 
@@ -444,13 +449,47 @@ void ShardCache::Unpin(const std::shared_ptr<Entry>& entry) {
 }
 
 absl::Status ShardCache::Download(ObjectStore& store, const ObjectInfo& shard,
-                                  const std::string& path) {
+                                  const std::string& path, bool whole_object) {
   const std::string temp = absl::StrCat(path, kTempMarker, ::getpid(), ".",
                                         temp_counter.fetch_add(1));
-  const int fd =
-      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(temp.c_str(),
+                        (whole_object ? O_RDWR : O_WRONLY) | O_CREAT |
+                            O_TRUNC | O_CLOEXEC,
+                        0644);
   if (fd < 0) {
     return common::ErrnoStatus(errno, absl::StrCat("create '", temp, "'"));
+  }
+  if (whole_object) {
+    // One GET of the whole object, written by the store straight into the
+    // mapped file: no buffer of the shard's size in memory.
+    absl::Status status;
+    if (shard.size > 0) {
+      void* map = MAP_FAILED;
+      if (::ftruncate(fd, static_cast<off_t>(shard.size)) != 0) {
+        status = common::ErrnoStatus(errno,
+                                     absl::StrCat("truncate '", temp, "'"));
+      } else {
+        map = ::mmap(nullptr, shard.size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     fd, 0);
+        if (map == MAP_FAILED) {
+          status =
+              common::ErrnoStatus(errno, absl::StrCat("mmap '", temp, "'"));
+        }
+      }
+      if (status.ok()) {
+        status = store.ReadRange(shard, 0, shard.size,
+                                 static_cast<uint8_t*>(map));
+        ::munmap(map, shard.size);
+      }
+    }
+    if (::close(fd) != 0 && status.ok()) {
+      status = common::ErrnoStatus(errno, absl::StrCat("close '", temp, "'"));
+    }
+    if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
+      status = common::ErrnoStatus(errno, absl::StrCat("rename '", temp, "'"));
+    }
+    if (!status.ok()) ::unlink(temp.c_str());
+    return status;
   }
 
   const uint64_t chunk = options_.chunk_bytes;
@@ -561,7 +600,8 @@ void ShardCache::RamInsert(const std::string& name,
 
 absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
                               const ObjectInfo& shard, uint64_t offset,
-                              uint64_t size, uint8_t* dest) {
+                              uint64_t size, uint8_t* dest,
+                              bool whole_object) {
   if (offset > shard.size || size > shard.size - offset) {
     return absl::OutOfRangeError(absl::StrCat(
         "bytes [", offset, ", ", offset + size, ") of '", shard.url,
@@ -595,8 +635,22 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
   const Outlook outlook = cached ? Outlook() : TakeOutlook();
   bool downloaded = false;
   absl::StatusOr<std::shared_ptr<Entry>> entry =
-      Acquire(store, shard, /*prefetch=*/false, outlook, &downloaded);
+      Acquire(store, shard, /*prefetch=*/false, whole_object, outlook,
+              &downloaded);
   if (!entry.ok()) return entry.status();
+  if (*entry == nullptr && whole_object) {
+    uint64_t held = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      held = disk_bytes_;
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "'", shard.url, "' (", shard.size,
+        " bytes) must be downloaded whole and the shard cache cannot hold "
+        "it now (--cache-bytes=", options_.disk_bytes, ", ", held,
+        " bytes held by shards in use); raise --cache-bytes to several "
+        "shards' size"));
+  }
   if (*entry == nullptr) {
     {
       absl::MutexLock lock(&mu_);
@@ -616,7 +670,7 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
 }
 
 void ShardCache::Prefetch(const std::shared_ptr<ObjectStore>& store,
-                          const ObjectInfo& shard) {
+                          const ObjectInfo& shard, bool whole_object) {
   if (options_.prefetch_threads <= 0) return;
   const std::string name = FileName(shard);
   absl::MutexLock lock(&mu_);
@@ -636,7 +690,7 @@ void ShardCache::Prefetch(const std::shared_ptr<ObjectStore>& store,
     return;
   }
   prefetch_queued_.insert(name);
-  prefetch_queue_.push_back({store, shard});
+  prefetch_queue_.push_back({store, shard, whole_object});
   ++stats_.prefetches;
 }
 
@@ -655,8 +709,9 @@ void ShardCache::PrefetchLoop() {
       prefetch_queue_.pop_front();
     }
     bool downloaded = false;
-    absl::StatusOr<std::shared_ptr<Entry>> entry = Acquire(
-        task.store, task.shard, /*prefetch=*/true, TakeOutlook(), &downloaded);
+    absl::StatusOr<std::shared_ptr<Entry>> entry =
+        Acquire(task.store, task.shard, /*prefetch=*/true, task.whole_object,
+                TakeOutlook(), &downloaded);
     absl::MutexLock lock(&mu_);
     prefetch_queued_.erase(FileName(task.shard));
     if (entry.ok() && *entry == nullptr) ++stats_.prefetches_dropped;

@@ -119,14 +119,19 @@ class ShardCache {
   // another thread's download of the same shard. The download's error when
   // it fails (FAILED_PRECONDITION naming the URL when the ETag changed);
   // OUT_OF_RANGE for a range beyond shard.size.
+  //
+  // `whole_object`: the store ignores Range, so `shard` is downloaded by
+  // one GET of the whole object (written straight into its cache file) and
+  // never read by member ranges: RESOURCE_EXHAUSTED naming --cache-bytes
+  // when the cache cannot hold it now.
   absl::Status Read(const std::shared_ptr<ObjectStore>& store,
                     const ObjectInfo& shard, uint64_t offset, uint64_t size,
-                    uint8_t* dest);
+                    uint8_t* dest, bool whole_object = false);
 
   // Queues a background download of `shard` unless it is cached, being
   // downloaded, queued, too large or the queue is full. Never blocks.
   void Prefetch(const std::shared_ptr<ObjectStore>& store,
-                const ObjectInfo& shard);
+                const ObjectInfo& shard, bool whole_object = false);
 
   // True when `shard` is complete on disk now (tests, logs).
   bool Contains(const ObjectInfo& shard) const;
@@ -155,6 +160,7 @@ class ShardCache {
   struct PrefetchTask {
     std::shared_ptr<ObjectStore> store;
     ObjectInfo shard;
+    bool whole_object = false;
   };
   // A registered forecast: its demand, its shards' sizes and its costs.
   struct Forecaster {
@@ -186,7 +192,8 @@ class ShardCache {
   // prefetch rules, and not pinned. `outlook`: what the plans will read.
   absl::StatusOr<std::shared_ptr<Entry>> Acquire(
       const std::shared_ptr<ObjectStore>& store, const ObjectInfo& shard,
-      bool prefetch, const Outlook& outlook, bool* downloaded);
+      bool prefetch, bool whole_object, const Outlook& outlook,
+      bool* downloaded);
   void Unpin(const std::shared_ptr<Entry>& entry);
 
   // Frees room for `bytes` more, deleting unpinned shards in Belady's
@@ -194,9 +201,10 @@ class ShardCache {
   // deleted). False when that is impossible now.
   bool MakeRoom(uint64_t bytes, bool prefetch, const Outlook& outlook)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Downloads `shard` to its file. No lock held.
+  // Downloads `shard` to its file: in chunks, or (`whole_object`) by one
+  // read of the whole object into the mapped file. No lock held.
   absl::Status Download(ObjectStore& store, const ObjectInfo& shard,
-                        const std::string& path);
+                        const std::string& path, bool whole_object);
   // Reads the cached file `name`: the range into `dest`, or (`whole` set)
   // the whole shard into *whole.
   absl::Status ReadFile(const std::string& name, const ObjectInfo& shard,

@@ -25,10 +25,11 @@ uint64_t SharedSlotBytes(uint64_t max_batch_bytes) {
 }  // namespace
 
 StreamSession::StreamSession(const StreamSessionContext* context,
-                             std::string peer, JobCheck may_stream,
-                             std::function<void()> wake)
+                             std::string peer, std::string identity,
+                             JobCheck may_stream, std::function<void()> wake)
     : context_(*context),
       peer_(std::move(peer)),
+      identity_(std::move(identity)),
       may_stream_(std::move(may_stream)),
       wake_(std::move(wake)),
       cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
@@ -107,8 +108,12 @@ absl::Status StreamSession::Open(const batchd::v1::OpenPlan& open,
           ? SharedSlotBytes(max_batch_bytes)
           : max_batch_bytes;
   BufferBudget& budget = *context_.budget;
-  const uint32_t window = budget.ReserveUpTo(p.job, wanted, reserve_bytes);
-  if (window == 0) return Fail(budget.Refusal(p.job, reserve_bytes));
+  const BufferBudget::Reservation reserved =
+      budget.ReserveUpTo(p.job, identity_, wanted, reserve_bytes);
+  const uint32_t window = reserved.window;
+  if (window == 0) {
+    return Fail(budget.Refusal(p.job, identity_, reserve_bytes));
+  }
   StreamResponse response;
   batchd::v1::PlanOpened* opened = response.mutable_opened();
   opened->set_window(window);
@@ -137,7 +142,7 @@ absl::Status StreamSession::Open(const batchd::v1::OpenPlan& open,
 
   absl::MutexLock lock(&mu_);
   report_id_ = report_id;
-  ledger_.Open(window, batches, uint64_t{window} * reserve_bytes);
+  ledger_.Open(window, batches, reserved.bytes);
   queue_.PushMessage(std::move(response));
   return absl::OkStatus();
 }
@@ -465,7 +470,7 @@ void StreamSession::WriteDone(bool ok, absl::Time now) {
 
 void StreamSession::ReleaseBudgetLocked() {
   if (const uint64_t bytes = ledger_.TakeReservedBytes(); bytes > 0) {
-    context_.budget->Release(plan_->job, bytes);
+    context_.budget->Release(plan_->job, identity_, bytes);
   }
 }
 

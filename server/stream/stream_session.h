@@ -120,11 +120,13 @@ class StreamSession {
   };
 
   // `context` must outlive the session. `peer` is the client's address
-  // (common/local_address.h), `may_stream` checks the plan's job against
+  // (common/local_address.h), `identity` who is calling for the budget's
+  // per-identity share (AdmissionTable's name for it), `may_stream` checks the plan's job against
   // who opened the stream, and `wake` is called, on the thread that handed
   // a batch back, when something new is queued: it should act on Next.
   StreamSession(const StreamSessionContext* context, std::string peer,
-                JobCheck may_stream, std::function<void()> wake);
+                std::string identity, JobCheck may_stream,
+                std::function<void()> wake);
   StreamSession(const StreamSession&) = delete;
   StreamSession& operator=(const StreamSession&) = delete;
 
@@ -226,6 +228,7 @@ class StreamSession {
   // Constant after construction.
   const StreamSessionContext& context_;
   const std::string peer_;
+  const std::string identity_;
   const JobCheck may_stream_;
   const std::function<void()> wake_;
   // Set when the stream ends: stops the work of every batch it accepted.

@@ -132,6 +132,7 @@ class StreamSessionTest : public ::testing::Test {
       const StreamSessionContext* context = nullptr) {
     return std::make_unique<StreamSession>(
         context != nullptr ? context : &context_, "ipv4:10.1.2.3:4567",
+        "peer host 10.1.2.3",
         [bound_job](absl::string_view job) {
           if (bound_job.empty() || job == bound_job) return absl::OkStatus();
           return absl::PermissionDeniedError(
@@ -453,6 +454,33 @@ TEST_F(StreamSessionTest, AReportIsKeptOrAnsweredInBand) {
   EXPECT_THAT(written.messages[0].response.report_rejected().message(),
               HasSubstr("3 batches consumed, but 0 were sent"));
   EXPECT_FALSE(written.finish.has_value());  // the stream goes on
+}
+
+// A plan that asks for almost nothing is charged the budget's minimum per
+// stream, against its job and its caller's identity, and gives it back.
+TEST_F(StreamSessionTest, ATinyPlanIsChargedTheMinimumPerStream) {
+  StreamSessionContext charged = context_;
+  BufferBudget budget(/*limit=*/100 * kBatchBytes, /*job_limit=*/100 *
+                      kBatchBytes, /*identity_limit=*/10 * kBatchBytes,
+                      /*min_stream_bytes=*/5 * kBatchBytes);
+  charged.budget = &budget;
+  auto first = NewSession("", &charged);
+  ASSERT_OK(Handle(*first, Open("job", 1)));
+  EXPECT_EQ(budget.reserved("job"), 5 * kBatchBytes);
+  EXPECT_EQ(budget.reserved_by_identity("peer host 10.1.2.3"),
+            5 * kBatchBytes);
+  auto second = NewSession("", &charged);
+  ASSERT_OK(Handle(*second, Open("job", 1)));
+  // The identity's share (10 batches' bytes) holds two such streams.
+  auto third = NewSession("", &charged);
+  EXPECT_THAT(Handle(*third, Open("job", 1)),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("identity peer host 10.1.2.3 holds")));
+  third->Close();
+  first->Close();
+  second->Close();
+  EXPECT_EQ(budget.reserved(), 0u);
+  EXPECT_EQ(budget.reserved_by_identity("peer host 10.1.2.3"), 0u);
 }
 
 // A stream's reservation goes back once: when it ends idle (before the

@@ -1,5 +1,8 @@
 // The live page: polls api/timeline once a second and draws it with uPlot.
-// The charts are kept in window.batchdCharts (id -> uPlot) for tests.
+// After the first answer it asks only for the points after the last one
+// it has (since=, the answer's "next") and appends them, keeping the
+// daemon's `capacity` points. The charts are kept in window.batchdCharts
+// (id -> uPlot) for tests.
 "use strict";
 
 const POLL_MS = 1000;
@@ -183,10 +186,13 @@ function render(d) {
   }
   const n = d.t.length;
   if (n > 0) {
-    const jobs = d.jobs.filter(j => j.images_per_second[n - 1] != null);
+    // "_other" stands for the jobs beyond --timeline-max-jobs.
+    const drawn = d.jobs.filter(j => j.images_per_second[n - 1] != null);
+    const others = drawn.some(j => j.job == "_other") ? d.other_jobs : 0;
+    const count = drawn.filter(j => j.job != "_other").length + others;
     document.getElementById("summary").textContent =
         `${d.workers[n - 1]} workers, ${d.busy_percent[n - 1].toFixed(0)} % ` +
-        `busy · ${jobs.length} job${jobs.length == 1 ? "" : "s"} · ` +
+        `busy · ${count} job${count == 1 ? "" : "s"} · ` +
         `buffers ${bytes(d.buffer_reserved_bytes[n - 1])} of ` +
         `${bytes(d.buffer_limit_bytes[n - 1])}`;
   }
@@ -227,11 +233,66 @@ function setUp() {
   }
 }
 
+// The columns of a timeline answer that are aligned on t.
+const COLUMNS = ["t", "workers", "busy_percent", "queued_samples",
+                 "buffer_reserved_bytes", "buffer_idle_bytes",
+                 "buffer_limit_bytes", "substitutions_per_second",
+                 "capacity_images_per_second"];
+const STAGES = ["read", "decode", "transform", "augment", "send"];
+const JOB_COLUMNS = ["images_per_second", "wait_percent", "compute_percent",
+                     "demand_images_per_second"];
+
+function nulls(n) { return new Array(n).fill(null); }
+
+// `old` with the points of `d` (an answer to since=) appended, the oldest
+// dropped beyond d.capacity. A job missing from either side gets nulls
+// there; a job with no value left is dropped.
+function merge(old, d) {
+  if (old == null || d.since == null) return d;
+  const n = old.t.length, m = d.t.length;
+  const keep = Math.max(0, n + m - d.capacity);
+  const join = (a, b) => a.concat(b).slice(keep);
+  const out = Object.assign({}, d);
+  for (const c of COLUMNS) out[c] = join(old[c], d[c]);
+  out.stage_ms_per_image = {};
+  for (const s of STAGES) {
+    out.stage_ms_per_image[s] = join(old.stage_ms_per_image[s] || nulls(n),
+                                     d.stage_ms_per_image[s] || nulls(m));
+  }
+  const before = new Map(old.jobs.map(j => [j.job, j]));
+  const jobs = d.jobs.map(j => {
+    const o = before.get(j.job);
+    before.delete(j.job);
+    const merged = {job: j.job};
+    for (const c of JOB_COLUMNS) {
+      merged[c] = join(o ? o[c] : nulls(n), j[c]);
+    }
+    return merged;
+  });
+  for (const o of before.values()) {
+    const merged = {job: o.job};
+    for (const c of JOB_COLUMNS) merged[c] = join(o[c], nulls(m));
+    if (merged.images_per_second.some(v => v != null)) jobs.push(merged);
+  }
+  out.jobs = jobs;
+  const first = out.t.length ? out.t[0] : Infinity;
+  out.autoscale = old.autoscale.concat(d.autoscale).filter(a => a.t >= first);
+  return out;
+}
+
+let timeline = null;
+
 async function poll() {
   try {
-    const reply = await fetch("api/timeline", {cache: "no-store"});
-    if (!reply.ok) throw new Error("HTTP " + reply.status);
-    render(await reply.json());
+    const since = timeline && timeline.next != null ?
+        "?since=" + timeline.next.toFixed(3) : "";
+    const reply = await fetch("api/timeline" + since, {cache: "no-store"});
+    if (!reply.ok) {
+      if (reply.status == 400) timeline = null;  // ask for all next time
+      throw new Error("HTTP " + reply.status);
+    }
+    timeline = merge(timeline, await reply.json());
+    render(timeline);
     document.getElementById("notice").textContent =
         typeof uPlot === "undefined" ?
             document.getElementById("notice").textContent : "";

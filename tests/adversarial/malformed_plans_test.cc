@@ -121,15 +121,15 @@ TEST_F(MalformedPlansTest, InvalidUtf8PlansAreRefusedWithoutFillingTheLog) {
   const std::string dir = MakeTempDir("adv-utf8");
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
-      // As many planless streams per host as callers: a refused stream
-      // gives its place back before its status reaches the caller, so the
-      // callers' next calls are never refused for want of one (before,
-      // each refused stream held its place until gRPC's OnDone, and with
-      // the default of 64 a loaded daemon refused some with
-      // RESOURCE_EXHAUSTED).
+      // One planless stream per connection, and each caller has a
+      // connection of its own: a refused stream gives its place back
+      // before its status reaches the caller, so the caller's next call
+      // never finds its connection at the cap (before, each refused stream
+      // held its place until gRPC's OnDone, and a loaded daemon refused
+      // some with RESOURCE_EXHAUSTED; the bound's hits are asserted 0).
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "1",
-                            "--max-planless-streams-per-peer",
-                            std::to_string(kCallers), "--metrics-port", "0",
+                            "--max-planless-streams-per-connection", "1",
+                            "--metrics-port", "0",
                             "--metrics-port-file", dir + "/metrics-port"}));
   const std::string metrics_port = ReadPortFile(dir + "/metrics-port");
   ASSERT_FALSE(metrics_port.empty()) << daemon->Log();
@@ -187,6 +187,9 @@ TEST_F(MalformedPlansTest, InvalidUtf8PlansAreRefusedWithoutFillingTheLog) {
                                                   metrics_port + "/metrics"));
   EXPECT_EQ(page["batchd_rejected_requests_total{code=\"INVALID_ARGUMENT\"}"],
             kCallers * kPlansPerCaller);
+  EXPECT_EQ(page["batchd_bound_hits_total{bound=\"planless_streams_per_"
+                 "connection\"}"],
+            0);
 
   // The daemon still serves a good plan.
   v1::Plan good = TrainPlan("d", /*batch_size=*/4, /*size=*/32, /*seed=*/1);

@@ -210,9 +210,11 @@ TEST(MetricsHttpAdversarialTest, WithAuthEveryRouteNeedsAToken) {
 
   MetricsRegistry registry;
   MetricsHttpOptions options;
-  options.routes.push_back({"/", "text/html", [] { return "<p>page</p>"; }});
-  options.routes.push_back(
-      {"/api/timeline", "application/json", [] { return "{}"; }});
+  options.routes.push_back({"/", "text/html", [](const HttpParams&) {
+                              return std::string("<p>page</p>");
+                            }});
+  options.routes.push_back({"/api/timeline", "application/json",
+                            [](const HttpParams&) { return std::string("{}"); }});
   options.authorize = [a = authorizer->get()](absl::string_view header) {
     return a->AuthenticateHttp(header).ok();
   };

@@ -168,15 +168,18 @@ TEST_F(StreamBoundsTest, StreamThatNeverReadsCannotGrowTheDaemon) {
 }
 
 // Item: StreamBatches calls that never send `open` used to take every
-// --max-open-streams place and never time out. One host now holds at most
-// --max-planless-streams-per-peer of them, each for --open-timeout.
-TEST_F(StreamBoundsTest, PlanlessStreamsAreCappedPerPeerAndTimeOut) {
+// --max-open-streams place and never time out. One connection now holds at
+// most --max-planless-streams-per-connection of them and one host at most
+// --max-streams-per-identity (half of --max-open-streams), each for
+// --open-timeout; past a cap the oldest plan-less call ends.
+TEST_F(StreamBoundsTest, PlanlessStreamsAreCappedPerConnectionAndTimeOut) {
   const std::string socket = MakeTempDir("planless") + "/batchd.sock";
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<DaemonProcess> daemon,
       DaemonProcess::Start({"--dataset", "d=" + *dataset_, "--workers", "2",
                             "--unix-socket", socket, "--max-open-streams",
-                            "64", "--max-planless-streams-per-peer", "16",
+                            "64", "--max-planless-streams-per-connection",
+                            "16",
                             "--open-timeout", "3s"}));
   // The attacker is host 127.0.0.1 (TCP); the well-behaved job comes over
   // the Unix socket, another peer host.
@@ -224,7 +227,7 @@ TEST_F(StreamBoundsTest, PlanlessStreamsAreCappedPerPeerAndTimeOut) {
     if (a.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       ++refused;
       EXPECT_THAT(a.status.error_message(),
-                  HasSubstr("--max-planless-streams-per-peer"));
+                  HasSubstr("ended to admit a newer stream"));
     } else {
       EXPECT_EQ(a.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
           << a.status.error_message();
@@ -234,13 +237,14 @@ TEST_F(StreamBoundsTest, PlanlessStreamsAreCappedPerPeerAndTimeOut) {
     }
   }
   std::printf("plan-less streams: %d held until the open deadline, %d "
-              "refused, all gone after %s; well-behaved throughput x%.2f\n",
+              "ended for newer ones, all gone after %s; well-behaved "
+              "throughput x%.2f\n",
               timed_out, refused, absl::FormatDuration(attack_lasted).c_str(),
               share);
-  // Each attempt either held one of the host's 16 places until the
-  // deadline or was refused at once; more than 16 can succeed over time
-  // as places free up, never more than 16 at once.
-  EXPECT_GE(refused, kAttempts - 2 * 16);
+  // Each attempt either held one of the host's 32 places (its identity's
+  // cap) until the deadline or was ended for a newer one; more than 32 can
+  // last over time as places free up, never more than 32 at once.
+  EXPECT_GE(refused, kAttempts - 2 * 32);
   EXPECT_GE(share, kMinThroughputShare);
   ASSERT_OK_AND_ASSIGN(v1::ServerStatus status,
                        GetServerStatus(daemon->endpoint()));

@@ -12,8 +12,9 @@ Checks, exiting 1 with the reason on the first that fails:
 - the verdict line on the page is the one in the /api/timeline reply it
   was drawn from, and says what `batchd top --once` (GetStatus) says: the same
   kind of verdict for the same job;
-- every request the page made went to the daemon's own host:port, and no
-  script on the page failed.
+- every request the page made went to the daemon's own host:port, after
+  the first /api/timeline request with since= (only the newer points),
+  and no script on the page failed.
 """
 import argparse
 import json
@@ -142,6 +143,11 @@ def main():
     stray = [u for u in seen["requests"] if not u.startswith(origin)]
     if stray or not seen["requests"]:
         fail("requests outside the daemon", "\n".join(stray))
+    # After its first answer the page asks only for newer points.
+    timeline = [u for u in seen["requests"] if "/api/timeline" in u]
+    if not any("/api/timeline?since=" in u for u in timeline[1:]):
+        fail("the page does not ask for newer points only (since=)",
+             "\n".join(timeline))
     if seen["errors"]:
         fail("script errors on the page", "\n".join(seen["errors"]))
     if seen["notice"]:
