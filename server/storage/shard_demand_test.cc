@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -452,6 +453,36 @@ TEST(ShardDemandTest, ForecastAtImageNetScaleStaysBounded) {
   EXPECT_GE(forecast->reads(), ShardDemand::kMaxForecastReads - 64 * 256);
   EXPECT_EQ(forecast->depth() + 1,
             ShardDemand::kMaxForecastReads / readers.size());
+}
+
+// Readers publishing from several threads while others take forecasts
+// (the pipeline's workers and the cache's readers do this; TSan checks it).
+TEST(ShardDemandTest, PublishAndForecastFromManyThreads) {
+  Layout layout{/*shards=*/16, /*per_shard=*/64, /*member_bytes=*/1000};
+  ShardDemand demand([&](uint64_t s) { return layout.Locate(s); });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const std::vector<Reader> readers =
+          Readers(layout, {{.seed = static_cast<uint64_t>(t), .batch_size = 8}});
+      for (uint64_t batch = 0; batch < 128; ++batch) {
+        demand.Publish("reader" + std::to_string(t), readers[0].spec,
+                       readers[0].order, batch);
+      }
+      demand.Forget("reader" + std::to_string(t));
+    });
+  }
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        std::shared_ptr<const ShardForecast> forecast = demand.Forecast();
+        EXPECT_LE(forecast->reads(), 4 * 2 * layout.samples());
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(demand.readers(), 0u);
+  EXPECT_EQ(demand.ForecastNow()->reads(), 0u);
 }
 
 TEST(ShardDemandTest, ReadersBeyondTheBoundDropTheLeastRecentlyAdvanced) {
