@@ -94,7 +94,7 @@ absl::StatusOr<FileBytes> RemoteShards::Read(uint32_t shard, uint64_t offset,
 void RemoteShards::AttachDemand(
     const std::shared_ptr<ShardDemand>& demand) const {
   if (cache_ != nullptr) {
-    cache_->AddForecast(demand, shards_, request_cost_bytes_);
+    cache_->AddForecast(demand, store_, shards_, request_cost_bytes_);
   }
 }
 

@@ -205,9 +205,22 @@ void ShardCache::set_download_observer(DownloadObserver observer) {
   observer_ = std::move(observer);
 }
 
+bool ShardCache::forecasters_empty() const {
+  absl::MutexLock lock(&mu_);
+  return forecasters_.empty();
+}
+
 ShardCacheStats ShardCache::stats() const {
+  const Outlook outlook = TakeOutlook();
   absl::MutexLock lock(&mu_);
   ShardCacheStats stats = stats_;
+  for (const auto& [key, forecasted] : outlook) {
+    for (uint32_t shard : forecasted.forecast->ShardsByNextUse()) {
+      stats.forecast_shard_bytes += key->sizes[shard];
+    }
+    stats.forecast_reads += forecasted.forecast->reads();
+  }
+  stats.prefetches_in_flight = prefetch_queued_.size();
   stats.disk_bytes = disk_bytes_;
   stats.ram_bytes = ram_bytes_;
   stats.shards = lru_.size();
@@ -221,25 +234,27 @@ bool ShardCache::Contains(const ObjectInfo& shard) const {
 }
 
 void ShardCache::AddForecast(const std::shared_ptr<ShardDemand>& demand,
+                             std::shared_ptr<ObjectStore> store,
                              const std::vector<ObjectInfo>& shards,
                              uint64_t request_cost_bytes) {
-  auto forecaster = std::make_unique<Forecaster>();
+  auto forecaster = std::make_shared<Forecaster>();
   forecaster->demand = demand;
+  forecaster->store = std::move(store);
+  forecaster->shards = shards;
   forecaster->costs = {request_cost_bytes, options_.chunk_bytes};
   forecaster->sizes.reserve(shards.size());
-  std::vector<std::string> names;
-  names.reserve(shards.size());
+  forecaster->names.reserve(shards.size());
   for (const ObjectInfo& shard : shards) {
     forecaster->sizes.push_back(shard.size);
-    names.push_back(FileName(shard));
+    forecaster->names.push_back(FileName(shard));
   }
   RemoveForecast(demand.get());
   absl::MutexLock lock(&mu_);
   const Forecaster* key = forecaster.get();
-  forecasters_[demand.get()] = std::move(forecaster);
-  for (uint32_t i = 0; i < names.size(); ++i) {
-    forecast_shards_[std::move(names[i])] = {key, i};
+  for (uint32_t i = 0; i < key->names.size(); ++i) {
+    forecast_shards_[key->names[i]] = {key, i};
   }
+  forecasters_[demand.get()] = std::move(forecaster);
 }
 
 void ShardCache::RemoveForecast(const ShardDemand* demand) {
@@ -252,20 +267,22 @@ void ShardCache::RemoveForecast(const ShardDemand* demand) {
   forecasters_.erase(it);
 }
 
-ShardCache::Outlook ShardCache::TakeOutlook() {
-  std::vector<std::pair<const Forecaster*, std::shared_ptr<ShardDemand>>>
+ShardCache::Outlook ShardCache::TakeOutlook() const {
+  std::vector<std::pair<std::shared_ptr<const Forecaster>,
+                        std::shared_ptr<ShardDemand>>>
       demands;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, forecaster] : forecasters_) {
       if (auto demand = forecaster->demand.lock()) {
-        demands.emplace_back(forecaster.get(), std::move(demand));
+        demands.emplace_back(forecaster, std::move(demand));
       }
     }
   }
   Outlook outlook;
-  for (const auto& [forecaster, demand] : demands) {
-    outlook[forecaster] = demand->Forecast();
+  for (auto& [forecaster, demand] : demands) {
+    const Forecaster* key = forecaster.get();
+    outlook[key] = {std::move(forecaster), demand->Forecast()};
   }
   return outlook;
 }
@@ -276,7 +293,7 @@ uint64_t ShardCache::NextUse(const Outlook& outlook,
   if (known == forecast_shards_.end()) return ShardForecast::kNever;
   auto forecast = outlook.find(known->second.first);
   if (forecast == outlook.end()) return ShardForecast::kNever;
-  return forecast->second->NextUse(known->second.second);
+  return forecast->second.forecast->NextUse(known->second.second);
 }
 
 std::optional<ShardFetch> ShardCache::ChooseFetchFor(
@@ -286,7 +303,7 @@ std::optional<ShardFetch> ShardCache::ChooseFetchFor(
   const auto& [forecaster, shard] = known->second;
   auto it = outlook.find(forecaster);
   if (it == outlook.end()) return std::nullopt;
-  const ShardForecast& forecast = *it->second;
+  const ShardForecast& forecast = *it->second.forecast;
   if (forecast.NextUse(shard) == ShardForecast::kNever) return std::nullopt;
   // Reads past the point where a cache this size could no longer hold
   // every shard needed sooner would likely find the shard gone: only the
@@ -296,6 +313,61 @@ std::optional<ShardFetch> ShardCache::ChooseFetchFor(
       [forecaster = forecaster](uint32_t s) { return forecaster->sizes[s]; });
   return ChooseFetch(forecaster->sizes[shard],
                      forecast.ReadsBefore(shard, horizon), forecaster->costs);
+}
+
+std::optional<ShardCache::PrefetchTask> ShardCache::PlanPrefetch(
+    const Outlook& outlook) {
+  // Every forecast shard not held or on its way, soonest needed first.
+  struct Candidate {
+    uint64_t next_use;
+    const Forecaster* forecaster;
+    uint32_t shard;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& [key, forecasted] : outlook) {
+    const Forecaster* forecaster = key;
+    const ShardForecast* forecast = forecasted.forecast.get();
+    for (uint32_t shard : forecast->ShardsByNextUse()) {
+      const std::string& name = forecaster->names[shard];
+      if (entries_.contains(name) || prefetch_queued_.contains(name) ||
+          deleting_.contains(name)) {
+        continue;
+      }
+      candidates.push_back({forecast->NextUse(shard), forecaster, shard});
+    }
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) {
+              return a.next_use < b.next_use;
+            });
+  for (const Candidate& c : candidates) {
+    const std::string& name = c.forecaster->names[c.shard];
+    const uint64_t size = c.forecaster->sizes[c.shard];
+    if (ChooseFetchFor(outlook, name) != ShardFetch::kWhole) continue;
+    // Half the cache for shards fetched ahead, as for queued prefetches.
+    if (prefetched_unread_bytes_ + size > options_.disk_bytes / 2) break;
+    if (disk_bytes_ + size > options_.disk_bytes) {
+      // Room would come from evicting: only a shard needed later than
+      // this one (Belady's order) may go.
+      uint64_t furthest = 0;
+      bool evictable = false;
+      for (const auto& [held, entry] : entries_) {
+        if (entry->pins > 0 || entry->prefetched_unread || !entry->ready) {
+          continue;
+        }
+        furthest = std::max(furthest, NextUse(outlook, held));
+        evictable = true;
+      }
+      if (!evictable || furthest <= c.next_use) break;
+    }
+    prefetch_queued_.insert(name);
+    ++stats_.prefetches;
+    ++stats_.forecast_prefetches;
+    stats_.prefetch_depth_reads = c.next_use;
+    return PrefetchTask{c.forecaster->store, c.forecaster->shards[c.shard],
+                        /*whole_object=*/false};
+  }
+  return std::nullopt;
 }
 
 bool ShardCache::MakeRoom(uint64_t bytes, bool prefetch,
@@ -622,6 +694,8 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
     }
     if (bytes != nullptr) {
       if (size > 0) memcpy(dest, bytes->data() + offset, size);
+      absl::MutexLock lock(&mu_);
+      stats_.served_bytes += size;
       return absl::OkStatus();
     }
   }
@@ -652,17 +726,21 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
         "shards' size"));
   }
   if (*entry == nullptr) {
-    {
-      absl::MutexLock lock(&mu_);
-      ++stats_.uncached_reads;
+    absl::Status status = store->ReadRange(shard, offset, size, dest);
+    absl::MutexLock lock(&mu_);
+    ++stats_.uncached_reads;
+    if (status.ok()) {
+      stats_.range_bytes += size;
+      stats_.served_bytes += size;
     }
-    return store->ReadRange(shard, offset, size, dest);
+    return status;
   }
   std::string whole;
   absl::Status status = ReadFile(name, shard, offset, size, dest,
                                  ram_tier ? &whole : nullptr);
   absl::MutexLock lock(&mu_);
   --(*entry)->pins;
+  if (status.ok()) stats_.served_bytes += size;
   if (status.ok() && ram_tier) {
     RamInsert(name, std::make_shared<const std::string>(std::move(whole)));
   }
@@ -697,16 +775,32 @@ void ShardCache::Prefetch(const std::shared_ptr<ObjectStore>& store,
 void ShardCache::PrefetchLoop() {
   for (;;) {
     PrefetchTask task;
+    bool queued;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](ShardCache* c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return c->stopping_ || !c->prefetch_queue_.empty();
-          },
-          this));
+      queued = mu_.AwaitWithTimeout(
+          absl::Condition(
+              +[](ShardCache* c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                return c->stopping_ || !c->prefetch_queue_.empty();
+              },
+              this),
+          options_.plan_interval);
       if (stopping_) return;
-      task = std::move(prefetch_queue_.front());
-      prefetch_queue_.pop_front();
+      if (queued) {
+        task = std::move(prefetch_queue_.front());
+        prefetch_queue_.pop_front();
+      }
+    }
+    if (!queued) {
+      // Nothing asked for: fetch ahead by the forecast, if anything is
+      // worth it.
+      if (forecasters_empty()) continue;
+      const Outlook outlook = TakeOutlook();
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      std::optional<PrefetchTask> planned = PlanPrefetch(outlook);
+      if (!planned.has_value()) continue;
+      task = *std::move(planned);
     }
     bool downloaded = false;
     absl::StatusOr<std::shared_ptr<Entry>> entry =

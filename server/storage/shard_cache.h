@@ -27,6 +27,10 @@
 // Prefetch(shard) queues a background download on a small pool of threads;
 // prefetches never evict a pinned shard or a prefetched shard not yet read,
 // hold at most half the cache, and are dropped when the queue is full.
+// With nothing queued, the same threads prefetch by the forecast: the
+// shards the plans need soonest that the cost model would download whole,
+// as far ahead as half the cache allows and never evicting a shard needed
+// sooner than the one fetched.
 //
 // Thread-safe. The lock covers the table only: downloads, reads, renames
 // and deletions happen outside it. The destructor cancels queued
@@ -70,6 +74,8 @@ struct ShardCacheOptions {
   int chunks_in_flight = 4;                  // per download
   int prefetch_threads = 2;                  // 0: Prefetch does nothing
   size_t max_queued_prefetches = 64;
+  // How often an idle prefetch thread looks at the forecast.
+  absl::Duration plan_interval = absl::Milliseconds(50);
 };
 
 // Counters since Open (and the state now).
@@ -86,6 +92,16 @@ struct ShardCacheStats {
   uint64_t range_choices = 0;
   uint64_t whole_choices = 0;  // misses the forecast sent to a download
   uint64_t prefetches_declined = 0;  // prefetches the forecast said ranges
+  uint64_t forecast_prefetches = 0;  // of `prefetches`, chosen by the forecast
+  uint64_t served_bytes = 0;  // member bytes returned by Read
+  uint64_t range_bytes = 0;   // of which read from the store by ranges
+  // The forecast now: bytes of the distinct shards the plans read within
+  // it, and the reads it covers (all registered datasets).
+  uint64_t forecast_shard_bytes = 0;
+  uint64_t forecast_reads = 0;
+  uint64_t prefetches_in_flight = 0;  // queued or downloading now
+  // How many reads ahead the last forecast prefetch was needed.
+  uint64_t prefetch_depth_reads = 0;
   uint64_t evictions = 0;       // shards deleted from disk to make room
   uint64_t prefetches = 0;          // queued
   uint64_t prefetches_dropped = 0;  // queue full or no room
@@ -136,12 +152,13 @@ class ShardCache {
   // True when `shard` is complete on disk now (tests, logs).
   bool Contains(const ObjectInfo& shard) const;
 
-  // The forecast of `demand` covers `shards` (shard i of the demand is
-  // shards[i]); a request to their store weighs `request_cost_bytes` bytes
+  // The forecast of `demand` covers `shards` of `store` (shard i of the
+  // demand is shards[i]); a request to their store weighs `request_cost_bytes` bytes
   // in the whole-or-ranges choice (a download makes one per chunk). The
   // cache keeps a weak reference: a demand that is gone counts for
   // nothing. RemoveForecast before the demand's locate function dies.
   void AddForecast(const std::shared_ptr<ShardDemand>& demand,
+                   std::shared_ptr<ObjectStore> store,
                    const std::vector<ObjectInfo>& shards,
                    uint64_t request_cost_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -165,14 +182,25 @@ class ShardCache {
   // A registered forecast: its demand, its shards' sizes and its costs.
   struct Forecaster {
     std::weak_ptr<ShardDemand> demand;
+    std::shared_ptr<ObjectStore> store;
+    std::vector<ObjectInfo> shards;
+    std::vector<std::string> names;  // FileName of each
     std::vector<uint64_t> sizes;
     FetchCosts costs;
   };
   // The forecasts of every registered demand at one moment, taken without
-  // the lock (a forecast may take milliseconds to build).
-  using Outlook = absl::flat_hash_map<const Forecaster*,
-                                      std::shared_ptr<const ShardForecast>>;
-  Outlook TakeOutlook() ABSL_LOCKS_EXCLUDED(mu_);
+  // the lock (a forecast may take milliseconds to build), by forecaster
+  // (kept alive here, should RemoveForecast run meanwhile).
+  struct Forecasted {
+    std::shared_ptr<const Forecaster> forecaster;
+    std::shared_ptr<const ShardForecast> forecast;
+  };
+  using Outlook = absl::flat_hash_map<const Forecaster*, Forecasted>;
+  Outlook TakeOutlook() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The next shard to prefetch by `outlook`, marked queued; nullopt when
+  // none is worth it now.
+  std::optional<PrefetchTask> PlanPrefetch(const Outlook& outlook)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When the shard in file `name` is next read by `outlook` (kNever when no
   // forecast knows it).
   uint64_t NextUse(const Outlook& outlook, const std::string& name) const
@@ -217,6 +245,7 @@ class ShardCache {
                  std::shared_ptr<const std::string> bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PrefetchLoop();
+  bool forecasters_empty() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
   const ShardCacheOptions options_;
@@ -249,7 +278,7 @@ class ShardCache {
   DownloadObserver observer_ ABSL_GUARDED_BY(mu_);
   // Registered forecasts by their demand, and every shard they cover by
   // file name: (its forecaster, its number there).
-  absl::flat_hash_map<const ShardDemand*, std::unique_ptr<Forecaster>>
+  absl::flat_hash_map<const ShardDemand*, std::shared_ptr<const Forecaster>>
       forecasters_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::pair<const Forecaster*, uint32_t>>
       forecast_shards_ ABSL_GUARDED_BY(mu_);

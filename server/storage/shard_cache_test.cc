@@ -366,7 +366,8 @@ class ForecastReads {
   static constexpr FetchCosts kCosts{/*request_bytes=*/kMemberBytes / 2,
                                      /*chunk_bytes=*/16 << 10};
 
-  ForecastReads(ShardCache& cache, const std::vector<ObjectInfo>& shards,
+  ForecastReads(ShardCache& cache, std::shared_ptr<FakeObjectStore> store,
+                const std::vector<ObjectInfo>& shards,
                 std::vector<uint64_t> order, FetchCosts costs)
       : demand_(std::make_shared<ShardDemand>(
             [](uint64_t sample) {
@@ -378,7 +379,7 @@ class ForecastReads {
             std::move(order))) {
     spec_.num_samples = order_->size();
     spec_.batch_size = 1;
-    cache.AddForecast(demand_, shards, costs.request_bytes);
+    cache.AddForecast(demand_, store, shards, costs.request_bytes);
   }
 
   // Reads every sample of the order through `cache`, the reader advancing
@@ -420,7 +421,7 @@ TEST_F(ShardCacheTest, EvictsTheShardNeededFurthestAhead) {
       order.push_back(shard * ForecastReads::kMembers + m);
     }
   }
-  ForecastReads plan(*cache, infos, order, FetchCosts{/*request_bytes=*/0});
+  ForecastReads plan(*cache, store_, infos, order, FetchCosts{/*request_bytes=*/0});
   common::ShardSpec spec;
   spec.num_samples = order.size();
   plan.demand()->Publish(
@@ -448,7 +449,7 @@ TEST_F(ShardCacheTest, PerSampleShuffleReadsMemberRangesWhenTheCacheIsSmall) {
   {
     ASSERT_OK_AND_ASSIGN(auto cache,
                          ShardCache::Open(Options(2 * kShardBytes)));
-    ForecastReads plan(*cache, infos, order, ForecastReads::kCosts);
+    ForecastReads plan(*cache, store_, infos, order, ForecastReads::kCosts);
     plan.ReadAll(*cache, store_, infos);
     const ShardCacheStats stats = cache->stats();
     EXPECT_GT(stats.range_choices, order.size() / 2);
@@ -490,7 +491,7 @@ TEST_F(ShardCacheTest, ShardByShardReadsDownloadEachShardOnce) {
   spec.shard_samples = std::make_shared<const std::vector<uint64_t>>(
       kShards, ForecastReads::kMembers);
   ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(Options(2 * kShardBytes)));
-  ForecastReads plan(*cache, infos, common::EpochOrderFor(spec, 0),
+  ForecastReads plan(*cache, store_, infos, common::EpochOrderFor(spec, 0),
                      ForecastReads::kCosts);
   plan.ReadAll(*cache, store_, infos);
   EXPECT_EQ(store_->bytes_read(), kShards * kShardBytes);
@@ -507,7 +508,7 @@ TEST_F(ShardCacheTest, PrefetchOfAShardBetterReadByRangesIsDeclined) {
   ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(options));
   const std::vector<uint64_t> order = common::EpochOrder(
       kShards * ForecastReads::kMembers, /*seed=*/5, /*shuffle=*/true, 0);
-  ForecastReads plan(*cache, infos, order, ForecastReads::kCosts);
+  ForecastReads plan(*cache, store_, infos, order, ForecastReads::kCosts);
   common::ShardSpec spec;
   spec.num_samples = order.size();
   plan.demand()->Publish(

@@ -24,6 +24,12 @@ ShardForecast::ShardForecast(std::vector<Read> reads) : reads_(reads.size()) {
     uses->cumulative_bytes.push_back(before + read.bytes);
     depth_ = std::max<uint64_t>(depth_, read.distance);
   }
+  std::vector<std::pair<uint32_t, uint32_t>> by_use;  // (next use, shard)
+  by_use.reserve(uses_.size());
+  for (const auto& [s, u] : uses_) by_use.emplace_back(u.distance.front(), s);
+  std::sort(by_use.begin(), by_use.end());
+  by_use_.reserve(by_use.size());
+  for (const auto& [use, s] : by_use) by_use_.push_back(s);
 }
 
 uint64_t ShardForecast::NextUse(uint32_t shard) const {
@@ -46,28 +52,24 @@ ShardReads ShardForecast::ReadsBefore(uint32_t shard, uint64_t before) const {
   return {count, uses.cumulative_bytes[count - 1]};
 }
 
-std::vector<uint32_t> ShardForecast::ShardsByNextUse() const {
-  std::vector<std::pair<uint32_t, uint32_t>> by_use;  // (next use, shard)
-  by_use.reserve(uses_.size());
-  for (const auto& [shard, uses] : uses_) {
-    by_use.emplace_back(uses.distance.front(), shard);
-  }
-  std::sort(by_use.begin(), by_use.end());
-  std::vector<uint32_t> shards;
-  shards.reserve(by_use.size());
-  for (const auto& [use, shard] : by_use) shards.push_back(shard);
-  return shards;
-}
-
 uint64_t ShardForecast::HoldHorizon(
     uint64_t capacity,
     const std::function<uint64_t(uint32_t)>& shard_bytes) const {
+  absl::MutexLock lock(&memo_mu_);
+  if (memo_set_ && memo_capacity_ == capacity) return memo_horizon_;
+  uint64_t horizon = kNever;
   uint64_t held = 0;
-  for (uint32_t shard : ShardsByNextUse()) {
+  for (uint32_t shard : by_use_) {
     held += shard_bytes(shard);
-    if (held > capacity) return NextUse(shard);
+    if (held > capacity) {
+      horizon = NextUse(shard);
+      break;
+    }
   }
-  return kNever;
+  memo_set_ = true;
+  memo_capacity_ = capacity;
+  memo_horizon_ = horizon;
+  return horizon;
 }
 
 ShardFetch ChooseFetch(uint64_t shard_bytes, ShardReads reads,

@@ -87,11 +87,13 @@ class ShardForecast {
   // shard read, keeping the shards needed soonest: shards in order of next
   // use, summing shard_bytes(shard) until the sum passes `capacity`; the
   // next use of the first shard that does not fit (kNever when all do).
+  // Remembered for the last `capacity` asked (a forecast belongs to one
+  // dataset, so its callers pass the same shard_bytes).
   uint64_t HoldHorizon(uint64_t capacity,
                        const std::function<uint64_t(uint32_t)>& shard_bytes)
-      const;
-  // Shards in order of next use, the soonest first (prefetch).
-  std::vector<uint32_t> ShardsByNextUse() const;
+      const ABSL_LOCKS_EXCLUDED(memo_mu_);
+  // Shards in order of next use, the soonest first.
+  const std::vector<uint32_t>& ShardsByNextUse() const { return by_use_; }
 
   uint64_t reads() const { return reads_; }
   // The furthest distance walked (0 for an empty forecast).
@@ -104,8 +106,14 @@ class ShardForecast {
     std::vector<uint64_t> cumulative_bytes;
   };
   absl::flat_hash_map<uint32_t, Uses> uses_;
+  std::vector<uint32_t> by_use_;
   uint64_t reads_ = 0;
   uint64_t depth_ = 0;
+
+  mutable absl::Mutex memo_mu_;
+  mutable uint64_t memo_capacity_ ABSL_GUARDED_BY(memo_mu_) = 0;
+  mutable uint64_t memo_horizon_ ABSL_GUARDED_BY(memo_mu_) = kNever;
+  mutable bool memo_set_ ABSL_GUARDED_BY(memo_mu_) = false;
 };
 
 // What a request costs against a byte, for the whole-or-ranges choice.
