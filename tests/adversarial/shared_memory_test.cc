@@ -145,7 +145,7 @@ TEST_F(SharedMemoryAdversarialTest, AttachedRingsStayWithinTheBudget) {
   // Room for exactly three one-slot streams.
   ASSERT_NO_FATAL_FAILURE(StartDaemon(
       {"--max-buffer-bytes", std::to_string(3 * slot_bytes),
-       "--max-job-buffer-share", "1"}));
+       "--max-job-buffer-share", "1", "--max-identity-buffer-share", "1"}));
   const v1::Plan plan = TrainPlan("d", kBatch, kSize, 2);
   std::vector<std::unique_ptr<RawStream>> streams;
   std::vector<common::UniqueFd> rings;
