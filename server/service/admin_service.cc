@@ -141,6 +141,12 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
     out->set_whole_choices(c.whole_choices);
     out->set_range_choices(c.range_choices);
     out->set_prefetches_declined(c.prefetches_declined);
+    out->set_served_bytes(c.served_bytes);
+    out->set_range_bytes(c.range_bytes);
+    out->set_forecast_shard_bytes(c.forecast_shard_bytes);
+    out->set_forecast_reads(c.forecast_reads);
+    out->set_prefetches_in_flight(c.prefetches_in_flight);
+    out->set_prefetch_depth_reads(c.prefetch_depth_reads);
   }
   if (const ObjectStoreCounters* store = pipeline_->store_counters()) {
     batchd::v1::ObjectStoreStatus* out = status.mutable_object_store();

@@ -522,5 +522,50 @@ TEST_F(ShardCacheTest, PrefetchOfAShardBetterReadByRangesIsDeclined) {
   EXPECT_FALSE(cache->Contains(infos[3]));
 }
 
+// With nothing queued, the prefetch threads fetch ahead by the forecast:
+// shard by shard, the next shards the plan reads arrive before their reads,
+// up to half the cache.
+TEST_F(ShardCacheTest, PrefetchesAheadByTheForecast) {
+  constexpr int kShards = 6;
+  const std::vector<ObjectInfo> infos = PutShards(kShards);
+  ShardCacheOptions options = Options(4 * kShardBytes);
+  options.prefetch_threads = 1;
+  options.plan_interval = absl::Milliseconds(5);
+  ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(options));
+  common::ShardSpec spec;
+  spec.num_samples = kShards * ForecastReads::kMembers;
+  spec.shuffle = true;
+  spec.shuffle_window_shards = 1;
+  spec.shard_samples = std::make_shared<const std::vector<uint64_t>>(
+      kShards, ForecastReads::kMembers);
+  const std::vector<uint64_t> order = common::EpochOrderFor(spec, 0);
+  ForecastReads plan(*cache, store_, infos, order, ForecastReads::kCosts);
+  common::ShardSpec reader;
+  reader.num_samples = order.size();
+  plan.demand()->Publish(
+      "job/0", reader, std::make_shared<const std::vector<uint64_t>>(order),
+      0);
+  // The shards of the order, in the order it reads them.
+  std::vector<int> upcoming;
+  for (uint64_t sample : order) {
+    const int shard = static_cast<int>(sample / ForecastReads::kMembers);
+    if (upcoming.empty() || upcoming.back() != shard) upcoming.push_back(shard);
+  }
+  for (int i = 0; i < 1000 && cache->stats().downloads < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  const ShardCacheStats stats = cache->stats();
+  EXPECT_EQ(stats.downloads, 2u);  // half the cache: two shards
+  EXPECT_EQ(stats.forecast_prefetches, 2u);
+  EXPECT_TRUE(cache->Contains(infos[upcoming[0]]));
+  EXPECT_TRUE(cache->Contains(infos[upcoming[1]]));
+  EXPECT_EQ(stats.prefetch_depth_reads, ForecastReads::kMembers);
+  EXPECT_EQ(stats.forecast_shard_bytes, kShards * kShardBytes);
+  // Reading them is all hits.
+  plan.ReadAll(*cache, store_, infos);
+  EXPECT_GE(cache->stats().hits, 2 * ForecastReads::kMembers);
+  EXPECT_GT(cache->stats().served_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace batchd::server
