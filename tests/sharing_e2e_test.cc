@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/loader.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "testing/daemon_process.h"
 #include "testing/e2e_fixture.h"
@@ -147,10 +148,28 @@ TEST_F(SharingTest, JobBehindTheRetentionGetsRebuiltBatches) {
   std::vector<BatchRecord> ahead, behind;
   absl::Status ahead_status, behind_status;
   std::thread behind_job([&] {
-    absl::StatusOr<std::vector<BatchRecord>> r =
-        ReadEpochs(endpoint, JobPlan("behind"), 0, 2, 0, /*prefetch=*/1);
-    behind_status = r.status();
-    if (r.ok()) behind = *r;
+    // A trainer that takes 20 ms a step: the fast job overtakes it however
+    // the two threads are scheduled.
+    behind_status = [&]() -> absl::Status {
+      batchd::client::LoaderOptions options;
+      options.endpoint = endpoint;
+      options.plan = JobPlan("behind");
+      options.prefetch = 1;
+      options.last_epoch = 1;
+      ASSIGN_OR_RETURN(std::unique_ptr<batchd::client::Loader> loader,
+                       batchd::client::Loader::Create(std::move(options)));
+      for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+        RETURN_IF_ERROR(loader->StartEpoch(epoch, 0));
+        for (;;) {
+          absl::StatusOr<batchd::client::Batch> batch = loader->Next();
+          if (absl::IsOutOfRange(batch.status())) break;
+          if (!batch.ok()) return batch.status();
+          behind.push_back(ToRecord(*batch));
+          absl::SleepFor(absl::Milliseconds(20));
+        }
+      }
+      return absl::OkStatus();
+    }();
   });
   absl::SleepFor(absl::Milliseconds(100));
   std::thread ahead_job([&] {
@@ -241,7 +260,7 @@ TEST_F(SharingTest, TwoJobsOfOnePlanSurviveAKillNine) {
     options.last_epoch = 0;
     options.reconnect_backoff_max = absl::Milliseconds(500);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<client::Loader> loader,
-                         client::Loader::Create(std::move(options)));
+                         batchd::client::Loader::Create(std::move(options)));
     ASSERT_TRUE(loader->StartEpoch(0).ok());
     loaders.push_back(std::move(loader));
   }
