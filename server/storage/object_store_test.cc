@@ -359,7 +359,7 @@ TEST_F(NginxStoreTest, AnswersAreJudgedBeforeTheirBodies) {
   const int endless_attempts = proxy->requests() - requests;
   EXPECT_EQ(endless_attempts, TestOptions().max_attempts);
   const uint64_t endless_bytes = proxy->bytes_sent() - sent;
-  EXPECT_LT(endless_bytes, uint64_t{endless_attempts} * (16u << 20));
+  EXPECT_LT(endless_bytes, static_cast<uint64_t>(endless_attempts) * (16u << 20));
   std::cout << "store bytes sent: ignored Range " << ignored_range_bytes
             << " of " << big.size() << "; endless body " << endless_bytes
             << " over " << endless_attempts << " attempts\n";
