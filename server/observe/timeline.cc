@@ -188,11 +188,13 @@ TimelineView Timeline::View(int max_jobs) const {
   for (uint32_t id = 0; id < names_.size(); ++id) {
     if (refs_[id] > 0) held.push_back(id);
   }
-  const auto busier = [this](uint32_t a, uint32_t b) {
-    if (images_sum_[a] != images_sum_[b]) {
-      return images_sum_[a] > images_sum_[b];
-    }
-    return names_[a] < names_[b];
+  // The lambdas see the guarded vectors through pointers taken under the
+  // lock (thread-safety analysis does not follow a lambda's captures).
+  const double* images_sum = images_sum_.data();
+  const std::string* names = names_.data();
+  const auto busier = [&](uint32_t a, uint32_t b) {
+    if (images_sum[a] != images_sum[b]) return images_sum[a] > images_sum[b];
+    return names[a] < names[b];
   };
   // "_other" sorts last so that it is never picked.
   const auto it = ids_.find(kTimelineOtherJob);
@@ -206,7 +208,7 @@ TimelineView Timeline::View(int max_jobs) const {
   std::partial_sort(held.begin(), held.begin() + picked, held.end(), rank);
   if (picked > 0 && held[picked - 1] == other_id) --picked;
   std::sort(held.begin(), held.begin() + picked,
-            [this](uint32_t a, uint32_t b) { return names_[a] < names_[b]; });
+            [&](uint32_t a, uint32_t b) { return names[a] < names[b]; });
   view.other_jobs = static_cast<int>(held.size() - picked);
 
   // Per number, its series (the last for "_other").
