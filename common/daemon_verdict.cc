@@ -152,7 +152,7 @@ std::string ShardCacheSummary(const batchd::v1::ServerStatus& status) {
   }
   absl::StrAppend(&line, "; prefetch ", cache.prefetch_depth_reads(),
                   " reads ahead (", cache.prefetches_in_flight(),
-                  " in flight), holds ", FormatBytes(cache.disk_bytes()),
+                  " in flight); holds ", FormatBytes(cache.disk_bytes()),
                   " of ", FormatBytes(cache.disk_limit_bytes()),
                   ", the plans read ",
                   FormatBytes(cache.forecast_shard_bytes()));

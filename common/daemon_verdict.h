@@ -136,8 +136,8 @@ std::string ShardCacheTooSmall(const batchd::v1::ServerStatus& status);
 
 // The shard cache since the daemon started, for `batchd top` and the live
 // page: "shard cache: hit 15 %, fetched 1.94x served, 1482 whole / 200
-// ranges; prefetch 150 reads ahead (2 in flight), holds 70 of 70 MB, the
-// plans read 256 MB"; "" without a shard cache.
+// ranges; prefetch 150 reads ahead (2 in flight); holds 64 MB of 70 MB,
+// the plans read 256 MB"; "" without a shard cache.
 std::string ShardCacheSummary(const batchd::v1::ServerStatus& status);
 
 // "235 MB", "1.4 GB", "512 kB", "800 B": decimal units.

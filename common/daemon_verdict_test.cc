@@ -247,7 +247,7 @@ TEST(DaemonVerdictTest, ShardCacheSummaryForTopAndTheLivePage) {
   batchd::v1::ServerStatus status = ThrashingCache();
   EXPECT_EQ(ShardCacheSummary(status),
             "shard cache: hit 15 %, fetched 1.94x served, 1482 whole / 200 "
-            "ranges; prefetch 150 reads ahead (2 in flight), holds 64 MB of "
+            "ranges; prefetch 150 reads ahead (2 in flight); holds 64 MB of "
             "70 MB, the plans read 235 MB");
   status.mutable_shard_cache()->clear_hits();
   status.mutable_shard_cache()->clear_misses();
