@@ -118,6 +118,12 @@ def main():
     if seen["verdict"] != drawn[-1]["line"] or seen["kind"] != drawn[-1]["kind"]:
         fail("the page's verdict is not the timeline's",
              f"page: {seen['verdict']}\njson: {drawn[-1]['line']}")
+    # The shard cache's line is the same reply's: hidden without one (this
+    # daemon reads local files).
+    expected = drawn[-1].get("shard_cache")
+    if seen["shard_cache"] != (expected["line"] if expected else None):
+        fail("the page's shard cache line is not the timeline's",
+             f"page: {seen['shard_cache']}\njson: {expected}")
     # batchd top renders GetStatus with the same verdict function (its
     # arrow in ASCII); the figures move between samples, the verdict and
     # its job do not under this steady load.
