@@ -1,6 +1,7 @@
 // The daemon's own verdict: what limits the jobs it serves, in one plain
 // line, from its admin status (batchd.v1.ServerStatus) alone: the trainers'
-// reported wait, the workers' busy fraction and the capacity/demand ratio.
+// reported wait, the workers' busy fraction and the capacity/demand ratio,
+// and the shard cache's counters (whether it is too small for the plans).
 // `batchd top` prints it under each daemon and the live page on the
 // metrics port shows it on top, so both say the same from the same status.
 // The trainer-side diagnosis (client/diagnosis.h) uses the same thresholds

@@ -11,7 +11,8 @@ Checks, exiting 1 with the reason on the first that fails:
   stage and buffer charts have them for the job under load;
 - the verdict line on the page is the one in the /api/timeline reply it
   was drawn from, and says what `batchd top --once` (GetStatus) says: the same
-  kind of verdict for the same job;
+  kind of verdict for the same job; the shard cache line is that reply's
+  too (hidden: this daemon reads local files);
 - every request the page made went to the daemon's own host:port, after
   the first /api/timeline request with since= (only the newer points),
   and no script on the page failed.
