@@ -200,6 +200,15 @@ Diagnosis Diagnose(const LoaderStats& interval,
                    const batchd::v1::ServerStatus* daemon_before,
                    const batchd::v1::ServerStatus* daemon_after) {
   Diagnosis d = DiagnoseInput(interval, daemon_before, daemon_after);
+  // Storage-bound gives it as its advice (common::StorageAdvice); after any
+  // other verdict the shards fetched again still cost the store's egress.
+  if (daemon_after != nullptr && d.verdict != Verdict::kUnknown &&
+      d.verdict != Verdict::kStorageBound) {
+    if (const std::string too_small = common::ShardCacheTooSmall(*daemon_after);
+        !too_small.empty()) {
+      absl::StrAppend(&d.line, "; ", too_small);
+    }
+  }
   if (d.verdict != Verdict::kUnknown) AppendDaemons(interval, d);
   return d;
 }

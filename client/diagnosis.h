@@ -30,6 +30,10 @@
 //      common::StorageAdvice
 //   7. otherwise: the daemon has spare workers and the bytes still arrive
 //      too slowly                               → network-bound
+// When the daemon's shard cache is too small for the plans
+// (common::ShardCacheTooSmall: how much they read, what it holds, the
+// --cache-bytes that would fetch each shard once), that is rule 6's
+// advice, and a note ("; shard cache too small ...") after the others.
 // Over several daemons the line ends with the per-daemon view: how many are
 // up, the slowest one when its smoothed latency is kSlowDaemonFactor x the
 // fastest's or more, and the batches re-requested and hedged in the

@@ -7,6 +7,7 @@ namespace batchd::client {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // An interval of `wall_s` seconds with `waited_s` spent in Next() over 100
@@ -265,6 +266,47 @@ TEST(DiagnosisTest, EvenDaemonsNameNone) {
   s.daemons.resize(1);
   EXPECT_THAT(Diagnose(s, nullptr, nullptr).line,
               ::testing::Not(HasSubstr("daemons:")));
+}
+
+// A per-sample shuffle through a cache of two of eight shards.
+void AddThrashingCache(batchd::v1::ServerStatus* status) {
+  status->mutable_object_store()->set_requests(4000);
+  batchd::v1::ShardCacheStatus* cache = status->mutable_shard_cache();
+  cache->set_disk_limit_bytes(70'000'000);
+  cache->set_hits(290);
+  cache->set_misses(1'482);
+  cache->set_whole_choices(1'482);
+  cache->set_downloaded_bytes(45'600'000'000);
+  cache->set_served_bytes(235'000'000);
+  cache->set_forecast_shard_bytes(235'000'000);
+}
+
+TEST(DiagnosisTest, SaysWhenTheShardCacheIsTooSmallForThePlans) {
+  const char* kTooSmall =
+      "shard cache too small for the plans: they read 235 MB of shards "
+      "within the forecast, the cache holds 70 MB; --cache-bytes 235000000 "
+      "would fetch each shard once (now 194.04x the bytes served are "
+      "fetched)";
+  // Storage-bound: the advice.
+  auto before = Daemon(2, 0, 0);
+  auto after = Daemon(2, 2, 20);
+  after.mutable_stage_seconds()->set_read(30);
+  after.mutable_stage_seconds()->set_decode(8);
+  after.mutable_stage_seconds()->set_transform(2);
+  AddThrashingCache(&after);
+  Diagnosis d = Diagnose(Interval(10, 9), &before, &after);
+  EXPECT_EQ(d.verdict, Verdict::kStorageBound);
+  EXPECT_THAT(d.line, HasSubstr(std::string("being read → ") + kTooSmall +
+                                ", or the shard-aware shuffle"));
+  // Compute-bound: a note, the verdict unchanged.
+  d = Diagnose(Interval(10, 0.04), &before, &after);
+  EXPECT_EQ(d.verdict, Verdict::kComputeBound);
+  EXPECT_THAT(d.line, HasSubstr(std::string("input keeps up; ") + kTooSmall));
+  // A cache that holds the plans' shards: nothing said.
+  after.mutable_shard_cache()->set_disk_limit_bytes(300'000'000);
+  after.mutable_shard_cache()->set_served_bytes(300'000'000);
+  d = Diagnose(Interval(10, 0.04), &before, &after);
+  EXPECT_THAT(d.line, Not(HasSubstr("shard cache")));
 }
 
 }  // namespace

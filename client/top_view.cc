@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/daemon_verdict.h"
 
 namespace batchd::client {
@@ -125,6 +127,23 @@ std::vector<std::string> RenderTop(const std::vector<DaemonSample>& samples,
     if (const std::string sharing = common::SharingSummary(s);
         !sharing.empty()) {
       lines.push_back(absl::StrCat("  ", sharing));
+    }
+    // The shard cache of remote datasets: its parts ("; ") fill as many
+    // lines as the width needs.
+    if (const std::string cache = common::ShardCacheSummary(s);
+        !cache.empty()) {
+      std::string line;
+      const char* indent = "  ";
+      for (absl::string_view part : absl::StrSplit(cache, "; ")) {
+        if (!line.empty() &&
+            static_cast<int>(line.size() + 2 + part.size()) > width) {
+          lines.push_back(line);
+          line.clear();
+          indent = "    ";
+        }
+        absl::StrAppend(&line, line.empty() ? indent : "; ", part);
+      }
+      lines.push_back(line);
     }
     if (s.daemon().security().insecure()) {
       lines.push_back(

@@ -1,6 +1,8 @@
 // TopView: renders `batchd top` frames: one or more daemons' admin status
-// (jobs, streams, images/s, worker busy %, stage times, substitutions) as
-// text lines that fit a terminal of a given size.
+// (jobs, streams, images/s, worker busy %, stage times, substitutions, the
+// verdict, and the shard cache's hit rate, amplification, whole/range
+// choices and prefetch depth) as text lines that fit a terminal of a given
+// size.
 //
 //   std::vector<std::string> lines = RenderTop(samples, &previous, 80, 24);
 //

@@ -9,6 +9,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 batchd::v1::ServerStatus Status(uint64_t decoded, double read_s,
@@ -172,6 +173,50 @@ TEST(TopViewTest, ShowsHowBatchesWereShared) {
   EXPECT_THAT(lines, Contains(StartsWith(
                          "  sharing: 40 requests of 1 plan from 10 builds "
                          "(4.00 each)")));
+}
+
+TEST(TopViewTest, ShowsTheShardCache) {
+  batchd::v1::ServerStatus status = Status(1000, 1.0, 10);
+  batchd::v1::ShardCacheStatus* cache = status.mutable_shard_cache();
+  cache->set_disk_bytes(64'000'000);
+  cache->set_disk_limit_bytes(70'000'000);
+  cache->set_hits(300);
+  cache->set_misses(100);
+  cache->set_uncached_reads(100);
+  cache->set_whole_choices(90);
+  cache->set_range_choices(100);
+  cache->set_downloaded_bytes(380'000'000);
+  cache->set_range_bytes(20'000'000);
+  cache->set_served_bytes(200'000'000);
+  cache->set_forecast_shard_bytes(235'000'000);
+  cache->set_prefetches_in_flight(2);
+  cache->set_prefetch_depth_reads(150);
+  std::vector<DaemonSample> samples = {{"batchd-a:7070", status, absl::Now()}};
+  // Wide: one line, after the verdict.
+  std::vector<std::string> lines = RenderTop(samples, nullptr, 200, 24);
+  const std::string summary =
+      "  shard cache: hit 60 %, fetched 2.00x served, 90 whole / 100 ranges; "
+      "prefetch 150 reads ahead (2 in flight); holds 64 MB of 70 MB, the "
+      "plans read 235 MB";
+  ASSERT_GE(lines.size(), 6u);
+  EXPECT_THAT(lines[4], StartsWith("  unknown: "));
+  EXPECT_EQ(lines[5], summary);
+  // 80 columns: hit rate, amplification and choices on the first line,
+  // the prefetch depth and the sizes on the next ones, nothing cut.
+  lines = RenderTop(samples, nullptr, 80, 24);
+  ASSERT_GE(lines.size(), 8u);
+  EXPECT_EQ(lines[5],
+            "  shard cache: hit 60 %, fetched 2.00x served, 90 whole / 100 "
+            "ranges");
+  EXPECT_EQ(lines[6], "    prefetch 150 reads ahead (2 in flight)");
+  EXPECT_EQ(lines[7], "    holds 64 MB of 70 MB, the plans read 235 MB");
+  for (const std::string& line : lines) EXPECT_LE(line.size(), 80u);
+  // A daemon without remote shards has no such line.
+  status.clear_shard_cache();
+  samples = {{"batchd-a:7070", status, absl::Now()}};
+  for (const std::string& line : RenderTop(samples, nullptr, 200, 24)) {
+    EXPECT_THAT(line, Not(HasSubstr("shard cache")));
+  }
 }
 
 }  // namespace

@@ -84,7 +84,89 @@ std::string InputBoundAdvice(const batchd::v1::ServerStatus& status,
          (augmentation ? ", or a lighter augmentation policy" : "") + plans;
 }
 
+std::string FormatBytes(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1e12) return absl::StrFormat("%.1f TB", b / 1e12);
+  if (b >= 1e9) return absl::StrFormat("%.1f GB", b / 1e9);
+  if (b >= 1e7) return absl::StrFormat("%.0f MB", b / 1e6);
+  if (b >= 1e6) return absl::StrFormat("%.1f MB", b / 1e6);
+  if (b >= 1e3) return absl::StrFormat("%.0f kB", b / 1e3);
+  return absl::StrFormat("%d B", bytes);
+}
+
+double ShardCacheHitRate(const batchd::v1::ShardCacheStatus& cache) {
+  const uint64_t reads =
+      cache.hits() + cache.misses() + cache.uncached_reads();
+  return reads > 0 ? static_cast<double>(cache.hits()) / reads : 0.0;
+}
+
+double ShardCacheAmplification(const batchd::v1::ShardCacheStatus& cache) {
+  if (cache.served_bytes() == 0) return 0.0;
+  return static_cast<double>(cache.downloaded_bytes() + cache.range_bytes()) /
+         static_cast<double>(cache.served_bytes());
+}
+
+std::string ShardCacheTooSmall(const batchd::v1::ServerStatus& status) {
+  if (!status.has_shard_cache()) return "";
+  const batchd::v1::ShardCacheStatus& cache = status.shard_cache();
+  const uint64_t limit = cache.disk_limit_bytes();
+  if (limit == 0 || cache.forecast_shard_bytes() <= limit ||
+      cache.served_bytes() < limit) {
+    return "";
+  }
+  const double amplification = ShardCacheAmplification(cache);
+  const uint64_t choices = cache.whole_choices() + cache.range_choices();
+  const bool ranges_dominate = cache.range_choices() > cache.whole_choices();
+  if (amplification < kCacheTooSmallAmplification && !ranges_dominate) {
+    return "";
+  }
+  // The flag takes bytes: the forecast's, rounded up to a megabyte.
+  const uint64_t suggested =
+      (cache.forecast_shard_bytes() + 999'999) / 1'000'000 * 1'000'000;
+  std::string line = absl::StrFormat(
+      "shard cache too small for the plans: they read %s of shards within "
+      "the forecast, the cache holds %s; --cache-bytes %d would fetch each "
+      "shard once (now %.2fx the bytes served are fetched",
+      FormatBytes(cache.forecast_shard_bytes()), FormatBytes(limit),
+      suggested, amplification);
+  if (ranges_dominate) {
+    absl::StrAppendFormat(&line, ", %d of %d misses by member ranges",
+                          cache.range_choices(), choices);
+  }
+  absl::StrAppend(&line, ")");
+  return line;
+}
+
+std::string ShardCacheSummary(const batchd::v1::ServerStatus& status) {
+  if (!status.has_shard_cache()) return "";
+  const batchd::v1::ShardCacheStatus& cache = status.shard_cache();
+  std::string line = "shard cache: ";
+  if (cache.hits() + cache.misses() + cache.uncached_reads() == 0) {
+    absl::StrAppend(&line, "no reads yet");
+  } else {
+    absl::StrAppend(&line, "hit ", FormatPercent(ShardCacheHitRate(cache)),
+                    ", fetched ",
+                    absl::StrFormat("%.2fx", ShardCacheAmplification(cache)),
+                    " served, ", cache.whole_choices(), " whole / ",
+                    cache.range_choices(), " ranges");
+  }
+  absl::StrAppend(&line, "; prefetch ", cache.prefetch_depth_reads(),
+                  " reads ahead (", cache.prefetches_in_flight(),
+                  " in flight); holds ", FormatBytes(cache.disk_bytes()),
+                  " of ", FormatBytes(cache.disk_limit_bytes()),
+                  ", the plans read ",
+                  FormatBytes(cache.forecast_shard_bytes()));
+  return line;
+}
+
 std::string StorageAdvice(const batchd::v1::ServerStatus& status) {
+  if (std::string too_small = ShardCacheTooSmall(status);
+      !too_small.empty()) {
+    return absl::StrCat(too_small,
+                        ", or the shard-aware shuffle "
+                        "(shuffle_window_shards) so that a smaller cache "
+                        "holds what the next batches read");
+  }
   if (status.object_store().requests() > 0) {
     return "fetch ahead and keep more of the remote shards: --cache-dir "
            "with a larger --cache-bytes, more --cache-prefetch-batches or "
@@ -198,6 +280,14 @@ DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status) {
                           " → the batches reach the trainers too slowly "
                           "(network or trainer host; its diagnosis says "
                           "which)");
+  }
+  if (v.kind != "storage-bound") {
+    // Storage-bound says it as its advice; elsewhere the shards fetched
+    // again still cost the store's egress.
+    if (const std::string too_small = ShardCacheTooSmall(status);
+        !too_small.empty()) {
+      absl::StrAppend(&v.line, "; ", too_small);
+    }
   }
   return v;
 }

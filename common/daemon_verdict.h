@@ -1,6 +1,7 @@
 // The daemon's own verdict: what limits the jobs it serves, in one plain
 // line, from its admin status (batchd.v1.ServerStatus) alone: the trainers'
-// reported wait, the workers' busy fraction and the capacity/demand ratio.
+// reported wait, the workers' busy fraction and the capacity/demand ratio,
+// and the shard cache's counters (whether it is too small for the plans).
 // `batchd top` prints it under each daemon and the live page on the
 // metrics port shows it on top, so both say the same from the same status.
 // The trainer-side diagnosis (client/diagnosis.h) uses the same thresholds
@@ -18,6 +19,7 @@
 #ifndef BATCHD_COMMON_DAEMON_VERDICT_H_
 #define BATCHD_COMMON_DAEMON_VERDICT_H_
 
+#include <cstdint>
 #include <string>
 
 #include "batchd/v1/admin.pb.h"
@@ -38,6 +40,12 @@ inline constexpr double kStorageBoundReadShare = 0.5;
 // the plan's augmentation ops name it, even where dropping it would not
 // quite cover the trainers' wait (AugmentationMakesInputBound).
 inline constexpr double kAugmentNamedShare = 0.25;
+
+// A shard cache that fetches at least this many bytes from the object
+// store per byte it serves, while the plans read more shard bytes than it
+// holds, is too small for them (the cost model keeps a cache that is large
+// enough, or a shard-aware shuffle, within about 1.2x).
+inline constexpr double kCacheTooSmallAmplification = 1.2;
 
 struct DaemonVerdict {
   // "idle", "unknown", "compute-bound", "storage-bound", "input-bound",
@@ -64,6 +72,10 @@ struct DaemonVerdict {
 //   otherwise (spare workers, trainers wait)   → network-bound: the bytes
 //     arrive too slowly (network, or the trainer's client; its own
 //     diagnosis says which)
+// A shard cache too small for the plans (ShardCacheTooSmall) is the
+// storage-bound advice; after a compute-, input- or network-bound verdict
+// it is a note ("; shard cache too small ..."): the bytes fetched again
+// cost egress even when nobody waits for them.
 DaemonVerdict JudgeDaemon(const batchd::v1::ServerStatus& status);
 
 // "the object store for dataset \"d\" is slow (3 failed requests in the
@@ -101,6 +113,36 @@ std::string AugmentationNote(double augment_share);
 // ahead and keep more (the shard cache's flags, the shard-aware shuffle);
 // for local files, the read cache or faster storage.
 std::string StorageAdvice(const batchd::v1::ServerStatus& status);
+
+// The shard cache's reads served from disk or memory: hits / (hits +
+// misses + uncached reads); 0 before any read.
+double ShardCacheHitRate(const batchd::v1::ShardCacheStatus& cache);
+
+// Bytes fetched from the store per member byte served (the amplification):
+// (downloaded_bytes + range_bytes) / served_bytes; 0 before any byte
+// served. 1 when every byte read was fetched once; a shard downloaded
+// whole for one member is its size over the member's.
+double ShardCacheAmplification(const batchd::v1::ShardCacheStatus& cache);
+
+// "shard cache too small for the plans: they read 235 MB of shards within
+// the forecast, the cache holds 70 MB; --cache-bytes 235000000 would fetch
+// each shard once (now 1.94x the bytes served are fetched)", or "" when
+// the cache is not: no cache, the plans' forecast fits in --cache-bytes,
+// the cache has served less than it holds (a cold cache's first downloads
+// say nothing yet), or it fetches less than kCacheTooSmallAmplification
+// times what it serves and most of its misses were downloads (the cost
+// model reads members by range when the shard would leave before enough
+// of them are read: a cache too small in requests rather than bytes).
+std::string ShardCacheTooSmall(const batchd::v1::ServerStatus& status);
+
+// The shard cache since the daemon started, for `batchd top` and the live
+// page: "shard cache: hit 15 %, fetched 1.94x served, 1482 whole / 200
+// ranges; prefetch 150 reads ahead (2 in flight); holds 64 MB of 70 MB,
+// the plans read 256 MB"; "" without a shard cache.
+std::string ShardCacheSummary(const batchd::v1::ServerStatus& status);
+
+// "235 MB", "1.4 GB", "512 kB", "800 B": decimal units.
+std::string FormatBytes(uint64_t bytes);
 
 // How the daemon's batch requests were served by shared builds, e.g.
 // "sharing: 78 requests of 1 plan from 24 builds (3.25 each), 15 attached,

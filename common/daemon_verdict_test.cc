@@ -205,5 +205,127 @@ TEST(DaemonVerdictTest, SharingSummaryAndAdviceForSeveralPlans) {
                         "the same dataset, pipeline and seed share them)"));
 }
 
+// 8 shards of about 29 MB (235 MB) read by a per-sample shuffle through a
+// cache of two shards, part of the way into an epoch.
+batchd::v1::ServerStatus ThrashingCache() {
+  batchd::v1::ServerStatus status = Status(0.30, 2);
+  AddJob(&status, "a", 1, 1, 0.4);
+  status.mutable_object_store()->set_requests(3000);
+  batchd::v1::ShardCacheStatus& cache = *status.mutable_shard_cache();
+  cache.set_disk_bytes(64'000'000);
+  cache.set_disk_limit_bytes(70'000'000);
+  cache.set_hits(290);
+  cache.set_misses(1'482);
+  cache.set_uncached_reads(210);
+  cache.set_whole_choices(1'482);
+  cache.set_range_choices(200);
+  cache.set_downloaded_bytes(440'000'000);
+  cache.set_range_bytes(15'000'000);
+  cache.set_served_bytes(235'000'000);
+  cache.set_forecast_shard_bytes(234'600'000);
+  cache.set_forecast_reads(4'096);
+  cache.set_prefetches_in_flight(2);
+  cache.set_prefetch_depth_reads(150);
+  return status;
+}
+
+TEST(DaemonVerdictTest, ShardCacheHitRateAndAmplification) {
+  batchd::v1::ShardCacheStatus cache;
+  EXPECT_EQ(ShardCacheHitRate(cache), 0);
+  EXPECT_EQ(ShardCacheAmplification(cache), 0);
+  cache = ThrashingCache().shard_cache();
+  EXPECT_DOUBLE_EQ(ShardCacheHitRate(cache), 290.0 / 1982.0);
+  EXPECT_DOUBLE_EQ(ShardCacheAmplification(cache), 455.0 / 235.0);
+  EXPECT_EQ(FormatBytes(234'600'000), "235 MB");
+  EXPECT_EQ(FormatBytes(5'240'000), "5.2 MB");
+  EXPECT_EQ(FormatBytes(45'600'000'000), "45.6 GB");
+  EXPECT_EQ(FormatBytes(512'000), "512 kB");
+  EXPECT_EQ(FormatBytes(800), "800 B");
+}
+
+TEST(DaemonVerdictTest, ShardCacheSummaryForTopAndTheLivePage) {
+  batchd::v1::ServerStatus status = ThrashingCache();
+  EXPECT_EQ(ShardCacheSummary(status),
+            "shard cache: hit 15 %, fetched 1.94x served, 1482 whole / 200 "
+            "ranges; prefetch 150 reads ahead (2 in flight); holds 64 MB of "
+            "70 MB, the plans read 235 MB");
+  status.mutable_shard_cache()->clear_hits();
+  status.mutable_shard_cache()->clear_misses();
+  status.mutable_shard_cache()->clear_uncached_reads();
+  EXPECT_THAT(ShardCacheSummary(status),
+              HasSubstr("shard cache: no reads yet; prefetch 150"));
+  status.clear_shard_cache();
+  EXPECT_EQ(ShardCacheSummary(status), "");
+}
+
+TEST(DaemonVerdictTest, AShardCacheTooSmallForThePlansSaysByHowMuch) {
+  batchd::v1::ServerStatus status = ThrashingCache();
+  status.mutable_stage_seconds()->set_read(6.0);
+  status.mutable_stage_seconds()->set_decode(4.0);
+  const std::string too_small =
+      "shard cache too small for the plans: they read 235 MB of shards "
+      "within the forecast, the cache holds 70 MB; --cache-bytes 235000000 "
+      "would fetch each shard once (now 1.94x the bytes served are fetched)";
+  EXPECT_EQ(ShardCacheTooSmall(status), too_small);
+  // Storage-bound: it is the advice, instead of the general one.
+  DaemonVerdict v = JudgeDaemon(status);
+  EXPECT_EQ(v.kind, "storage-bound");
+  EXPECT_THAT(v.line, HasSubstr("reading samples 60 % of their time → " +
+                                too_small + ", or the shard-aware shuffle"));
+  EXPECT_THAT(v.line, Not(HasSubstr("more --cache-prefetch-batches")));
+  // Elsewhere a note after the verdict's own line: the kinds and their
+  // order do not change.
+  status.mutable_stage_seconds()->set_read(1.0);
+  v = JudgeDaemon(status);
+  EXPECT_EQ(v.kind, "network-bound");
+  EXPECT_THAT(v.line, HasSubstr("says which); " + too_small));
+  status.set_busy_fraction(0.95);
+  EXPECT_EQ(JudgeDaemon(status).kind, "input-bound");
+  EXPECT_THAT(JudgeDaemon(status).line,
+              HasSubstr("add workers or a daemon; shard cache too small"));
+  status.mutable_jobs(0)->mutable_trainer()->set_wait_ratio(0.05);
+  EXPECT_EQ(JudgeDaemon(status).kind, "compute-bound");
+  EXPECT_THAT(JudgeDaemon(status).line, HasSubstr("; " + too_small));
+  // An idle daemon says nothing of it.
+  batchd::v1::ServerStatus idle = status;
+  idle.clear_jobs();
+  EXPECT_EQ(JudgeDaemon(idle).line,
+            "idle: no streams; workers 95 % busy (2 workers)");
+}
+
+TEST(DaemonVerdictTest, AShardCacheIsTooSmallOnlyWhenItShows) {
+  const batchd::v1::ServerStatus thrashing = ThrashingCache();
+  ASSERT_NE(ShardCacheTooSmall(thrashing), "");
+  // The plans' shards fit: Belady keeps them, whatever the cold misses.
+  batchd::v1::ServerStatus status = thrashing;
+  status.mutable_shard_cache()->set_forecast_shard_bytes(70'000'000);
+  EXPECT_EQ(ShardCacheTooSmall(status), "");
+  // A cold cache that has served less than it holds: its first downloads
+  // are not yet read.
+  status = thrashing;
+  status.mutable_shard_cache()->set_served_bytes(60'000'000);
+  EXPECT_EQ(ShardCacheTooSmall(status), "");
+  // Fetching about what it serves, mostly by downloads (a shard-aware
+  // shuffle with a small cache): fine.
+  status = thrashing;
+  status.mutable_shard_cache()->set_downloaded_bytes(250'000'000);
+  EXPECT_LT(ShardCacheAmplification(status.shard_cache()),
+            kCacheTooSmallAmplification);
+  EXPECT_EQ(ShardCacheTooSmall(status), "");
+  // The same bytes, but most misses read by member ranges: one request a
+  // member, because the shards leave the cache before enough is read.
+  status.mutable_shard_cache()->set_whole_choices(100);
+  status.mutable_shard_cache()->set_range_choices(1'500);
+  EXPECT_THAT(ShardCacheTooSmall(status),
+              HasSubstr("(now 1.13x the bytes served are fetched, 1500 of "
+                        "1600 misses by member ranges)"));
+  // No shard cache, or no bound known.
+  status.clear_shard_cache();
+  EXPECT_EQ(ShardCacheTooSmall(status), "");
+  status = thrashing;
+  status.mutable_shard_cache()->set_disk_limit_bytes(0);
+  EXPECT_EQ(ShardCacheTooSmall(status), "");
+}
+
 }  // namespace
 }  // namespace batchd::common

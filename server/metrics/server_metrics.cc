@@ -356,6 +356,37 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
                   static_cast<double>(cache.whole_choices()));
     writer.Sample({{"choice", "ranges"}},
                   static_cast<double>(cache.range_choices()));
+    // With the reads and the downloaded bytes above: the hit rate
+    // (hits / all reads) and the amplification ((downloaded + range) /
+    // served) are ratios of these counters' rates.
+    writer.Begin("batchd_shard_cache_served_bytes_total",
+                 "Member bytes the shard cache returned to the workers "
+                 "(hits, downloads and ranges).",
+                 Type::kCounter);
+    writer.Sample({}, static_cast<double>(cache.served_bytes()));
+    writer.Begin("batchd_shard_cache_range_bytes_total",
+                 "Member bytes the shard cache read from the store by range "
+                 "instead of downloading the shard.",
+                 Type::kCounter);
+    writer.Sample({}, static_cast<double>(cache.range_bytes()));
+    writer.Begin("batchd_shard_cache_forecast_shard_bytes",
+                 "Bytes of the distinct shards the open plans read within "
+                 "the forecast now: the cache that would hold them all.",
+                 Type::kGauge);
+    writer.Sample({}, static_cast<double>(cache.forecast_shard_bytes()));
+    writer.Begin("batchd_shard_cache_forecast_reads",
+                 "Member reads of the open plans the forecast covers now.",
+                 Type::kGauge);
+    writer.Sample({}, static_cast<double>(cache.forecast_reads()));
+    writer.Begin("batchd_shard_cache_prefetches_in_flight",
+                 "Background shard downloads queued or running now.",
+                 Type::kGauge);
+    writer.Sample({}, static_cast<double>(cache.prefetches_in_flight()));
+    writer.Begin("batchd_shard_cache_prefetch_depth_reads",
+                 "How many reads ahead the last prefetch chosen by the "
+                 "forecast is needed.",
+                 Type::kGauge);
+    writer.Sample({}, static_cast<double>(cache.prefetch_depth_reads()));
   }
   if (status.has_object_store()) {
     const batchd::v1::ObjectStoreStatus& store = status.object_store();

@@ -65,6 +65,7 @@ void Timeline::Add(const batchd::v1::ServerStatus& status, absl::Time at) {
   const common::DaemonVerdict verdict = common::JudgeDaemon(status);
   point.verdict_kind = verdict.kind;
   point.verdict = verdict.line;
+  point.shard_cache = common::ShardCacheSummary(status);
 
   absl::MutexLock lock(&mu_);
   if (last_.has_value() && at > last_at_) {

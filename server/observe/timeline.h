@@ -5,8 +5,8 @@
 // very message GetStatus returns and `batchd top` renders) and the status
 // before it: per job images/s, trainer wait and demand; workers, busy
 // fraction and autoscale changes; per-stage ms per image over the second;
-// buffer bytes and the budget; substitutions per second; capacity; and the
-// daemon's verdict (common/daemon_verdict.h).
+// buffer bytes and the budget; substitutions per second; capacity; the
+// daemon's verdict (common/daemon_verdict.h) and its shard cache's line.
 //
 //   Timeline timeline(/*capacity=*/900);
 //   timeline.Add(admin.Status(), absl::Now());   // once a second
@@ -69,6 +69,8 @@ struct TimelinePoint {
   std::string autoscale_change;
   std::string verdict_kind;
   std::string verdict;
+  // The shard cache's line (common::ShardCacheSummary); empty without one.
+  std::string shard_cache;
 };
 
 // The job series that stands for the jobs a TimelineView does not list

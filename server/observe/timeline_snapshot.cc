@@ -96,6 +96,15 @@ RenderedTimeline::RenderedTimeline(const TimelineView& view, int max_jobs)
                       ",\"kind\":", Quote(p.back().verdict_kind),
                       ",\"line\":", Quote(p.back().verdict), "}"));
   }
+  // The newest point's shard cache, as the verdict: the page shows it as
+  // a line, and its figures are cumulative.
+  text(",\"shard_cache\":");
+  if (n == 0 || p.back().shard_cache.empty()) {
+    text("null");
+  } else {
+    text(absl::StrCat("{\"t\":", Seconds(t_ms_.back()),
+                      ",\"line\":", Quote(p.back().shard_cache), "}"));
+  }
   text(",\"t\":");
   column([&](size_t i) { return Seconds(t_ms_[i]); });
   text(",\"workers\":");

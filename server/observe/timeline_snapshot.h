@@ -53,6 +53,7 @@ inline constexpr double kTimelineAnswersPerSecond = 32;
 //   {"since":null,"next":1800000002.000,"interval_seconds":1,
 //    "capacity":900,"max_jobs":32,"other_jobs":0,
 //    "verdict":{"t":..,"kind":"compute-bound","line":"..."},
+//    "shard_cache":{"t":..,"line":"shard cache: hit 60 %, ..."},
 //    "t":[..],"workers":[..],"busy_percent":[..],"queued_samples":[..],
 //    "buffer_reserved_bytes":[..],"buffer_idle_bytes":[..],
 //    "buffer_limit_bytes":[..],"substitutions_per_second":[..],
@@ -63,7 +64,9 @@ inline constexpr double kTimelineAnswersPerSecond = 32;
 //             "compute_percent":[..],"demand_images_per_second":[..]}],
 //    "autoscale":[{"t":..,"workers":2,"change":"grow 1 -> 2: ..."}]}
 // Columns are of equal length, aligned on "t" (Unix seconds, oldest
-// first), null where a value is absent. "next" is the newest point's t
+// first), null where a value is absent; "verdict" and "shard_cache" are
+// the newest point's (null while empty; "shard_cache" also without a
+// shard cache). "next" is the newest point's t
 // (null while there is none); "since" echoes the request's. Immutable.
 class RenderedTimeline {
  public:

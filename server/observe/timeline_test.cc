@@ -131,7 +131,7 @@ TEST(TimelineTest, EmptyTimelineHasNoVerdictAndEmptyColumns) {
   EXPECT_EQ(Json(timeline),
             "{\"since\":null,\"next\":null,\"interval_seconds\":1,"
             "\"capacity\":900,\"max_jobs\":1024,\"other_jobs\":0,"
-            "\"verdict\":null,"
+            "\"verdict\":null,\"shard_cache\":null,"
             "\"t\":[],\"workers\":[],\"busy_percent\":[],"
             "\"queued_samples\":[],\"buffer_reserved_bytes\":[],"
             "\"buffer_idle_bytes\":[],\"buffer_limit_bytes\":[],"
@@ -140,6 +140,42 @@ TEST(TimelineTest, EmptyTimelineHasNoVerdictAndEmptyColumns) {
             "{\"read\":[],\"decode\":[],\"transform\":[],\"augment\":[],"
             "\"send\":[]},"
             "\"jobs\":[],\"autoscale\":[]}");
+}
+
+TEST(TimelineTest, TheNewestPointsShardCacheLineIsServed) {
+  Timeline timeline;
+  batchd::v1::ServerStatus status = Status(0, 0, 0);
+  timeline.Add(status, kStart);
+  // No shard cache: null, as for an empty timeline.
+  EXPECT_THAT(Json(timeline), HasSubstr("\"shard_cache\":null,\"t\":"));
+  batchd::v1::ShardCacheStatus* cache = status.mutable_shard_cache();
+  cache->set_disk_bytes(64'000'000);
+  cache->set_disk_limit_bytes(70'000'000);
+  cache->set_hits(3);
+  cache->set_misses(1);
+  cache->set_whole_choices(1);
+  cache->set_downloaded_bytes(32'000'000);
+  cache->set_served_bytes(16'000'000);
+  cache->set_forecast_shard_bytes(235'000'000);
+  cache->set_prefetch_depth_reads(40);
+  timeline.Add(status, kStart + absl::Seconds(1));
+  const std::string line =
+      "shard cache: hit 75 %, fetched 2.00x served, 1 whole / 0 ranges; "
+      "prefetch 40 reads ahead (0 in flight); holds 64 MB of 70 MB, the "
+      "plans read 235 MB";
+  EXPECT_EQ(timeline.Points().back().shard_cache, line);
+  // (Quote writes "/" as "\/".)
+  EXPECT_THAT(Json(timeline),
+              HasSubstr("\"shard_cache\":{\"t\":1800000001.000,\"line\":"
+                        "\"shard cache: hit 75 %, fetched 2.00x served, 1 "
+                        "whole \\/ 0 ranges; prefetch 40 reads ahead (0 in "
+                        "flight); holds 64 MB of 70 MB, the plans read 235 "
+                        "MB\"},\"t\":"));
+  // An answer to since= carries it too: the page keeps the newest.
+  const RenderedTimeline rendered(timeline.View(kMaxTimelineMaxJobs),
+                                  kMaxTimelineMaxJobs);
+  EXPECT_THAT(rendered.Json(absl::ToUnixMillis(kStart)),
+              HasSubstr("\"shard_cache\":{\"t\":1800000001.000,"));
 }
 
 }  // namespace

@@ -184,6 +184,12 @@ function render(d) {
     verdict.dataset.kind = d.verdict.kind;
     verdict.dataset.t = d.verdict.t.toFixed(3);
   }
+  // The shard cache's line (hit rate, bytes fetched per byte served,
+  // whole/range choices, prefetch depth), as batchd top shows it; only
+  // for a daemon with remote shards.
+  const cache = document.getElementById("shard-cache");
+  cache.hidden = !d.shard_cache;
+  cache.textContent = d.shard_cache ? d.shard_cache.line : "";
   const n = d.t.length;
   if (n > 0) {
     // "_other" stands for the jobs beyond --timeline-max-jobs.

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Loads a daemon's live page in headless Chromium (puppeteer-core), lets it
 // poll for `seconds`, and prints what it saw as one JSON object: the
-// verdict shown (with the time of its sample), the verdicts of every
+// verdict shown (with the time of its sample) and the shard cache's line
+// (null when hidden), the verdicts and shard cache lines of every
 // /api/timeline reply the page got, each chart's points, every request the
 // page made and those that left the page's own host:port (aborted). Saves
 // a screenshot.
@@ -47,7 +48,10 @@ async function main() {
       if (new URL(response.url()).pathname !== "/api/timeline") return;
       try {
         const timeline = await response.json();
-        if (timeline.verdict) replies.push(timeline.verdict);
+        if (timeline.verdict) {
+          replies.push(Object.assign({shard_cache: timeline.shard_cache},
+                                     timeline.verdict));
+        }
       } catch (e) { /* the page went away */ }
     });
     await page.goto(url, {waitUntil: "load"});
@@ -63,8 +67,10 @@ async function main() {
           canvas: !!u.root.querySelector("canvas"),
         };
       }
+      const cache = document.getElementById("shard-cache");
       return {verdict: verdict.textContent, kind: verdict.dataset.kind,
               verdict_t: verdict.dataset.t, charts,
+              shard_cache: cache.hidden ? null : cache.textContent,
               polls: window.batchdPolls,
               notice: document.getElementById("notice").textContent};
     });

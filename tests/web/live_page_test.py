@@ -11,7 +11,8 @@ Checks, exiting 1 with the reason on the first that fails:
   stage and buffer charts have them for the job under load;
 - the verdict line on the page is the one in the /api/timeline reply it
   was drawn from, and says what `batchd top --once` (GetStatus) says: the same
-  kind of verdict for the same job;
+  kind of verdict for the same job; the shard cache line is that reply's
+  too (hidden: this daemon reads local files);
 - every request the page made went to the daemon's own host:port, after
   the first /api/timeline request with since= (only the newer points),
   and no script on the page failed.
@@ -118,6 +119,12 @@ def main():
     if seen["verdict"] != drawn[-1]["line"] or seen["kind"] != drawn[-1]["kind"]:
         fail("the page's verdict is not the timeline's",
              f"page: {seen['verdict']}\njson: {drawn[-1]['line']}")
+    # The shard cache's line is the same reply's: hidden without one (this
+    # daemon reads local files).
+    expected = drawn[-1].get("shard_cache")
+    if seen["shard_cache"] != (expected["line"] if expected else None):
+        fail("the page's shard cache line is not the timeline's",
+             f"page: {seen['shard_cache']}\njson: {expected}")
     # batchd top renders GetStatus with the same verdict function (its
     # arrow in ASCII); the figures move between samples, the verdict and
     # its job do not under this steady load.
