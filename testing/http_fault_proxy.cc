@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/errno_status.h"
+#include "testing/loopback_socket.h"
 
 namespace batchd::testing {
 namespace {
@@ -49,19 +50,6 @@ std::string ReadHead(int fd, std::string& buffer) {
     if (n <= 0) return "";
     buffer.append(chunk, static_cast<size_t>(n));
   }
-}
-
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // `head` (a request or response head) without its Connection header, with
@@ -440,7 +428,7 @@ void HttpFaultProxy::Serve(int client_fd) {
       continue;
     }
     // Forward on a fresh upstream connection and read it to its end.
-    const int upstream = Connect(upstream_port_);
+    const int upstream = ConnectLoopback(upstream_port_);
     if (upstream < 0) break;
     const bool sent = SendAll(
         upstream,

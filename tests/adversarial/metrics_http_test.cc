@@ -25,6 +25,7 @@
 #include "server/metrics/metrics.h"
 #include "server/metrics/metrics_http_server.h"
 #include "server/service/auth.h"
+#include "testing/loopback_socket.h"
 
 namespace batchd::server {
 namespace {
@@ -35,19 +36,6 @@ constexpr int kSlowPeers = 64;
 constexpr absl::Duration kSlowLineEvery = absl::Milliseconds(300);
 // The bound a well-behaved scrape must meet while they hold on.
 constexpr absl::Duration kScrapeBound = absl::Seconds(1);
-
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 bool SendAll(int fd, const std::string& text) {
   return send(fd, text.data(), text.size(), MSG_NOSIGNAL) ==
@@ -79,7 +67,7 @@ std::string ReadUntilClosed(int fd, absl::Duration timeout, bool* closed) {
 // One GET with `headers` (each ending in \r\n); the whole answer.
 std::string Get(int port, const std::string& path,
                 const std::string& headers = "") {
-  const int fd = Connect(port);
+  const int fd = batchd::testing::ConnectLoopback(port);
   if (fd < 0) return "";
   SendAll(fd, absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: x\r\n", headers,
                            "Connection: close\r\n\r\n"));
@@ -114,7 +102,7 @@ TEST(MetricsHttpAdversarialTest, SlowlorisDoesNotHoldAScrape) {
   // kSlowLineEvery, never ending it.
   std::vector<int> slow;
   for (int i = 0; i < kSlowPeers; ++i) {
-    const int fd = Connect(port);
+    const int fd = batchd::testing::ConnectLoopback(port);
     ASSERT_GE(fd, 0);
     ASSERT_TRUE(SendAll(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n"));
     slow.push_back(fd);
@@ -169,7 +157,7 @@ TEST(MetricsHttpAdversarialTest, ConnectionsOverTheCapAreClosedAndCounted) {
   // kCap idle connections hold every slot.
   std::vector<int> idle;
   for (int i = 0; i < kCap; ++i) {
-    idle.push_back(Connect(port));
+    idle.push_back(batchd::testing::ConnectLoopback(port));
     ASSERT_GE(idle.back(), 0);
   }
   // Until the server has taken all of them (it counts them open).
@@ -181,7 +169,7 @@ TEST(MetricsHttpAdversarialTest, ConnectionsOverTheCapAreClosedAndCounted) {
   ASSERT_EQ(Sample(registry.Render(), "batchd_metrics_http_connections"),
             kCap);
   for (int extra = 0; extra < 3; ++extra) {
-    const int fd = Connect(port);
+    const int fd = batchd::testing::ConnectLoopback(port);
     ASSERT_GE(fd, 0);
     bool closed = false;
     const std::string got = ReadUntilClosed(fd, absl::Seconds(1), &closed);

@@ -36,6 +36,7 @@
 #include "testing/daemon_process.h"
 #include "testing/e2e_fixture.h"
 #include "testing/e2e_helpers.h"
+#include "testing/loopback_socket.h"
 
 namespace batchd::testing {
 namespace {
@@ -68,22 +69,9 @@ std::shared_ptr<grpc::Channel> OwnChannel(const std::string& target, int id) {
                                    args);
 }
 
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // One GET on a connection of its own; the body of a 200 answer, else "".
 std::string Get(int port, const std::string& path) {
-  const int fd = Connect(port);
+  const int fd = ConnectLoopback(port);
   if (fd < 0) return "";
   const std::string request = absl::StrCat(
       "GET ", path, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
