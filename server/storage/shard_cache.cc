@@ -59,6 +59,21 @@ absl::Status ReadFully(int fd, uint8_t* data, size_t size, uint64_t offset,
   return absl::OkStatus();
 }
 
+// Closes a download's temporary file and, if `status` and the close are
+// OK, renames it into place at `path`; on any failure the temporary file is
+// removed. Returns the first error.
+absl::Status FinishDownload(int fd, const std::string& temp,
+                            const std::string& path, absl::Status status) {
+  if (::close(fd) != 0 && status.ok()) {
+    status = common::ErrnoStatus(errno, absl::StrCat("close '", temp, "'"));
+  }
+  if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
+    status = common::ErrnoStatus(errno, absl::StrCat("rename '", temp, "'"));
+  }
+  if (!status.ok()) ::unlink(temp.c_str());
+  return status;
+}
+
 std::atomic<uint64_t> temp_counter{0};
 
 }  // namespace
@@ -554,14 +569,7 @@ absl::Status ShardCache::Download(ObjectStore& store, const ObjectInfo& shard,
         ::munmap(map, shard.size);
       }
     }
-    if (::close(fd) != 0 && status.ok()) {
-      status = common::ErrnoStatus(errno, absl::StrCat("close '", temp, "'"));
-    }
-    if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-      status = common::ErrnoStatus(errno, absl::StrCat("rename '", temp, "'"));
-    }
-    if (!status.ok()) ::unlink(temp.c_str());
-    return status;
+    return FinishDownload(fd, temp, path, std::move(status));
   }
 
   const uint64_t chunk = options_.chunk_bytes;
@@ -611,14 +619,7 @@ absl::Status ShardCache::Download(ObjectStore& store, const ObjectInfo& shard,
     absl::MutexLock lock(&error_mu);
     status = error;
   }
-  if (::close(fd) != 0 && status.ok()) {
-    status = common::ErrnoStatus(errno, absl::StrCat("close '", temp, "'"));
-  }
-  if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    status = common::ErrnoStatus(errno, absl::StrCat("rename '", temp, "'"));
-  }
-  if (!status.ok()) ::unlink(temp.c_str());
-  return status;
+  return FinishDownload(fd, temp, path, std::move(status));
 }
 
 absl::Status ShardCache::ReadFile(const std::string& name,
