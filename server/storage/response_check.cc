@@ -48,15 +48,24 @@ std::string RequestFacts::Describe() const {
   return out;
 }
 
+namespace {
+
+// The verdict that `request` failed: `message` after the dataset and the
+// request, `retry` whether another attempt may do better.
+Verdict Failed(const RequestFacts& request, absl::StatusCode code,
+               absl::string_view message, bool retry) {
+  return Verdict{
+      absl::Status(code, absl::StrCat("dataset \"", request.dataset, "\": ",
+                                      request.Describe(), ": ", message)),
+      retry};
+}
+
+}  // namespace
+
 Verdict CheckResponse(const RequestFacts& request,
                       const ResponseFacts& response) {
   auto fail = [&](absl::StatusCode code, absl::string_view message,
-                  bool retry) {
-    return Verdict{
-        absl::Status(code, absl::StrCat("dataset \"", request.dataset, "\": ",
-                                        request.Describe(), ": ", message)),
-        retry};
-  };
+                  bool retry) { return Failed(request, code, message, retry); };
   const long http = response.http_status;
   const std::string with_status =
       http != 0 ? absl::StrCat(" (HTTP ", http, ")") : std::string();
@@ -189,12 +198,7 @@ Verdict CheckResponse(const RequestFacts& request,
 Verdict CheckHeaders(const RequestFacts& request,
                      const ResponseFacts& response) {
   auto fail = [&](absl::StatusCode code, absl::string_view message,
-                  bool retry) {
-    return Verdict{
-        absl::Status(code, absl::StrCat("dataset \"", request.dataset, "\": ",
-                                        request.Describe(), ": ", message)),
-        retry};
-  };
+                  bool retry) { return Failed(request, code, message, retry); };
   const long http = response.http_status;
   if (!request.ranged || http < 200 || http >= 300) {
     return {absl::OkStatus(), false};
