@@ -333,7 +333,13 @@ std::optional<ShardCache::PrefetchTask> ShardCache::PlanPrefetch(
           deleting_.contains(name)) {
         continue;
       }
-      candidates.push_back({forecast->NextUse(shard), forecaster, shard});
+      // Not for a next epoch guessed from this one's order: its shards
+      // come in another order, so a shard fetched for it may be evicted
+      // unread (or the job stops at this epoch's end). The next epoch's
+      // order is published as its first batch is built.
+      const uint64_t next_use = forecast->NextKnownUse(shard);
+      if (next_use == ShardForecast::kNever) continue;
+      candidates.push_back({next_use, forecaster, shard});
     }
   }
   std::sort(candidates.begin(), candidates.end(),
