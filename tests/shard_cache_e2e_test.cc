@@ -281,5 +281,212 @@ TEST_F(ShardCacheE2eTest, EveryShuffleAndCacheSizeStaysWithinTheBound) {
   }
 }
 
+// Two jobs (different seeds) on one dataset through a cache of half of it,
+// at once: what they fetch together is at most 1.2x what the first fetches
+// alone plus what the second fetches alone (its misses, on a cold cache of
+// its own); and no shard is downloaded more often than once for each job
+// that reads it. (Two per-sample jobs share little: each reads by member
+// ranges, about the members each; the merged forecast may download a shard
+// both read often enough, which the job alone would not.)
+TEST_F(ShardCacheE2eTest, TwoJobsShareACacheOfHalfTheDataset) {
+  const uint64_t cache_bytes = dataset_bytes_ / 2;
+  for (uint32_t window : {0u, 1u}) {
+    SCOPED_TRACE(absl::StrCat("window ", window));
+    batchd::v1::Plan a = Plan("http", window, /*seed=*/21);
+    a.set_job("a");
+    batchd::v1::Plan b = Plan("http", window, /*seed=*/22);
+    b.set_job("b");
+    std::map<std::string, Epoch> alone;
+    std::vector<BatchRecord> local_a, local_b;
+    for (const batchd::v1::Plan* plan : {&a, &b}) {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                           Start(cache_bytes, MakeTempDir("cache")));
+      ASSERT_OK_AND_ASSIGN(alone[plan->job()], ReadEpoch(*daemon, *plan));
+      batchd::v1::Plan local = *plan;
+      local.set_dataset("local");
+      ASSERT_OK_AND_ASSIGN(
+          (plan == &a ? local_a : local_b),
+          ReadEpochs(daemon->endpoint(), local, 0, 1));
+    }
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                         Start(cache_bytes, MakeTempDir("cache")));
+    const batchd::v1::ServerStatus before = Status(*daemon);
+    absl::StatusOr<std::vector<BatchRecord>> got_a, got_b;
+    std::thread second(
+        [&] { got_b = ReadEpochs(daemon->endpoint(), b, 0, 1); });
+    got_a = ReadEpochs(daemon->endpoint(), a, 0, 1);
+    second.join();
+    ASSERT_TRUE(got_a.ok()) << got_a.status();
+    ASSERT_TRUE(got_b.ok()) << got_b.status();
+    EXPECT_EQ(*got_a, local_a);
+    EXPECT_EQ(*got_b, local_b);
+    const uint64_t together =
+        SettledStoreBytes(*daemon) - before.object_store().bytes();
+    const batchd::v1::ShardCacheStatus cache = Status(*daemon).shard_cache();
+    const uint64_t bound = alone["a"].fetched * 12 / 10 + alone["b"].fetched;
+    std::printf("window %u, two jobs, cache 50 %%: together %.3fx the "
+                "members, %.3fx of (1.2x a alone + b alone); alone %.3fx and "
+                "%.3fx; %s\n",
+                window, static_cast<double>(together) / member_bytes_,
+                static_cast<double>(together) / bound,
+                static_cast<double>(alone["a"].fetched) / member_bytes_,
+                static_cast<double>(alone["b"].fetched) / member_bytes_,
+                Describe(cache).c_str());
+    EXPECT_LE(together, bound) << Describe(cache);
+    // At most once for each job: a shard both read is not downloaded again
+    // while the other still needs it within the cache's reach (the whole
+    // epoch here, shard by shard).
+    EXPECT_LE(cache.downloads(), 2u * shard_count_) << Describe(cache);
+    if (window > 0) {
+      // Shard by shard, the two share downloads: less than apart.
+      EXPECT_LT(together, alone["a"].fetched + alone["b"].fetched);
+    }
+    EXPECT_LE(cache.disk_bytes(), cache_bytes);
+  }
+}
+
+// An elastic resume (Plan.resume): the epoch starts half-way through its
+// order. It reads, and fetches, about the rest only.
+TEST_F(ShardCacheE2eTest, AResumedEpochFetchesAboutWhatItReads) {
+  const uint64_t cache_bytes = dataset_bytes_ / 2;
+  for (uint32_t window : {0u, 1u, 2u}) {
+    SCOPED_TRACE(absl::StrCat("window ", window));
+    batchd::v1::Plan plan = Plan("http", window);
+    plan.mutable_resume()->set_epoch(0);
+    plan.mutable_resume()->set_position(kImages / 2);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                         Start(cache_bytes, MakeTempDir("cache")));
+    batchd::v1::Plan local = plan;
+    local.set_dataset("local");
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> reference,
+                         ReadEpochs(daemon->endpoint(), local, 0, 1));
+    ASSERT_EQ(reference.size(), kImages / 2 / kBatch);
+    ASSERT_OK_AND_ASSIGN(Epoch epoch, ReadEpoch(*daemon, plan));
+    EXPECT_EQ(epoch.records, reference);
+    EXPECT_LT(epoch.served, member_bytes_);
+    const uint64_t lower = std::min(dataset_bytes_, epoch.served);
+    std::printf("window %u, resumed half-way, cache 50 %%: fetched %.3fx the "
+                "members read; %s\n",
+                window, static_cast<double>(epoch.fetched) / epoch.served,
+                Describe(epoch.cache).c_str());
+    EXPECT_TRUE(WithinBound(epoch.fetched, lower))
+        << epoch.fetched << " fetched, " << epoch.served << " read; "
+        << Describe(epoch.cache);
+  }
+}
+
+// A restart on the cache directory: the second daemon adopts the shards the
+// first left and its epoch stays within the bound.
+TEST_F(ShardCacheE2eTest, ARestartOnTheCacheDirectoryKeepsTheBound) {
+  const uint64_t cache_bytes = dataset_bytes_ / 2;
+  const std::string dir = MakeTempDir("cache");
+  for (uint32_t window : {0u, 1u}) {
+    for (uint64_t epoch_number : {0u, 1u}) {
+      SCOPED_TRACE(absl::StrCat("window ", window, ", epoch ", epoch_number));
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                           Start(cache_bytes, dir));
+      ASSERT_OK_AND_ASSIGN(
+          std::vector<BatchRecord> reference,
+          ReadEpochs(daemon->endpoint(), Plan("local", window), epoch_number,
+                     1));
+      ASSERT_OK_AND_ASSIGN(
+          Epoch epoch, ReadEpoch(*daemon, Plan("http", window), epoch_number));
+      EXPECT_EQ(epoch.records, reference);
+      std::printf("window %u, epoch %lu after a restart, cache 50 %%: "
+                  "fetched %.3fx the members; %s\n",
+                  window, epoch_number,
+                  static_cast<double>(epoch.fetched) / member_bytes_,
+                  Describe(epoch.cache).c_str());
+      EXPECT_TRUE(WithinBound(epoch.fetched,
+                              std::min(dataset_bytes_, member_bytes_)))
+          << Describe(epoch.cache);
+      EXPECT_LE(epoch.cache.disk_bytes(), cache_bytes);
+      if (epoch_number > 0 || window > 0) {
+        // Shards the last daemon left were found and read.
+        EXPECT_GT(epoch.cache.hits(), 0u) << Describe(epoch.cache);
+      }
+      EXPECT_EQ(daemon->Stop(), 0);
+    }
+  }
+}
+
+// One stream over two daemons, each with its own cache of half the
+// dataset; one is killed (SIGKILL) a third of the way through the epoch.
+// The batches are those of local disk, and the two together fetch at most
+// 1.2x the lesser of the dataset and the members both read, plus what the
+// killed daemon fetched (its cache dies with it).
+//
+// Not the stricter bound of 1.2x the sum of each daemon's lower bound (the
+// lesser of the dataset and the members it read): a daemon forecasts every
+// batch of the plan, but the client asks each of the two for part of them,
+// so a shard one downloads whole for the plan's reads serves only its
+// share (and the killed one's shards fetched ahead are never read).
+// Measured over eight runs: 1.00-1.09x that sum for the per-sample
+// shuffle, 1.17-1.22x for window 1 (the killed daemon up to 1.66x what it
+// read, the survivor 1.01-1.24x).
+TEST_F(ShardCacheE2eTest, AFailoverKeepsTheBatchesAndTheBound) {
+  const uint64_t cache_bytes = dataset_bytes_ / 2;
+  for (uint32_t window : {0u, 1u}) {
+    SCOPED_TRACE(absl::StrCat("window ", window));
+    std::vector<std::unique_ptr<DaemonProcess>> daemons;
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<DaemonProcess> daemon,
+                           Start(cache_bytes, MakeTempDir("cache")));
+      daemons.push_back(std::move(daemon));
+    }
+    ASSERT_OK_AND_ASSIGN(
+        std::vector<BatchRecord> reference,
+        ReadEpochs(daemons[1]->endpoint(), Plan("local", window), 0, 1));
+    std::vector<batchd::v1::ServerStatus> before = {Status(*daemons[0]),
+                                                    Status(*daemons[1])};
+    client::LoaderOptions options;
+    options.endpoint =
+        absl::StrCat(daemons[0]->endpoint(), ",", daemons[1]->endpoint());
+    options.plan = Plan("http", window);
+    options.prefetch = 4;
+    options.last_epoch = 0;
+    options.reconnect_backoff_max = absl::Milliseconds(500);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<client::Loader> loader,
+                         client::Loader::Create(std::move(options)));
+    ASSERT_OK(loader->StartEpoch(0));
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> records,
+                         ReadFrom(*loader, kImages / kBatch / 3));
+    const batchd::v1::ServerStatus killed = Status(*daemons[0]);
+    daemons[0]->Kill();
+    ASSERT_OK_AND_ASSIGN(std::vector<BatchRecord> rest, ReadFrom(*loader));
+    records.insert(records.end(), rest.begin(), rest.end());
+    EXPECT_EQ(records, reference);
+    const uint64_t survivor_bytes = SettledStoreBytes(*daemons[1]);
+    const batchd::v1::ServerStatus survivor = Status(*daemons[1]);
+    uint64_t fetched = 0, lower = 0, served_both = 0, killed_fetched = 0;
+    for (int i = 0; i < 2; ++i) {
+      const batchd::v1::ServerStatus& after = i == 0 ? killed : survivor;
+      const uint64_t bytes =
+          (i == 0 ? after.object_store().bytes() : survivor_bytes) -
+          before[i].object_store().bytes();
+      const uint64_t served = after.shard_cache().served_bytes() -
+                              before[i].shard_cache().served_bytes();
+      std::printf("window %u, failover, daemon %d: fetched %lu bytes, read "
+                  "%lu (%.3fx); %s\n",
+                  window, i, bytes, served,
+                  served > 0 ? static_cast<double>(bytes) / served : 0.0,
+                  Describe(after.shard_cache()).c_str());
+      fetched += bytes;
+      lower += std::min(dataset_bytes_, served);
+      served_both += served;
+      if (i == 0) killed_fetched = bytes;
+    }
+    const uint64_t both_lower = std::min(dataset_bytes_, served_both);
+    std::printf("window %u, failover: fetched %.3fx the sum of each daemon's "
+                "lower bound, %.3fx of (1.2x the lower bound of all reads + "
+                "the killed daemon's)\n",
+                window, static_cast<double>(fetched) / lower,
+                static_cast<double>(fetched) /
+                    (both_lower * 12 / 10 + killed_fetched));
+    EXPECT_LE(fetched, both_lower * 12 / 10 + killed_fetched)
+        << fetched << " fetched, " << served_both << " read";
+  }
+}
+
 }  // namespace
 }  // namespace batchd::testing
