@@ -30,6 +30,7 @@
 # side. BATCHD_BENCH_TABLE_ONLY=1 stops after this table (and the latency
 # rows below it, run for both builds).
 set -euo pipefail
+export BATCHD_START_WAIT_S=${BATCHD_START_WAIT_S:-300}
 BUILD=${1:?BUILD}
 EPOCHS=${2:-2}
 ROUNDS=${3:-2}
@@ -107,11 +108,13 @@ median() { printf "%s\n" "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1
 # for one cold epoch.
 measure() {
   local build=$1 conf=$2 cache_dir=$3 cache_bytes=$4 window=$5
-  rm -rf "$cache_dir" "$RUN/metrics.port"
+  # Cold shards; the index sidecar is kept (a large dataset's first start
+  # from s3rver reads its headers for minutes).
+  rm -rf "${cache_dir:-/nonexistent}/shards" "$RUN/metrics.port"
   local flags=(--config "$conf" --workers "$(nproc)" --metrics-port 0
     --metrics-port-file "$RUN/metrics.port" ${BATCHD_BENCH_DAEMON_FLAGS:-})
   [ -z "$cache_dir" ] || flags+=(--cache-dir "$cache_dir" --cache-bytes "$cache_bytes")
-  batchd_start "$RUN" daemon "$build/server/batchd" "${flags[@]}"
+  batchd_start "$RUN" daemon "$build/server/batchd" "${flags[@]}" || return 1
   local daemon=$BATCHD_PID
   for _ in $(seq 100); do [ -s "$RUN/metrics.port" ] && break; sleep 0.05; done
   local url=http://127.0.0.1:$(cat "$RUN/metrics.port")/metrics
@@ -142,11 +145,15 @@ builds=(after)
 build_dir() { [ "$1" = before ] && echo "$BEFORE" || echo "$BUILD"; }
 for round in $(seq "$ROUNDS"); do
   for window in 0 1 2; do
-    table[local-$window]+=" $(measure "$BUILD" "$LOCAL_CONF" "" 0 "$window" | cut -d' ' -f1)"
+    # A failed run stops the benchmark (a command substitution's failure
+    # would not).
+    got=$(measure "$BUILD" "$LOCAL_CONF" "" 0 "$window") || exit 1
+    table[local-$window]+=" ${got%% *}"
     for percent in 25 100; do
       for b in "${builds[@]}"; do
-        table[$b-$window-$percent]+=" $(measure "$(build_dir "$b")" "$S3_CONF" \
-          "$RUN/cache-table" $((DATA_BYTES * percent / 100)) "$window" | tr ' ' ,)"
+        got=$(measure "$(build_dir "$b")" "$S3_CONF" "$RUN/cache-table-$b-s3" \
+          $((DATA_BYTES * percent / 100)) "$window") || exit 1
+        table[$b-$window-$percent]+=" ${got/ /,}"
       done
     done
   done
@@ -155,8 +162,9 @@ for round in $(seq "$ROUNDS"); do
   for b in "${builds[@]}"; do
     for conf in "$HTTP_CONF" "$LATENCY_CONF"; do
       key=$b-latency-$([ "$conf" = "$HTTP_CONF" ] && echo 0 || echo "$LATENCY_MS")
-      table[$key]+=" $(measure "$(build_dir "$b")" "$conf" "$RUN/cache-table" \
-        $((DATA_BYTES * 3 / 4)) 2 | cut -d' ' -f1)"
+      got=$(measure "$(build_dir "$b")" "$conf" "$RUN/cache-table-$key" \
+        $((DATA_BYTES * 3 / 4)) 2) || exit 1
+      table[$key]+=" ${got%% *}"
     done
   done
 done
