@@ -164,12 +164,16 @@ TEST_F(PipelinePrefetchTest, TheForecastStartsAtTheBatchBeingRead) {
          std::make_shared<std::atomic<bool>>(false)},
         [&](std::unique_ptr<BuiltBatch>) { ++built; }));
   }
-  // The one reader waits for batch 0's shard: the forecast covers the rest
-  // of the epoch from batch 0 (24 reads) and the next epoch (24), where one
-  // from batch 4, the last accepted, would cover 8 + 24.
-  absl::SleepFor(absl::Milliseconds(100));
+  // The one reader waits 300 ms for batch 0's shard: the forecast covers
+  // the rest of the epoch from batch 0 (24 reads) and the next epoch (24),
+  // where one from batch 4, the last accepted, would cover 8 + 24.
+  uint64_t forecast_reads = 0;
+  for (int i = 0; i < 2000 && forecast_reads == 0; ++i) {
+    forecast_reads = cache_->stats().forecast_reads;
+    if (forecast_reads == 0) absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(forecast_reads, 2u * kShards * kPerShard);
   EXPECT_EQ(built.load(), 0);
-  EXPECT_EQ(cache_->stats().forecast_reads, 2u * kShards * kPerShard);
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (built.load() < 5 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(10));
