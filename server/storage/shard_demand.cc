@@ -1,10 +1,23 @@
 #include "server/storage/shard_demand.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <numeric>
 #include <utility>
 
 namespace batchd::server {
+namespace {
+
+absl::Duration ThreadCpuTime() {
+  timespec now;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) != 0) {
+    return absl::ZeroDuration();
+  }
+  return absl::DurationFromTimespec(now);
+}
+
+}  // namespace
 
 ShardForecast::ShardForecast(
     std::vector<Read> reads,
@@ -170,7 +183,10 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
   }
   // The walk runs without the lock: publications go on meanwhile (and mark
   // the next forecast due). What it costs spaces the next one.
-  const absl::Time start = absl::Now();
+  // What the build costs in CPU, not in wall time: a build preempted on a
+  // loaded machine would otherwise space the next ones far apart, and the
+  // cache would evict and choose by a stale forecast meanwhile.
+  const absl::Duration start = ThreadCpuTime();
   std::vector<ShardForecast::Read> reads;
   absl::flat_hash_map<uint32_t, uint32_t> first_known;
   if (!readers.empty()) {
@@ -209,7 +225,7 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
   }
   auto forecast = std::make_shared<const ShardForecast>(
       std::move(reads), std::move(first_known));
-  const absl::Duration cost = absl::Now() - start;
+  const absl::Duration cost = ThreadCpuTime() - start;
   absl::MutexLock lock(&mu_);
   forecast_ = forecast;
   build_cost_ = cost;

@@ -25,7 +25,8 @@
 //
 // Thread-safe; a forecast is immutable and shared. It is rebuilt when a
 // reader moved since the last, but only once the time since that build is
-// kRebuildSpacing times what the build took: a forecast costs at most a
+// kRebuildSpacing times what the build took in CPU time (a build preempted
+// on a loaded machine must not leave a stale forecast for long): a forecast costs at most a
 // tenth of a core, however often the cache misses, and a small dataset's
 // (microseconds to build) is always current.
 //
