@@ -186,7 +186,6 @@ absl::Status Pipeline::BuildBatch(
       orders_.Get(shard, epoch);
   std::vector<uint64_t> sample_indices =
       BatchIndicesFromOrder(shard, *order, batch_index);
-  PrefetchAfter(*plan, shard, order, batch_index);
   const size_t n = sample_indices.size();
   // Uninitialised on purpose: every byte is written by a sample task.
   const uint64_t bytes = plan->batch_bytes(n);
@@ -245,12 +244,17 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
     // being read now, not from the last one accepted (a client's window of
     // batches is accepted at once, and the reads of all but the last would
     // be missing from the forecast: their shards evicted or read by ranges
-    // while they are being read).
+    // while they are being read). The next batches' prefetches are queued
+    // after it, so that the cache weighs them by this forecast (queued
+    // before any publication, a reader's first prefetches would find no
+    // forecast and download whole shards the plan reads little of).
     const ResolvedPlan& plan = *job->plan;
+    const uint64_t batch_index = job->batch->batch_index;
     plan.dataset->PublishReads(
         absl::StrCat(plan.job, "/", job->shard.rank, "/",
                      job->shard.world_size),
-        job->shard, job->order, job->batch->batch_index);
+        job->shard, job->order, batch_index);
+    PrefetchAfter(plan, job->shard, job->order, batch_index);
   }
   const uint64_t index = job->batch->sample_indices[position];
   const std::string job_name = job->plan->job;

@@ -187,8 +187,8 @@ class Pipeline {
   void RecordRead(uint64_t nanos);
   void FinishSample(const std::shared_ptr<BatchJob>& job);
   // Asks a remote dataset's shard cache to prefetch the samples of the
-  // prefetch_batches batches after `batch_index`. (What the reader reads
-  // next is published as each batch's first sample is read.)
+  // prefetch_batches batches after `batch_index`; called as that batch's
+  // first sample is read, after its reader's position is published.
   void PrefetchAfter(const ResolvedPlan& plan, const common::ShardSpec& shard,
                      std::shared_ptr<const std::vector<uint64_t>> order,
                      uint64_t batch_index);
