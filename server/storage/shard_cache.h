@@ -25,7 +25,8 @@
 // used first, as without forecasts.
 //
 // Prefetch(shard) queues a background download on a small pool of threads;
-// prefetches never evict a pinned shard or a prefetched shard not yet read,
+// prefetches never evict a pinned shard, a prefetched shard not yet read
+// or (by the forecast) a shard needed no later than the one they fetch,
 // hold at most half the cache, and are dropped when the queue is full.
 // With nothing queued, the same threads prefetch by the forecast: the
 // shards the plans need soonest that the cost model would download whole,
