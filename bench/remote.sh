@@ -18,7 +18,19 @@
 # cache holds what is in flight (the window's shards and those of the
 # client's 8 batches ahead, about 12 shards of 50 images here).
 # BATCHD_BENCH_DAEMON_FLAGS adds daemon flags to every run.
+#
+# First, the shard cache's table (issue 40): for the per-sample shuffle
+# and the shard-aware windows 1 and 2, and caches of 25 % and 100 % of the
+# dataset, one cold epoch from the S3 server: the bytes fetched from the
+# store (batchd_object_store_bytes_total after the epoch minus after the
+# start, so the index reads are not in it) against the range-read lower
+# bound (the image members' bytes), and images/s against local disk with
+# the same shuffle. BATCHD_BENCH_BEFORE=BUILD2 runs every row with a second
+# build too (alternating, same daemon flags): "before" and "after" side by
+# side. BATCHD_BENCH_TABLE_ONLY=1 stops after this table (and the latency
+# rows below it, run for both builds).
 set -euo pipefail
+export BATCHD_START_WAIT_S=${BATCHD_START_WAIT_S:-300}
 BUILD=${1:?BUILD}
 EPOCHS=${2:-2}
 ROUNDS=${3:-2}
@@ -91,6 +103,111 @@ run() {
 }
 
 median() { printf "%s\n" "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# measure BUILD CONF CACHE_DIR CACHE_BYTES WINDOW -> "images/s fetched_bytes"
+# for one cold epoch.
+measure() {
+  local build=$1 conf=$2 cache_dir=$3 cache_bytes=$4 window=$5
+  # Cold shards; the index sidecar is kept (a large dataset's first start
+  # from s3rver reads its headers for minutes).
+  rm -rf "${cache_dir:-/nonexistent}/shards" "$RUN/metrics.port"
+  local flags=(--config "$conf" --workers "$(nproc)" --metrics-port 0
+    --metrics-port-file "$RUN/metrics.port" ${BATCHD_BENCH_DAEMON_FLAGS:-})
+  [ -z "$cache_dir" ] || flags+=(--cache-dir "$cache_dir" --cache-bytes "$cache_bytes")
+  batchd_start "$RUN" daemon "$build/server/batchd" "${flags[@]}" || return 1
+  local daemon=$BATCHD_PID
+  for _ in $(seq 100); do [ -s "$RUN/metrics.port" ] && break; sleep 0.05; done
+  local url=http://127.0.0.1:$(cat "$RUN/metrics.port")/metrics
+  store_bytes() {
+    curl -s "$url" | awk '/^batchd_object_store_bytes_total/ {s += $2} END {printf "%d", s}'
+  }
+  local start
+  start=$(store_bytes)
+  local client=("$build/client/batchd-client" --endpoint "127.0.0.1:$BATCHD_PORT"
+    --dataset bench --batch_size 64 --size 224 --prefetch 8 --epochs 1)
+  [ "$window" = 0 ] || client+=(--shuffle_window_shards "$window")
+  "${client[@]}" > "$RUN/client.txt"
+  sleep 0.5  # background downloads the epoch started count too
+  local end
+  end=$(store_bytes)
+  batchd_stop "$daemon"
+  echo "$(sed -n 's/^total: .* \([0-9.]*\) images\/s.*/\1/p' "$RUN/client.txt") $((end - start))"
+}
+
+BEFORE=${BATCHD_BENCH_BEFORE:-}
+[ -z "$BEFORE" ] || bench_require "$BEFORE" server/batchd client/batchd-client bench/batchd-latency-proxy
+MEMBER_BYTES=$(python3 -c 'import sys, tarfile
+print(sum(m.size for f in sys.argv[1:] for m in tarfile.open(f)
+          if not m.name.endswith(".cls")))' "$SHARDS"/*.tar)
+declare -A table
+builds=(after)
+[ -z "$BEFORE" ] || builds=(before after)
+build_dir() { [ "$1" = before ] && echo "$BEFORE" || echo "$BUILD"; }
+for round in $(seq "$ROUNDS"); do
+  for window in 0 1 2; do
+    # A failed run stops the benchmark (a command substitution's failure
+    # would not).
+    got=$(measure "$BUILD" "$LOCAL_CONF" "" 0 "$window") || exit 1
+    table[local-$window]+=" ${got%% *}"
+    for percent in 25 100; do
+      for b in "${builds[@]}"; do
+        got=$(measure "$(build_dir "$b")" "$S3_CONF" "$RUN/cache-table-$b-s3" \
+          $((DATA_BYTES * percent / 100)) "$window") || exit 1
+        table[$b-$window-$percent]+=" ${got/ /,}"
+      done
+    done
+  done
+  # The latency target: shard-aware (window 2), a cache of 75 %, nginx with
+  # and without LATENCY_MS added to every request, each build.
+  for b in "${builds[@]}"; do
+    for conf in "$HTTP_CONF" "$LATENCY_CONF"; do
+      key=$b-latency-$([ "$conf" = "$HTTP_CONF" ] && echo 0 || echo "$LATENCY_MS")
+      got=$(measure "$(build_dir "$b")" "$conf" "$RUN/cache-table-$key" \
+        $((DATA_BYTES * 3 / 4)) 2) || exit 1
+      table[$key]+=" ${got%% *}"
+    done
+  done
+done
+
+echo "shard cache table: $NSHARDS shards of $SHARD_SIZE images ($DATA_BYTES bytes," \
+  "image members $MEMBER_BYTES bytes) from s3rver; one cold epoch; daemon" \
+  "--workers $(nproc); 224 px, batch 64; median of $ROUNDS"
+printf "| shuffle | cache | build | fetched MB | x members | images/s | x local |\n"
+printf "|---|---|---|---|---|---|---|\n"
+for window in 0 1 2; do
+  shuffle=per-sample
+  [ "$window" = 0 ] || shuffle="window $window"
+  base=$(median ${table[local-$window]})
+  printf "| %s | - | local disk | - | - | %.0f | 1.00x |\n" "$shuffle" "$base"
+  for percent in 25 100; do
+    for b in "${builds[@]}"; do
+      rates=() fetched=()
+      for pair in ${table[$b-$window-$percent]}; do
+        rates+=("${pair%,*}") fetched+=("${pair#*,}")
+      done
+      python3 -c 'import sys
+shuffle, percent, b, rate, fetched, members, base = sys.argv[1:]
+rate, fetched, members, base = float(rate), int(fetched), int(members), float(base)
+print(f"| {shuffle} | {percent} % | {b} | {fetched / 1e6:.1f} | "
+      f"{fetched / members:.2f}x | {rate:.0f} | {rate / base:.2f}x |")' \
+        "$shuffle" "$percent" "$b" "$(median "${rates[@]}")" \
+        "$(median "${fetched[@]}")" "$MEMBER_BYTES" "$base"
+    done
+  done
+done
+echo
+echo "nginx, 75 % cache, shard-aware (window 2), one cold epoch:"
+printf "| build | latency per request | images/s | x no latency |\n|---|---|---|---|\n"
+for b in "${builds[@]}"; do
+  python3 -c 'import sys
+b, ms, a, c = sys.argv[1:]
+print(f"| {b} | 0 | {float(a):.0f} | 1.00x |")
+print(f"| {b} | {ms} ms | {float(c):.0f} | {float(c) / float(a):.2f}x |")' \
+    "$b" "$LATENCY_MS" "$(median ${table[$b-latency-0]})" \
+    "$(median ${table[$b-latency-$LATENCY_MS]})"
+done
+[ -z "${BATCHD_BENCH_TABLE_ONLY:-}" ] || exit 0
+echo
 
 declare -A rates
 QUARTER=$((DATA_BYTES / 4))

@@ -97,6 +97,10 @@ struct Pipeline::BatchJob {
   std::atomic<size_t> remaining{0};
   // When BuildBatch accepted the batch: the start of its assemble stage.
   std::chrono::steady_clock::time_point started;
+  // For the shard cache's forecast, published as the batch's first sample
+  // is read; `order` is null when the dataset keeps no forecast.
+  common::ShardSpec shard;
+  std::shared_ptr<const std::vector<uint64_t>> order;
 };
 
 Pipeline::Pipeline(const PipelineOptions& options)
@@ -144,11 +148,6 @@ void Pipeline::PrefetchAfter(const ResolvedPlan& plan,
                              std::shared_ptr<const std::vector<uint64_t>> order,
                              uint64_t batch_index) {
   if (!plan.dataset->prefetches()) return;
-  // The shard cache's eviction and whole-or-ranges choices follow every
-  // reader's known future (server/storage/shard_demand.h).
-  plan.dataset->PublishReads(
-      absl::StrCat(plan.job, "/", shard.rank, "/", shard.world_size), shard,
-      order, batch_index);
   if (options_.prefetch_batches <= 0) return;
   // Batches are a pure function of (plan, epoch, index): the next ones'
   // samples are known now. Bounded: a few batches, and the cache bounds
@@ -187,7 +186,6 @@ absl::Status Pipeline::BuildBatch(
       orders_.Get(shard, epoch);
   std::vector<uint64_t> sample_indices =
       BatchIndicesFromOrder(shard, *order, batch_index);
-  PrefetchAfter(*plan, shard, order, batch_index);
   const size_t n = sample_indices.size();
   // Uninitialised on purpose: every byte is written by a sample task.
   const uint64_t bytes = plan->batch_bytes(n);
@@ -222,6 +220,10 @@ absl::Status Pipeline::BuildBatch(
   job->plan = std::move(plan);
   job->cancelled = std::move(cancelled);
   job->done = std::move(done);
+  if (job->plan->dataset->prefetches()) {
+    job->shard = shard;
+    job->order = order;
+  }
 
   const std::string& job_name = job->plan->job;
   for (size_t position = 0; position < n; ++position) {
@@ -235,6 +237,24 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   if (job->cancelled.cancelled()) {
     FinishSample(job);
     return;
+  }
+  if (position == 0 && job->order != nullptr) {
+    // The shard cache's eviction and whole-or-ranges choices follow every
+    // reader's known future (server/storage/shard_demand.h): from the batch
+    // being read now, not from the last one accepted (a client's window of
+    // batches is accepted at once, and the reads of all but the last would
+    // be missing from the forecast: their shards evicted or read by ranges
+    // while they are being read). The next batches' prefetches are queued
+    // after it, so that the cache weighs them by this forecast (queued
+    // before any publication, a reader's first prefetches would find no
+    // forecast and download whole shards the plan reads little of).
+    const ResolvedPlan& plan = *job->plan;
+    const uint64_t batch_index = job->batch->batch_index;
+    plan.dataset->PublishReads(
+        absl::StrCat(plan.job, "/", job->shard.rank, "/",
+                     job->shard.world_size),
+        job->shard, job->order, batch_index);
+    PrefetchAfter(plan, job->shard, job->order, batch_index);
   }
   const uint64_t index = job->batch->sample_indices[position];
   const std::string job_name = job->plan->job;

@@ -186,9 +186,9 @@ class Pipeline {
   // Records the time a read took.
   void RecordRead(uint64_t nanos);
   void FinishSample(const std::shared_ptr<BatchJob>& job);
-  // Tells a remote dataset's shard cache what this reader reads next, and
-  // asks it to prefetch the samples of the prefetch_batches batches after
-  // `batch_index`.
+  // Asks a remote dataset's shard cache to prefetch the samples of the
+  // prefetch_batches batches after `batch_index`; called as that batch's
+  // first sample is read, after its reader's position is published.
   void PrefetchAfter(const ResolvedPlan& plan, const common::ShardSpec& shard,
                      std::shared_ptr<const std::vector<uint64_t>> order,
                      uint64_t batch_index);

@@ -348,7 +348,13 @@ std::optional<ShardCache::PrefetchTask> ShardCache::PlanPrefetch(
           deleting_.contains(name)) {
         continue;
       }
-      candidates.push_back({forecast->NextUse(shard), forecaster, shard});
+      // Not for a next epoch guessed from this one's order: its shards
+      // come in another order, so a shard fetched for it may be evicted
+      // unread (or the job stops at this epoch's end). The next epoch's
+      // order is published as its first batch is built.
+      const uint64_t next_use = forecast->NextKnownUse(shard);
+      if (next_use == ShardForecast::kNever) continue;
+      candidates.push_back({next_use, forecaster, shard});
     }
   }
   std::sort(candidates.begin(), candidates.end(),
@@ -386,7 +392,7 @@ std::optional<ShardCache::PrefetchTask> ShardCache::PlanPrefetch(
 }
 
 bool ShardCache::MakeRoom(uint64_t bytes, bool prefetch,
-                          const Outlook& outlook) {
+                          const Outlook& outlook, uint64_t needed_at) {
   while (disk_bytes_ + bytes > options_.disk_bytes) {
     std::vector<std::shared_ptr<Entry>> evictable;
     std::vector<EvictionCandidate> candidates;
@@ -398,8 +404,16 @@ bool ShardCache::MakeRoom(uint64_t bytes, bool prefetch,
       // A prefetch never pushes out what an earlier prefetch brought for
       // an upcoming read.
       if (prefetch && entry->prefetched_unread) continue;
+      const uint64_t next_use = NextUse(outlook, name);
+      // Nor a shard needed no later than the one it fetches (between two
+      // reads, the shard a worker reads now is unpinned): that would trade
+      // a read soon for one later, and download the shard again.
+      if (prefetch && needed_at != ShardForecast::kNever &&
+          next_use <= needed_at) {
+        continue;
+      }
       evictable.push_back(entry);
-      candidates.push_back({NextUse(outlook, name), idle_rank});
+      candidates.push_back({next_use, idle_rank});
     }
     std::shared_ptr<Entry> victim;
     if (!evictable.empty()) victim = evictable[EvictionOrder(candidates)[0]];
@@ -477,7 +491,10 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
       ++(prefetch ? stats_.prefetches_declined : stats_.range_choices);
       return nullptr;
     }
-    if (!MakeRoom(shard.size, prefetch, outlook)) return nullptr;
+    if (!MakeRoom(shard.size, prefetch, outlook,
+                  prefetch ? NextUse(outlook, name) : ShardForecast::kNever)) {
+      return nullptr;
+    }
     if (fetch == ShardFetch::kWhole && !prefetch) ++stats_.whole_choices;
     // MakeRoom may have let go of the lock: look again.
     if (entries_.contains(name) || deleting_.contains(name) ||

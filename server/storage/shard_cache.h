@@ -25,7 +25,8 @@
 // used first, as without forecasts.
 //
 // Prefetch(shard) queues a background download on a small pool of threads;
-// prefetches never evict a pinned shard or a prefetched shard not yet read,
+// prefetches never evict a pinned shard, a prefetched shard not yet read
+// or (by the forecast) a shard needed no later than the one they fetch,
 // hold at most half the cache, and are dropped when the queue is full.
 // With nothing queued, the same threads prefetch by the forecast: the
 // shards the plans need soonest that the cost model would download whole,
@@ -226,8 +227,10 @@ class ShardCache {
 
   // Frees room for `bytes` more, deleting unpinned shards in Belady's
   // order by `outlook` (outside the lock; their bytes still count until
-  // deleted). False when that is impossible now.
-  bool MakeRoom(uint64_t bytes, bool prefetch, const Outlook& outlook)
+  // deleted). False when that is impossible now. A prefetch of a shard
+  // needed at `needed_at` deletes no shard needed as soon or sooner.
+  bool MakeRoom(uint64_t bytes, bool prefetch, const Outlook& outlook,
+                uint64_t needed_at = ShardForecast::kNever)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Downloads `shard` to its file: in chunks, or (`whole_object`) by one
   // read of the whole object into the mapped file. No lock held.

@@ -437,6 +437,54 @@ TEST_F(ShardCacheTest, EvictsTheShardNeededFurthestAhead) {
   EXPECT_EQ(cache->stats().evictions, 1u);
 }
 
+// A prefetch never evicts a shard the plans need sooner than the one it
+// fetches: it is dropped instead (the shard it would have evicted is read
+// first, and would be downloaded again). Here the one shard needed later
+// is a prefetched shard not read yet, which a prefetch may not evict.
+TEST_F(ShardCacheTest, APrefetchEvictsNoShardNeededSooner) {
+  const std::vector<ObjectInfo> infos = PutShards(5);
+  ShardCacheOptions options = Options(4 * kShardBytes);
+  options.prefetch_threads = 1;
+  options.plan_interval = absl::Hours(1);  // queued prefetches only
+  ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(options));
+  auto settle = [&] {
+    for (int i = 0; i < 1000 && cache->stats().prefetches_in_flight > 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  };
+  // Upcoming: shards 0, 2, 4, 1, 3.
+  std::vector<uint64_t> order;
+  for (uint64_t shard : {0, 2, 4, 1, 3}) {
+    for (uint64_t m = 0; m < ForecastReads::kMembers; ++m) {
+      order.push_back(shard * ForecastReads::kMembers + m);
+    }
+  }
+  ForecastReads plan(*cache, store_, infos, order,
+                     FetchCosts{/*request_bytes=*/0});
+  cache->Prefetch(store_, infos[3]);  // before any forecast: whole
+  settle();
+  ASSERT_TRUE(cache->Contains(infos[3]));
+  common::ShardSpec spec;
+  spec.num_samples = order.size();
+  plan.demand()->Publish(
+      "job/0", spec, std::make_shared<const std::vector<uint64_t>>(order), 0);
+  plan.demand()->ForecastNow();  // its clock stands still: rebuild now
+  for (int shard : {0, 2, 4}) ExpectRead(*cache, infos[shard], shard, 0, 100);
+  // Full. Shard 1, needed after 0, 2 and 4, would be downloaded whole (the
+  // cache holds every shard needed up to its reads), but only 0, 2 and 4
+  // could make room.
+  cache->Prefetch(store_, infos[1]);
+  settle();
+  const ShardCacheStats stats = cache->stats();
+  EXPECT_EQ(stats.prefetches_dropped, 1u);
+  EXPECT_EQ(stats.prefetches_declined, 0u);
+  EXPECT_EQ(stats.evictions, 0u);
+  for (int shard : {0, 2, 3, 4}) {
+    EXPECT_TRUE(cache->Contains(infos[shard])) << shard;
+  }
+  EXPECT_FALSE(cache->Contains(infos[1]));
+}
+
 // A per-sample shuffle through a cache of a quarter of the dataset: the
 // forecast reads member ranges (about the bytes of the members read), where
 // whole shards on every miss fetch the dataset several times over.

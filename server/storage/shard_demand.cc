@@ -1,12 +1,28 @@
 #include "server/storage/shard_demand.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <numeric>
 #include <utility>
 
 namespace batchd::server {
+namespace {
 
-ShardForecast::ShardForecast(std::vector<Read> reads) : reads_(reads.size()) {
+absl::Duration ThreadCpuTime() {
+  timespec now;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) != 0) {
+    return absl::ZeroDuration();
+  }
+  return absl::DurationFromTimespec(now);
+}
+
+}  // namespace
+
+ShardForecast::ShardForecast(
+    std::vector<Read> reads,
+    std::optional<absl::flat_hash_map<uint32_t, uint32_t>> first_known)
+    : first_known_(std::move(first_known)), reads_(reads.size()) {
   // By shard, then distance: each shard's uses become one ascending run.
   std::sort(reads.begin(), reads.end(), [](const Read& a, const Read& b) {
     return a.shard != b.shard ? a.shard < b.shard : a.distance < b.distance;
@@ -35,6 +51,12 @@ ShardForecast::ShardForecast(std::vector<Read> reads) : reads_(reads.size()) {
 uint64_t ShardForecast::NextUse(uint32_t shard) const {
   auto it = uses_.find(shard);
   return it == uses_.end() ? kNever : it->second.distance.front();
+}
+
+uint64_t ShardForecast::NextKnownUse(uint32_t shard) const {
+  if (!first_known_.has_value()) return NextUse(shard);
+  auto it = first_known_->find(shard);
+  return it == first_known_->end() ? kNever : it->second;
 }
 
 ShardReads ShardForecast::ReadsBefore(uint32_t shard, uint64_t before) const {
@@ -161,8 +183,12 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
   }
   // The walk runs without the lock: publications go on meanwhile (and mark
   // the next forecast due). What it costs spaces the next one.
-  const absl::Time start = absl::Now();
+  // What the build costs in CPU, not in wall time: a build preempted on a
+  // loaded machine would otherwise space the next ones far apart, and the
+  // cache would evict and choose by a stale forecast meanwhile.
+  const absl::Duration start = ThreadCpuTime();
   std::vector<ShardForecast::Read> reads;
+  absl::flat_hash_map<uint32_t, uint32_t> first_known;
   if (!readers.empty()) {
     const size_t per_reader = std::min(
         kMaxReadsPerReader, std::max<size_t>(kMaxForecastReads / readers.size(),
@@ -183,6 +209,10 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
           if (distance >= per_reader) break;
           const SampleLocation where = locate_(sample);
           if (where.shard != SampleLocation::kNoShard) {
+            if (step < batches) {
+              auto [known, added] = first_known.emplace(where.shard, distance);
+              if (!added) known->second = std::min(known->second, distance);
+            }
             reads.push_back({where.shard, distance,
                              static_cast<uint32_t>(std::min<uint64_t>(
                                  where.bytes,
@@ -193,8 +223,9 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
       }
     }
   }
-  auto forecast = std::make_shared<const ShardForecast>(std::move(reads));
-  const absl::Duration cost = absl::Now() - start;
+  auto forecast = std::make_shared<const ShardForecast>(
+      std::move(reads), std::move(first_known));
+  const absl::Duration cost = ThreadCpuTime() - start;
   absl::MutexLock lock(&mu_);
   forecast_ = forecast;
   build_cost_ = cost;

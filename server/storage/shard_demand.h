@@ -15,7 +15,7 @@
 // reads in all, split evenly across the readers (and at most
 // kMaxReadsPerReader each, over the rest of a reader's epoch and the next
 // one, for which the current epoch's order stands in), and
-// keeps 12 bytes a read walked plus a table entry per shard seen; at most
+// keeps 12 bytes a read walked plus two table entries per shard seen; at most
 // kMaxReaders readers are kept (the least recently advanced is dropped) and
 // one not advanced for kReaderIdle is forgotten. A shard no reader reaches
 // within its walk is "never" needed: the cache falls back to least recently
@@ -25,7 +25,8 @@
 //
 // Thread-safe; a forecast is immutable and shared. It is rebuilt when a
 // reader moved since the last, but only once the time since that build is
-// kRebuildSpacing times what the build took: a forecast costs at most a
+// kRebuildSpacing times what the build took in CPU time (a build preempted
+// on a loaded machine must not leave a stale forecast for long): a forecast costs at most a
 // tenth of a core, however often the cache misses, and a small dataset's
 // (microseconds to build) is always current.
 //
@@ -40,6 +41,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,11 +78,22 @@ class ShardForecast {
     uint32_t distance = 0;
     uint32_t bytes = 0;
   };
-  explicit ShardForecast(std::vector<Read> reads);
+  // `first_known`: by shard, the distance of its first read in an order
+  // known to happen (nullopt: every read is; see NextKnownUse).
+  explicit ShardForecast(
+      std::vector<Read> reads,
+      std::optional<absl::flat_hash_map<uint32_t, uint32_t>> first_known =
+          std::nullopt);
 
   // The distance of `shard`'s next read, kNever when no reader reads it
   // within the forecast.
   uint64_t NextUse(uint32_t shard) const;
+  // The distance of `shard`'s next read in a known order, kNever when its
+  // only reads within the forecast are of a next epoch, whose order is
+  // guessed from the current one's (the same reads of each shard, at other
+  // distances): good enough to weigh a shard's reads and to evict, not to
+  // fetch a shard ahead for them.
+  uint64_t NextKnownUse(uint32_t shard) const;
   // The reads of `shard` at a distance below `before`.
   ShardReads ReadsBefore(uint32_t shard, uint64_t before) const;
   // The distance before which a cache of `capacity` bytes can hold every
@@ -106,6 +119,7 @@ class ShardForecast {
     std::vector<uint64_t> cumulative_bytes;
   };
   absl::flat_hash_map<uint32_t, Uses> uses_;
+  std::optional<absl::flat_hash_map<uint32_t, uint32_t>> first_known_;
   std::vector<uint32_t> by_use_;
   uint64_t reads_ = 0;
   uint64_t depth_ = 0;

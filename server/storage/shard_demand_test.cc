@@ -316,6 +316,32 @@ std::vector<Reader> Readers(const Layout& layout, const std::vector<Job>& jobs,
 
 // With whole shards only, one reader and a forecast one sample at a time,
 // Belady's eviction misses exactly as often as the optimum.
+// A reader in its epoch's last shard (window 1): the shards it read
+// earlier are read again only in the next epoch, which its current order
+// stands in for. They count for eviction (NextUse) but not as known reads
+// (NextKnownUse), so nothing is fetched ahead for a guessed order.
+TEST(ShardDemandTest, TheNextEpochsReadsAreNotKnownUses) {
+  Layout layout;
+  ShardDemand demand([&](uint64_t s) { return layout.Locate(s); });
+  const common::ShardSpec spec = SpecFor(layout, {.window = 1}, 0);
+  auto order = std::make_shared<const std::vector<uint64_t>>(
+      common::EpochOrderFor(spec, 0));
+  const uint64_t last_shard_batch = layout.samples() - layout.per_shard;
+  demand.Publish("a", spec, order, last_shard_batch);
+  std::shared_ptr<const ShardForecast> f = demand.ForecastNow();
+  const uint32_t last = layout.Locate((*order)[last_shard_batch]).shard;
+  const uint32_t first = layout.Locate((*order)[0]).shard;
+  EXPECT_EQ(f->NextKnownUse(last), 0u);
+  EXPECT_EQ(f->NextUse(first), layout.per_shard);
+  EXPECT_EQ(f->NextKnownUse(first), ShardForecast::kNever);
+  // A second reader at its epoch's start reads `first` first: known.
+  demand.Publish("b", spec, order, 0);
+  EXPECT_EQ(demand.ForecastNow()->NextKnownUse(first), 0u);
+  // A forecast built from reads alone takes them all as known.
+  ShardForecast plain({{3, 7, 10}});
+  EXPECT_EQ(plain.NextKnownUse(3), 7u);
+}
+
 TEST(ShardDemandSimulationTest, BeladyMissesAsFewAsTheOptimum) {
   Layout layout{/*shards=*/6, /*per_shard=*/6, /*member_bytes=*/100};
   const FetchCosts costs{/*request_bytes=*/0, /*chunk_bytes=*/1 << 20};

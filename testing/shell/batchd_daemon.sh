@@ -10,8 +10,8 @@
 #   echo "$(batchd_count_images "$DATA") images"
 #
 # batchd_start listens on a free loopback port (--port 0 with a port file
-# in RUN), sends the daemon's stderr to RUN/NAME.log, waits up to 20 s for
-# the port, and fails with the log's tail if the daemon dies or never
+# in RUN), sends the daemon's stderr to RUN/NAME.log, waits up to 20 s
+# (BATCHD_START_WAIT_S) for the port, and fails with the log's tail if the daemon dies or never
 # serves. batchd_stop sends SIGTERM and waits for the drain.
 # batchd_count_images counts an ImageFolder's images as the daemon does
 # (testing/python/batchd_testing/datasets.py: every image extension, any
@@ -27,7 +27,7 @@ batchd_start() {
     --port-file "$run/$name.port" "$@" 2>"$run/$name.log" &
   BATCHD_PID=$!
   local _
-  for _ in $(seq 400); do
+  for _ in $(seq $((${BATCHD_START_WAIT_S:-20} * 20))); do
     if [ -s "$run/$name.port" ]; then
       BATCHD_PORT=$(cat "$run/$name.port")
       return 0
