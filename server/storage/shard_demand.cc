@@ -196,16 +196,23 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
     reads.reserve(std::min(kMaxForecastReads, per_reader * readers.size()));
     for (const Reader& reader : readers) {
       const uint64_t batches = common::BatchesPerEpoch(reader.spec);
-      uint32_t distance = 0;
       // The rest of this epoch, then one more: its order is not known here
       // (it depends on the next epoch's number, and computing it would cost
       // a shuffle of the dataset a forecast), so this epoch's order stands
-      // in for it: the same reads of each shard, in another order.
+      // in for it: the same reads of each shard, in another order. A next
+      // epoch is whole, also after a resume that started this one part-way
+      // (standing in with the resumed part alone would count its shards'
+      // reads twice and the others' not at all).
+      common::ShardSpec next_spec = reader.spec;
+      next_spec.start_position = 0;
+      const uint64_t next_batches = common::BatchesPerEpoch(next_spec);
+      uint32_t distance = 0;
       for (uint64_t step = reader.next_batch;
-           step < 2 * batches && distance < per_reader; ++step) {
-        const uint64_t batch = step < batches ? step : step - batches;
-        for (uint64_t sample :
-             common::BatchIndicesFromOrder(reader.spec, *reader.order, batch)) {
+           step < batches + next_batches && distance < per_reader; ++step) {
+        const bool guessed = step >= batches;
+        const uint64_t batch = guessed ? step - batches : step;
+        for (uint64_t sample : common::BatchIndicesFromOrder(
+                 guessed ? next_spec : reader.spec, *reader.order, batch)) {
           if (distance >= per_reader) break;
           const SampleLocation where = locate_(sample);
           if (where.shard != SampleLocation::kNoShard) {

@@ -511,6 +511,26 @@ TEST(ShardDemandTest, PublishAndForecastFromManyThreads) {
   EXPECT_EQ(demand.ForecastNow()->reads(), 0u);
 }
 
+// After a resume part-way into an epoch, the epoch that stands in for the
+// next is whole: every shard's reads, not the resumed part's twice.
+TEST(ShardDemandTest, AResumedReadersNextEpochIsWhole) {
+  Layout layout;
+  ShardDemand demand([&](uint64_t s) { return layout.Locate(s); });
+  Job job{.seed = 3, .window = 1};
+  job.start_position = layout.samples() / 2;
+  const common::ShardSpec spec = SpecFor(layout, job, 0);
+  auto order = std::make_shared<const std::vector<uint64_t>>(
+      common::EpochOrderFor(spec, 0));
+  demand.Publish("resumed", spec, order, 0);
+  std::shared_ptr<const ShardForecast> forecast = demand.ForecastNow();
+  EXPECT_EQ(forecast->reads(), layout.samples() / 2 + layout.samples());
+  for (uint32_t shard = 0; shard < layout.shards; ++shard) {
+    EXPECT_GE(forecast->ReadsBefore(shard, ShardForecast::kNever).count,
+              layout.per_shard)
+        << "shard " << shard;
+  }
+}
+
 TEST(ShardDemandTest, ReadersBeyondTheBoundDropTheLeastRecentlyAdvanced) {
   Layout layout;
   absl::Time now = absl::UnixEpoch();
