@@ -391,6 +391,16 @@ std::optional<ShardCache::PrefetchTask> ShardCache::PlanPrefetch(
   return std::nullopt;
 }
 
+bool ShardCache::ForecastReadsNone(const Outlook& outlook,
+                                   const std::string& name) const {
+  auto known = forecast_shards_.find(name);
+  if (known == forecast_shards_.end()) return false;
+  auto it = outlook.find(known->second.first);
+  if (it == outlook.end() || it->second.forecast->reads() == 0) return false;
+  return it->second.forecast->NextUse(known->second.second) ==
+         ShardForecast::kNever;
+}
+
 bool ShardCache::MakeRoom(uint64_t bytes, bool prefetch,
                           const Outlook& outlook, uint64_t needed_at) {
   while (disk_bytes_ + bytes > options_.disk_bytes) {
@@ -489,6 +499,14 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
         whole_object ? std::nullopt : ChooseFetchFor(outlook, name);
     if (fetch == ShardFetch::kRanges) {
       ++(prefetch ? stats_.prefetches_declined : stats_.range_choices);
+      return nullptr;
+    }
+    // A prefetch of a shard that its dataset's plans, reading now, do not
+    // read within their forecast is declined too: downloading it whole
+    // could fetch a shard they read little of; the read itself decides.
+    if (prefetch && !whole_object && !fetch.has_value() &&
+        ForecastReadsNone(outlook, name)) {
+      ++stats_.prefetches_declined;
       return nullptr;
     }
     if (!MakeRoom(shard.size, prefetch, outlook,

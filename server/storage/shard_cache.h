@@ -206,6 +206,10 @@ class ShardCache {
   // forecast knows it).
   uint64_t NextUse(const Outlook& outlook, const std::string& name) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `name`'s dataset has plans reading now whose forecast does not
+  // read it.
+  bool ForecastReadsNone(const Outlook& outlook, const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How a miss of `name` should be fetched, by the cost model; nullopt
   // when no forecast knows it or no plan is reading it.
   std::optional<ShardFetch> ChooseFetchFor(const Outlook& outlook,
