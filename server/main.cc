@@ -553,6 +553,8 @@ absl::Status LoadDaemonDatasets(
     cache_options.dir = absl::StrCat(options.cache_dir, "/shards");
     cache_options.disk_bytes = options.cache_bytes;
     cache_options.ram_bytes = options.cache_ram_bytes;
+    cache_options.prefetch_threads = batchd::server::PrefetchThreadsFor(
+        options.remote_connections, cache_options.chunks_in_flight);
     absl::StatusOr<std::unique_ptr<batchd::server::ShardCache>> cache =
         batchd::server::ShardCache::Open(cache_options);
     if (!cache.ok()) {

@@ -270,6 +270,15 @@ void Dataset::PublishReads(const std::string& reader,
   }
 }
 
+void Dataset::PublishStart(const std::string& reader,
+                           const common::ShardSpec& spec,
+                           std::shared_ptr<const std::vector<uint64_t>> order,
+                           uint64_t first_batch) const {
+  if (demand_ != nullptr) {
+    demand_->PublishStart(reader, spec, std::move(order), first_batch);
+  }
+}
+
 absl::StatusOr<FileBytes> Dataset::ReadSample(uint64_t index) const {
   const Sample& sample = samples_[index];
   if (sample.shard == kNotInShard || shards_ == nullptr) {

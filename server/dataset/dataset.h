@@ -202,6 +202,11 @@ class Dataset {
   void PublishReads(const std::string& reader, const common::ShardSpec& spec,
                     std::shared_ptr<const std::vector<uint64_t>> order,
                     uint64_t next_batch) const;
+  // Tells the shard cache that `reader` starts on `order` at `first_batch`
+  // (ShardDemand::PublishStart). A no-op unless prefetches().
+  void PublishStart(const std::string& reader, const common::ShardSpec& spec,
+                    std::shared_ptr<const std::vector<uint64_t>> order,
+                    uint64_t first_batch) const;
   // Whether samples are read from an object store (remote TAR_SHARDS).
   bool remote() const;
 

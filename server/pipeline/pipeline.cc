@@ -143,6 +143,16 @@ absl::StatusOr<FileBytes> Pipeline::ReadBytes(const ResolvedPlan& plan,
                            [&] { return dataset.ReadSample(index); });
 }
 
+// One reader of a dataset's shard demand: a rank of a plan. The
+// fingerprint keeps apart two jobs given the same name with different plans
+// (one reader's positions would jump between their orders); plans with the
+// same fingerprint build the same batches, once.
+std::string Pipeline::ShardReaderName(const ResolvedPlan& plan,
+                                      const common::ShardSpec& shard) {
+  return absl::StrCat(plan.job, "/", FingerprintLabel(plan.fingerprint), "/",
+                      shard.rank, "/", shard.world_size);
+}
+
 void Pipeline::PrefetchAfter(const ResolvedPlan& plan,
                              const common::ShardSpec& shard,
                              std::shared_ptr<const std::vector<uint64_t>> order,
@@ -223,6 +233,11 @@ absl::Status Pipeline::BuildBatch(
   if (job->plan->dataset->prefetches()) {
     job->shard = shard;
     job->order = order;
+    // Before any of its samples is read (ReadSample publishes each batch's
+    // position as its first sample is read; the rest of a stream's first
+    // batch can be read before that).
+    job->plan->dataset->PublishStart(ShardReaderName(*job->plan, shard), shard,
+                                     order, batch_index);
   }
 
   const std::string& job_name = job->plan->job;
@@ -250,10 +265,8 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
     // forecast and download whole shards the plan reads little of).
     const ResolvedPlan& plan = *job->plan;
     const uint64_t batch_index = job->batch->batch_index;
-    plan.dataset->PublishReads(
-        absl::StrCat(plan.job, "/", job->shard.rank, "/",
-                     job->shard.world_size),
-        job->shard, job->order, batch_index);
+    plan.dataset->PublishReads(ShardReaderName(plan, job->shard), job->shard,
+                               job->order, batch_index);
     PrefetchAfter(plan, job->shard, job->order, batch_index);
   }
   const uint64_t index = job->batch->sample_indices[position];

@@ -189,6 +189,8 @@ class Pipeline {
   // Asks a remote dataset's shard cache to prefetch the samples of the
   // prefetch_batches batches after `batch_index`; called as that batch's
   // first sample is read, after its reader's position is published.
+  static std::string ShardReaderName(const ResolvedPlan& plan,
+                                     const common::ShardSpec& shard);
   void PrefetchAfter(const ResolvedPlan& plan, const common::ShardSpec& shard,
                      std::shared_ptr<const std::vector<uint64_t>> order,
                      uint64_t batch_index);

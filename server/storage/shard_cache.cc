@@ -88,7 +88,7 @@ struct ShardCache::Entry {
   absl::Status status;
   // Readers and waiters holding it; a pinned entry is never evicted.
   int pins = 0;
-  // Downloaded by Prefetch and not read since.
+  // Fetched by Prefetch (downloading or ready) and not read since.
   bool prefetched_unread = false;
   std::list<std::string>::iterator lru_position;  // when ready
 };
@@ -111,6 +111,10 @@ std::string ShardCache::FileName(const ObjectInfo& shard) {
     hash = Fnv1a64(*kRun, hash);
   }
   return absl::StrFormat("%016x-%d%s", hash, shard.size, kShardSuffix);
+}
+
+int PrefetchThreadsFor(int connections, int chunks_in_flight) {
+  return std::clamp(connections / 2 / std::max(chunks_in_flight, 1), 1, 16);
 }
 
 ShardCache::ShardCache(ShardCacheOptions options)
@@ -433,6 +437,13 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
   entry->name = name;
   entry->size = shard.size;
   entry->pins = prefetch ? 0 : 1;
+  // A prefetch counts against the half of the cache for shards fetched
+  // ahead from its start: counted only once downloaded, several prefetch
+  // threads could fill the cache with downloads no read may evict, and a
+  // miss meanwhile would read its members by ranges and then see the shard
+  // downloaded whole as well.
+  entry->prefetched_unread = prefetch;
+  if (prefetch) prefetched_unread_bytes_ += shard.size;
   entries_.emplace(name, entry);
   disk_bytes_ += shard.size;
   if (!prefetch) ++stats_.misses;
@@ -450,16 +461,13 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
     entry->status = status;
     entries_.erase(name);
     disk_bytes_ -= shard.size;
+    if (entry->prefetched_unread) prefetched_unread_bytes_ -= shard.size;
     ++stats_.download_failures;
     return status;
   }
   entry->ready = true;
   lru_.push_front(name);
   entry->lru_position = lru_.begin();
-  if (prefetch) {
-    entry->prefetched_unread = true;
-    prefetched_unread_bytes_ += shard.size;
-  }
   ++stats_.downloads;
   stats_.downloaded_bytes += shard.size;
   stats_.download_seconds += absl::ToDoubleSeconds(elapsed);

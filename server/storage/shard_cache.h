@@ -79,6 +79,12 @@ struct ShardCacheOptions {
   absl::Duration plan_interval = absl::Milliseconds(50);
 };
 
+// Prefetch threads for a store allowed `connections` requests in flight
+// (--remote-connections): half of them for downloads ahead, each download
+// holding `chunks_in_flight`; the other half stay for reads that miss.
+// At least 1, at most 16. 32 connections, 4 chunks: 4 threads.
+int PrefetchThreadsFor(int connections, int chunks_in_flight);
+
 // Counters since Open (and the state now).
 struct ShardCacheStats {
   uint64_t hits = 0;           // reads served from disk or RAM
@@ -267,6 +273,7 @@ class ShardCache {
   // Invariant: disk_bytes_ <= options_.disk_bytes, and the shard bytes in
   // the directory (complete, temporary, being deleted) <= disk_bytes_.
   uint64_t disk_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Of disk_bytes_: entries with prefetched_unread; at most half the bound.
   uint64_t prefetched_unread_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int deletions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Files being deleted (evicted, unlink outside the lock): a shard of the

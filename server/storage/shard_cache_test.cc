@@ -111,6 +111,14 @@ class ShardCacheTest : public ::testing::Test {
   std::shared_ptr<FakeObjectStore> store_;
 };
 
+TEST(PrefetchThreadsForTest, HalfTheConnectionsInDownloadsBounded) {
+  EXPECT_EQ(PrefetchThreadsFor(/*connections=*/32, /*chunks_in_flight=*/4), 4);
+  EXPECT_EQ(PrefetchThreadsFor(/*connections=*/1, /*chunks_in_flight=*/4), 1);
+  EXPECT_EQ(PrefetchThreadsFor(/*connections=*/1000, /*chunks_in_flight=*/4),
+            16);
+  EXPECT_EQ(PrefetchThreadsFor(/*connections=*/8, /*chunks_in_flight=*/0), 4);
+}
+
 TEST_F(ShardCacheTest, ReadsDownloadOnceThenHit) {
   const std::vector<ObjectInfo> infos = PutShards(1);
   ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(Options(4 * kShardBytes)));

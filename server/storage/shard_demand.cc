@@ -130,6 +130,7 @@ void ShardDemand::Publish(const std::string& reader,
   if (it != readers_.end()) {
     Reader& known = it->second;
     if (known.order == order && next_batch <= known.next_batch) return;
+    arrived_ |= known.order != order;
     known = Reader{spec, std::move(order), next_batch, now};
     moved_ = true;
     return;
@@ -143,6 +144,20 @@ void ShardDemand::Publish(const std::string& reader,
   }
   readers_.emplace(reader, Reader{spec, std::move(order), next_batch, now});
   moved_ = true;
+  arrived_ = true;
+}
+
+void ShardDemand::PublishStart(
+    const std::string& reader, const common::ShardSpec& spec,
+    std::shared_ptr<const std::vector<uint64_t>> order, uint64_t first_batch) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = readers_.find(reader);
+    if (it != readers_.end() && it->second.order == order) return;
+  }
+  // Another thread may publish between the check and this: Publish keeps
+  // the furthest position in one order, so the race costs nothing.
+  Publish(reader, spec, std::move(order), first_batch);
 }
 
 void ShardDemand::Forget(const std::string& reader) {
@@ -158,7 +173,7 @@ size_t ShardDemand::readers() const {
 std::shared_ptr<const ShardForecast> ShardDemand::Forecast() {
   {
     absl::MutexLock lock(&mu_);
-    if (forecast_ != nullptr &&
+    if (forecast_ != nullptr && !arrived_ &&
         (!moved_ || now_() - built_ < kRebuildSpacing * build_cost_)) {
       return forecast_;
     }
@@ -179,6 +194,7 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
       }
     }
     moved_ = false;
+    arrived_ = false;
     built_ = now;
   }
   // The walk runs without the lock: publications go on meanwhile (and mark

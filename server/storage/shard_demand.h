@@ -179,6 +179,15 @@ class ShardDemand {
   void Publish(const std::string& reader, const common::ShardSpec& spec,
                std::shared_ptr<const std::vector<uint64_t>> order,
                uint64_t next_batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // `reader` starts on `order` at `first_batch` (a batch accepted before
+  // any of it is read): published unless the reader already publishes in
+  // `order`. Without it, the samples of a stream's first batch read before
+  // that batch's own publication would find no forecast, and their shards
+  // would be fetched blind (whole). A reader new to an order makes the next
+  // Forecast() a rebuild, whatever the spacing.
+  void PublishStart(const std::string& reader, const common::ShardSpec& spec,
+                    std::shared_ptr<const std::vector<uint64_t>> order,
+                    uint64_t first_batch) ABSL_LOCKS_EXCLUDED(mu_);
   void Forget(const std::string& reader) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The merged forecast; see the class comment for when it is rebuilt.
@@ -209,6 +218,8 @@ class ShardDemand {
   absl::Time built_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Duration build_cost_ ABSL_GUARDED_BY(mu_);  // the last build's
   bool moved_ ABSL_GUARDED_BY(mu_) = true;
+  // A reader arrived on an order since the last build: rebuild at once.
+  bool arrived_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace batchd::server

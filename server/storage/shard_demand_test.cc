@@ -137,6 +137,44 @@ TEST(ShardDemandTest, PublishForgetAndStaleReadersAreDropped) {
   EXPECT_EQ(demand.readers(), 0u);
 }
 
+// A stream's first batch is published as it is accepted, before any of its
+// samples is read, and a reader new to an order is in the next forecast
+// whatever the spacing; a later start in an order it already reads moves
+// nothing.
+TEST(ShardDemandTest, PublishStartIsSeenAtOnceAndOnlyOncePerOrder) {
+  Layout layout;
+  absl::Time now = absl::UnixEpoch();  // stands still: no spacing elapses
+  ShardDemand demand([&](uint64_t s) { return layout.Locate(s); },
+                     [&] { return now; });
+  const common::ShardSpec spec = SpecFor(layout, {.window = 1}, 0);
+  auto order = std::make_shared<const std::vector<uint64_t>>(
+      common::EpochOrderFor(spec, 0));
+  demand.Publish("a", spec, order, /*next_batch=*/0);
+  std::shared_ptr<const ShardForecast> first = demand.ForecastNow();
+  demand.Publish("a", spec, order, 4);
+  ASSERT_EQ(demand.Forecast(), first);  // moved, but within the spacing
+
+  demand.PublishStart("b", spec, order, /*first_batch=*/0);
+  std::shared_ptr<const ShardForecast> with_b = demand.Forecast();
+  EXPECT_NE(with_b, first);
+  EXPECT_EQ(with_b->reads(), 2 * (2 * layout.samples()) - 4);
+
+  // "b" advanced past 10; a start at 2 in the same order is ignored.
+  demand.Publish("b", spec, order, 10);
+  demand.PublishStart("b", spec, order, 2);
+  EXPECT_EQ(demand.ForecastNow()->reads(),
+            2 * (2 * layout.samples()) - 4 - 10);
+
+  // The next epoch's order: a start there is taken, and rebuilt at once.
+  auto next = std::make_shared<const std::vector<uint64_t>>(
+      common::EpochOrderFor(spec, 1));
+  std::shared_ptr<const ShardForecast> before = demand.Forecast();
+  demand.PublishStart("b", spec, next, 0);
+  std::shared_ptr<const ShardForecast> after = demand.Forecast();
+  EXPECT_NE(after, before);
+  EXPECT_EQ(after->reads(), 2 * (2 * layout.samples()) - 4);
+}
+
 // The reads of an epoch of several jobs, interleaved one sample each in
 // turn (jobs are taken to run at the same rate), and the reader each comes
 // from with the batch it starts.
