@@ -89,6 +89,10 @@ ABSL_FLAG(uint32_t, shuffle_window_shards, 0,
           "with --shuffle on a TAR_SHARDS dataset: the shard-aware shuffle, "
           "shards permuted and samples drawn from a window of this many "
           "shards (docs/datasets.md); 0: shuffle every sample");
+ABSL_FLAG(uint32_t, repeats, 0,
+          "repeated augmentation (torchvision's --ra-reps): each image of "
+          "the epoch this many times, each with its own augmentation, "
+          "spread over the ranks; 0 or 1: none (docs/augment.md)");
 ABSL_FLAG(bool, drop_last, false, "drop each epoch's last partial batch");
 ABSL_FLAG(uint32_t, rank, 0, "this client's shard, 0 <= rank < world_size");
 ABSL_FLAG(uint32_t, world_size, 1, "number of shards");
@@ -148,6 +152,7 @@ absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
   plan.set_seed(absl::GetFlag(FLAGS_seed));
   plan.set_shuffle(absl::GetFlag(FLAGS_shuffle));
   plan.set_shuffle_window_shards(absl::GetFlag(FLAGS_shuffle_window_shards));
+  plan.set_repeats(absl::GetFlag(FLAGS_repeats));
   plan.set_drop_last(absl::GetFlag(FLAGS_drop_last));
   plan.set_rank(absl::GetFlag(FLAGS_rank));
   plan.set_world_size(absl::GetFlag(FLAGS_world_size));
@@ -273,6 +278,7 @@ int Run() {
   }
 
   std::optional<ShardCoverage> expectation;
+  uint64_t dataset_samples = 0;  // known with --verify
   if (absl::GetFlag(FLAGS_verify)) {
     absl::StatusOr<batchd::v1::ListDatasetsResponse> datasets =
         ListDatasets(channel, targets.front(), *security, kRpcTimeout);
@@ -292,6 +298,7 @@ int Run() {
         return kExitError;
       }
       expectation = *std::move(coverage);
+      dataset_samples = info.num_samples();
     }
     if (!expectation.has_value()) {
       absl::FPrintF(stderr, "error: --verify: dataset '%s' is not served at %s\n",
@@ -393,13 +400,22 @@ int Run() {
                         batch->sample_indices.size(), want);
           mismatch = true;
         }
-        samples.insert(samples.end(), batch->sample_indices.begin(),
-                       batch->sample_indices.end());
+        // Epoch-order entries: repeat r of sample i is i + r * N.
+        for (size_t i = 0; i < batch->sample_indices.size(); ++i) {
+          const uint64_t repeat =
+              batch->repeats.empty() ? 0 : batch->repeats[i];
+          samples.push_back(batch->sample_indices[i] +
+                            repeat * dataset_samples);
+        }
       }
       if (dump.is_open()) {
         dump << epoch << ' ' << batch->batch_index << ' '
              << absl::StrFormat("%016x", Fnv1a64(batch->data(), batch->size()));
-        for (uint64_t sample : batch->sample_indices) dump << ' ' << sample;
+        for (size_t i = 0; i < batch->sample_indices.size(); ++i) {
+          dump << ' ' << batch->sample_indices[i];
+          // With repeats: "sample@repeat".
+          if (!batch->repeats.empty()) dump << '@' << batch->repeats[i];
+        }
         dump << '\n';
       }
       if (step > absl::ZeroDuration()) {

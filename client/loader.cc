@@ -160,6 +160,7 @@ Batch LoaderCore::MakeBatch(SlotRing::Lease lease,
   batch.sample_indices.assign(header.sample_indices().begin(),
                               header.sample_indices().end());
   batch.labels.assign(header.labels().begin(), header.labels().end());
+  batch.repeats.assign(header.repeats().begin(), header.repeats().end());
   batch.shape.assign(header.shape().begin(), header.shape().end());
   batch.layout = header.layout() == batchd::v1::LAYOUT_UNSPECIFIED
                      ? batchd::v1::LAYOUT_NHWC
@@ -361,6 +362,7 @@ LoaderState Loader::state() const {
   shard.rank = plan.rank();
   shard.world_size = std::max<uint32_t>(plan.world_size(), 1);
   shard.batch_size = plan.batch_size();
+  shard.repeats = std::max<uint32_t>(plan.repeats(), 1);
   if (plan.resume().position() > 0 && plan.resume().epoch() == epoch) {
     shard.start_position = plan.resume().position();
   }

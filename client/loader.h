@@ -75,6 +75,9 @@ struct BatchInfo {
   // Dataset index and label of each sample, in order.
   std::vector<uint64_t> sample_indices;
   std::vector<int32_t> labels;
+  // With Plan.repeats > 1: which repeat of its image each sample is; empty
+  // otherwise.
+  std::vector<uint32_t> repeats;
   // Samples whose pixels come from another sample, if any.
   std::vector<batchd::v1::Substitution> substitutions;
 };

@@ -38,31 +38,38 @@ absl::StatusOr<ShardCoverage> ShardCoverage::Create(
           "(DatasetInfo.shard_samples); got ", shard_samples.size(),
           " shards of ", sum, " samples for a dataset of ", num_samples));
     }
-    coverage.window_shards_ = plan.shuffle_window_shards();
-    coverage.shard_samples_ =
+    coverage.spec_.shuffle_window_shards = plan.shuffle_window_shards();
+    coverage.spec_.shard_samples =
         std::make_shared<const std::vector<uint64_t>>(std::move(shard_samples));
   }
-  coverage.num_samples_ = num_samples;
-  coverage.batch_size_ = plan.batch_size();
-  coverage.shuffle_ = plan.shuffle();
-  coverage.seed_ = plan.seed();
-  const uint64_t shard = (num_samples + world_size - 1) / world_size;
-  coverage.batches_ = plan.drop_last()
-                          ? shard / plan.batch_size()
-                          : (shard + plan.batch_size() - 1) / plan.batch_size();
-  coverage.kept_ =
-      plan.drop_last() ? coverage.batches_ * plan.batch_size() : shard;
+  if (plan.repeats() > common::kMaxRepeats) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "repeats ", plan.repeats(), " is above ", common::kMaxRepeats));
+  }
+  common::ShardSpec& spec = coverage.spec_;
+  spec.num_samples = num_samples;
+  spec.seed = plan.seed();
+  spec.shuffle = plan.shuffle();
+  spec.drop_last = plan.drop_last();
+  spec.rank = plan.rank();
+  spec.world_size = static_cast<uint32_t>(world_size);
+  spec.batch_size = plan.batch_size();
+  spec.repeats = std::max<uint32_t>(plan.repeats(), 1);
+  coverage.batches_ = common::BatchesPerEpoch(spec);
+  coverage.kept_ = spec.drop_last ? coverage.batches_ * spec.batch_size
+                                  : common::ShardSize(spec);
+  const uint64_t length = common::EpochLength(spec);
   for (uint64_t k = 0; k < coverage.kept_; ++k) {
-    // Padded position p holds order[p mod N].
-    ++coverage.positions_[(plan.rank() + k * world_size) % num_samples];
+    // Padded position p holds order[p mod length].
+    ++coverage.positions_[(spec.rank + k * world_size) % length];
   }
   return coverage;
 }
 
 uint64_t ShardCoverage::BatchSamples(uint64_t index) const {
   if (index >= batches_) return 0;
-  const uint64_t start = index * batch_size_;
-  return std::min<uint64_t>(batch_size_, kept_ - start);
+  const uint64_t start = index * spec_.batch_size;
+  return std::min<uint64_t>(spec_.batch_size, kept_ - start);
 }
 
 std::vector<std::string> ShardCoverage::Check(
@@ -77,22 +84,20 @@ std::vector<std::string> ShardCoverage::Check(
                      kept_));
   }
   std::map<uint64_t, uint64_t> counts;
+  const uint64_t entries = spec_.num_samples * spec_.repeats;
   for (uint64_t sample : samples) {
-    if (sample >= num_samples_) {
+    if (sample >= entries) {
       add(absl::StrCat("sample index ", sample, " is beyond the dataset's ",
-                       num_samples_, " samples"));
+                       spec_.num_samples, " samples",
+                       spec_.repeats > 1
+                           ? absl::StrCat(" x ", spec_.repeats, " repeats")
+                           : ""));
       continue;
     }
     ++counts[sample];
   }
-  // Position in the epoch order -> sample, by the plan's permutation.
-  common::ShardSpec spec;
-  spec.num_samples = num_samples_;
-  spec.seed = seed_;
-  spec.shuffle = shuffle_;
-  spec.shuffle_window_shards = window_shards_;
-  spec.shard_samples = shard_samples_;
-  const std::vector<uint64_t> order = common::EpochOrderFor(spec, epoch);
+  // Position in the epoch order -> entry, by the plan's permutation.
+  const std::vector<uint64_t> order = common::EpochOrderFor(spec_, epoch);
   std::map<uint64_t, uint64_t> expected;
   for (const auto& [position, times] : positions_) {
     expected[order[position]] += times;

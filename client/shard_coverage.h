@@ -6,8 +6,9 @@
 // shard-aware order, which needs the dataset's shard layout) is padded by
 // repeating its head to a multiple of world_size; rank r takes positions r, r + W, r + 2W, ...;
 // batches of batch_size follow, and drop_last keeps whole batches only. The
-// expected multiset of sample indices is therefore known exactly for every
-// epoch, shuffled or not.
+// expected multiset of sample indices (with Plan.repeats, of (sample,
+// repeat) pairs) is therefore known exactly for every epoch, shuffled or
+// not.
 //
 // Thread-compatible; immutable after construction.
 #ifndef BATCHD_CLIENT_SHARD_COVERAGE_H_
@@ -21,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "batchd/v1/data.pb.h"
+#include "common/sampler.h"
 
 namespace batchd::client {
 
@@ -41,7 +43,9 @@ class ShardCoverage {
   // Samples in batch `index` (0 beyond the epoch).
   uint64_t BatchSamples(uint64_t index) const;
 
-  // Checks the sample indices of `epoch` (all batches, any order). Returns
+  // Checks the epoch-order entries of `epoch` (all batches, any order):
+  // sample indices, or with Plan.repeats index + repeat * num_samples
+  // (common::SampleOf / RepeatOf; BatchHeader.repeats). Returns
   // the problems found, at most `max_problems`; empty when the epoch is
   // right.
   std::vector<std::string> Check(uint64_t epoch,
@@ -51,12 +55,8 @@ class ShardCoverage {
  private:
   ShardCoverage() = default;
 
-  uint64_t num_samples_ = 0;
-  uint64_t batch_size_ = 0;
-  bool shuffle_ = false;
-  uint64_t seed_ = 0;
-  uint32_t window_shards_ = 0;
-  std::shared_ptr<const std::vector<uint64_t>> shard_samples_;
+  // The shard's arithmetic (common/sampler.h), start_position 0.
+  common::ShardSpec spec_;
   uint64_t batches_ = 0;
   uint64_t kept_ = 0;
   // Position in the unpadded epoch order -> times this shard takes it.

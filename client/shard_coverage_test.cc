@@ -133,5 +133,33 @@ TEST(ShardCoverageTest, ShardAwareShuffleFollowsTheWindowedOrder) {
   }
 }
 
+// With repeats, the entries are (sample, repeat) pairs: N = 10, R = 3,
+// unshuffled: 0@0 0@1 0@2 1@0 1@1 1@2 ... 3@0 (cut at 10 entries); rank 1
+// of 2 takes the odd positions: 0@1, 1@0, 1@2, 2@1, 3@0.
+TEST(ShardCoverageTest, RepeatsAreCheckedAsPairs) {
+  batchd::v1::Plan plan = MakePlan(2, 1, 2, false, false);
+  plan.set_repeats(3);
+  absl::StatusOr<ShardCoverage> rank1 = ShardCoverage::Create(10, plan);
+  ASSERT_OK(rank1);
+  EXPECT_EQ(rank1->samples(), 5u);
+  auto entry = [](uint64_t sample, uint64_t repeat) {
+    return sample + repeat * 10;
+  };
+  EXPECT_THAT(rank1->Check(0, {entry(0, 1), entry(1, 0), entry(1, 2),
+                               entry(2, 1), entry(3, 0)}),
+              IsEmpty());
+  // The right images, one of them the wrong repeat.
+  EXPECT_THAT(rank1->Check(0, {entry(0, 1), entry(1, 0), entry(1, 2),
+                               entry(2, 1), entry(3, 1)}),
+              ElementsAre(HasSubstr("sample 3 appeared 0 times"),
+                          HasSubstr("sample 13 appeared 1 times")));
+  EXPECT_THAT(rank1->Check(0, {entry(0, 3)}),
+              ::testing::Contains(HasSubstr("x 3 repeats")));
+  plan.set_repeats(17);
+  EXPECT_THAT(ShardCoverage::Create(10, plan),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("repeats 17 is above 16")));
+}
+
 }  // namespace
 }  // namespace batchd::client

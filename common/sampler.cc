@@ -19,16 +19,29 @@ namespace {
 bool IsValid(const ShardSpec& spec) {
   return spec.num_samples > 0 && spec.world_size > 0 &&
          spec.rank < spec.world_size && spec.batch_size > 0 &&
-         spec.start_position < spec.num_samples;
+         spec.repeats <= kMaxRepeats &&
+         spec.start_position < EpochLength(spec);
 }
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
+// torchvision's RASampler keeps floor(N // 256 * 256 / world) samples per
+// rank; the world-independent part (a checkpoint's global position must
+// mean the same on any world size) is the epoch's length.
+constexpr uint64_t kRepeatedEpochMultiple = 256;
+
 }  // namespace
+
+uint64_t EpochLength(const ShardSpec& spec) {
+  if (spec.repeats <= 1 || spec.num_samples < kRepeatedEpochMultiple) {
+    return spec.num_samples;
+  }
+  return spec.num_samples / kRepeatedEpochMultiple * kRepeatedEpochMultiple;
+}
 
 uint64_t ShardSize(const ShardSpec& spec) {
   if (!IsValid(spec)) return 0;
-  return CeilDiv(spec.num_samples - spec.start_position, spec.world_size);
+  return CeilDiv(EpochLength(spec) - spec.start_position, spec.world_size);
 }
 
 uint64_t BatchesPerEpoch(const ShardSpec& spec) {
@@ -40,8 +53,8 @@ uint64_t BatchesPerEpoch(const ShardSpec& spec) {
 
 uint64_t GlobalPosition(const ShardSpec& spec, uint64_t next_batch) {
   if (!IsValid(spec)) return 0;
-  if (next_batch >= BatchesPerEpoch(spec)) return spec.num_samples;
-  // next_batch * batch_size < ShardSize, so this is below num_samples and
+  if (next_batch >= BatchesPerEpoch(spec)) return EpochLength(spec);
+  // next_batch * batch_size < ShardSize, so this is below EpochLength and
   // cannot overflow.
   return spec.start_position +
          next_batch * spec.batch_size * uint64_t{spec.world_size};
@@ -122,12 +135,19 @@ std::vector<uint64_t> ShardWindowOrder(
 }
 
 std::vector<uint64_t> EpochOrderFor(const ShardSpec& spec, uint64_t epoch) {
-  if (spec.shuffle && spec.shuffle_window_shards > 0 &&
-      spec.shard_samples != nullptr) {
-    return ShardWindowOrder(*spec.shard_samples, spec.seed,
-                            spec.shuffle_window_shards, epoch);
+  std::vector<uint64_t> order =
+      spec.shuffle && spec.shuffle_window_shards > 0 &&
+              spec.shard_samples != nullptr
+          ? ShardWindowOrder(*spec.shard_samples, spec.seed,
+                             spec.shuffle_window_shards, epoch)
+          : EpochOrder(spec.num_samples, spec.seed, spec.shuffle, epoch);
+  if (spec.repeats <= 1 || order.empty()) return order;
+  std::vector<uint64_t> repeated(EpochLength(spec));
+  for (uint64_t p = 0; p < repeated.size(); ++p) {
+    repeated[p] = order[p / spec.repeats] +
+                  (p % spec.repeats) * uint64_t{spec.num_samples};
   }
-  return EpochOrder(spec.num_samples, spec.seed, spec.shuffle, epoch);
+  return repeated;
 }
 
 namespace {
@@ -149,7 +169,7 @@ uint64_t AtPaddedPosition(const ShardSpec& spec,
 
 std::vector<uint64_t> ShardIndices(const ShardSpec& spec,
                                    const std::vector<uint64_t>& epoch_order) {
-  if (!IsValid(spec) || epoch_order.size() != spec.num_samples) return {};
+  if (!IsValid(spec) || epoch_order.size() != EpochLength(spec)) return {};
   const uint64_t shard_size = ShardSize(spec);
   std::vector<uint64_t> shard;
   shard.reserve(shard_size);
@@ -176,7 +196,7 @@ std::vector<uint64_t> BatchSampleIndices(const ShardSpec& spec,
 std::vector<uint64_t> BatchIndicesFromOrder(
     const ShardSpec& spec, const std::vector<uint64_t>& epoch_order,
     uint64_t batch_index) {
-  if (!IsValid(spec) || epoch_order.size() != spec.num_samples) return {};
+  if (!IsValid(spec) || epoch_order.size() != EpochLength(spec)) return {};
   if (batch_index >= BatchesPerEpoch(spec)) return {};
   const uint64_t begin = batch_index * spec.batch_size;
   const uint64_t end =
@@ -200,12 +220,13 @@ struct OrderSlot {
   std::shared_ptr<const std::vector<uint64_t>> order;  // set inside `once`
 };
 // (num_samples, seed, shuffle, effective window (0: per-sample), layout
-// (null unless windowed), epoch). The layout is keyed by address, and the
-// key holds it, so no other layout can take that address while the key is
-// cached.
+// (null unless windowed), epoch, repeats). The layout is keyed by address,
+// and the key holds it, so no other layout can take that address while the
+// key is cached.
 using OrderKey =
     std::tuple<uint64_t, uint64_t, bool, uint32_t,
-               std::shared_ptr<const std::vector<uint64_t>>, uint64_t>;
+               std::shared_ptr<const std::vector<uint64_t>>, uint64_t,
+               uint32_t>;
 }  // namespace
 
 struct EpochOrderCache::Impl {
@@ -241,14 +262,16 @@ std::shared_ptr<const std::vector<uint64_t>> EpochOrderCache::Get(
   const bool windowed = spec.shuffle && spec.shuffle_window_shards > 0 &&
                         spec.shard_samples != nullptr;
   // Unshuffled orders do not depend on seed or epoch.
-  OrderKey key{spec.num_samples, 0, false, 0, nullptr, 0};
+  const uint32_t repeats = std::max<uint32_t>(spec.repeats, 1);
+  OrderKey key{spec.num_samples, 0, false, 0, nullptr, 0, repeats};
   if (windowed) {
     key = OrderKey{spec.num_samples, spec.seed, true,
                    EffectiveWindowShards(spec.shuffle_window_shards,
                                          *spec.shard_samples),
-                   spec.shard_samples, epoch};
+                   spec.shard_samples, epoch, repeats};
   } else if (spec.shuffle) {
-    key = OrderKey{spec.num_samples, spec.seed, true, 0, nullptr, epoch};
+    key = OrderKey{spec.num_samples, spec.seed, true, 0, nullptr, epoch,
+                   repeats};
   }
   std::shared_ptr<OrderSlot> slot;
   {

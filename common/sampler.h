@@ -16,7 +16,15 @@
 //   have taken exactly its first m * world_size positions, whatever the
 //   world size (GlobalPosition);
 // - the shard is cut into batches of batch_size; drop_last drops a final
-//   partial batch.
+//   partial batch;
+// - with repeats R > 1 (repeated augmentation, torchvision's RASampler):
+//   each entry of the order above is repeated R times in a row, and the
+//   epoch keeps the first EpochLength of that (about N entries, so about
+//   N / R distinct samples, each R times); consecutive positions go to
+//   consecutive ranks, so one sample's repeats land on different ranks
+//   where the world has R ranks or more. Repeat r of sample i is the entry
+//   i + r * N (SampleOf, RepeatOf): each repeat is its own (sample, repeat)
+//   pair for exactly-once, and draws its own augmentation.
 //
 // Pure functions; thread-safe. EpochOrderCache is thread-safe too.
 #ifndef BATCHD_COMMON_SAMPLER_H_
@@ -34,6 +42,8 @@ namespace batchd::common {
 // The widest shard-aware shuffle window a plan may ask for
 // (batchd.v1.Plan.shuffle_window_shards).
 inline constexpr uint32_t kMaxShuffleWindowShards = 65536;
+// The most repeats a plan may ask for (batchd.v1.Plan.repeats).
+inline constexpr uint32_t kMaxRepeats = 16;
 
 struct ShardSpec {
   uint64_t num_samples = 0;  // N, > 0
@@ -53,7 +63,23 @@ struct ShardSpec {
   // num_samples (batchd.v1.DatasetInfo.shard_samples). Shared and never
   // modified; its address names it in EpochOrderCache.
   std::shared_ptr<const std::vector<uint64_t>> shard_samples;
+  // Repeated augmentation: each sample of the order R times in a row; 1
+  // (or 0): none. <= kMaxRepeats.
+  uint32_t repeats = 1;
 };
+
+// The entries of one epoch's order: N, or with repeats R > 1 torchvision's
+// RASampler length, N rounded down to a multiple of 256 (N itself below
+// 256, where RASampler would yield nothing).
+uint64_t EpochLength(const ShardSpec& spec);
+
+// The dataset sample, and which of its repeats, of an epoch order's entry.
+inline uint64_t SampleOf(uint64_t entry, uint64_t num_samples) {
+  return entry % num_samples;
+}
+inline uint32_t RepeatOf(uint64_t entry, uint64_t num_samples) {
+  return static_cast<uint32_t>(entry / num_samples);
+}
 
 // Batches in each epoch of a plan: `per_epoch`, except `resumed` in the
 // epoch an elastic resume starts part-way (batchd.v1.Plan.resume).
@@ -67,7 +93,8 @@ struct EpochBatches {
   }
 };
 
-// Samples in this shard per epoch: ceil((N - start_position) / world_size).
+// Samples in this shard per epoch:
+// ceil((EpochLength - start_position) / world_size).
 uint64_t ShardSize(const ShardSpec& spec);
 
 // Batches per epoch: ShardSize / batch_size, rounded down with drop_last and
@@ -76,14 +103,16 @@ uint64_t BatchesPerEpoch(const ShardSpec& spec);
 
 // The position in the epoch's order that every rank of `spec`'s world has
 // reached together once each has taken its first `next_batch` batches, in
-// lockstep: start_position + next_batch * batch_size * world_size, or N once
+// lockstep: start_position + next_batch * batch_size * world_size, or
+// EpochLength once
 // the epoch is done (next_batch >= BatchesPerEpoch; with drop_last the tail
 // the ranks drop is done too). A checkpoint stores this position; a resume
 // on any world size passes it as start_position and gets every remaining
 // sample exactly once (plus its own padding).
 uint64_t GlobalPosition(const ShardSpec& spec, uint64_t next_batch);
 
-// The whole epoch's order of dataset indices (before padding and sharding).
+// The whole epoch's order of dataset indices (before repeats, padding and
+// sharding).
 std::vector<uint64_t> EpochOrder(uint64_t num_samples, uint64_t seed,
                                  bool shuffle, uint64_t epoch);
 
@@ -111,7 +140,8 @@ std::vector<uint64_t> ShardWindowOrder(
     uint32_t window_shards, uint64_t epoch);
 
 // The epoch order `spec` asks for: ShardWindowOrder with shuffle and
-// shuffle_window_shards > 0 (and a layout), else EpochOrder.
+// shuffle_window_shards > 0 (and a layout), else EpochOrder; with repeats,
+// each entry R times in a row (i + r * N), cut to EpochLength.
 std::vector<uint64_t> EpochOrderFor(const ShardSpec& spec, uint64_t epoch);
 
 // The window that decides ShardWindowOrder's result: min(window_shards,

@@ -506,5 +506,158 @@ TEST(ElasticResumeTest, AStartAtOrPastTheEndIsInvalid) {
   EXPECT_THAT(BatchIndicesFromOrder(spec, Iota(10), 0), ElementsAre(9));
 }
 
+
+// torchvision's RASampler (references/classification/sampler.py), written
+// from its definition, over an epoch permutation `perm` of N samples:
+//   indices = [i for i in perm for _ in range(reps)]
+//   indices += indices[:total_size - len(indices)]   (total_size: the
+//     smallest multiple of world at or above N * reps)
+//   return indices[rank::world][:floor(N // 256 * 256 / world)]
+std::vector<uint64_t> TorchRaSampler(const std::vector<uint64_t>& perm,
+                                     uint32_t reps, uint32_t world,
+                                     uint32_t rank) {
+  const uint64_t n = perm.size();
+  std::vector<uint64_t> indices;
+  for (uint64_t i : perm) {
+    for (uint32_t r = 0; r < reps; ++r) indices.push_back(i);
+  }
+  const uint64_t total = CeilDiv(n * reps, world) * world;
+  for (uint64_t k = 0; indices.size() < total; ++k) {
+    indices.push_back(indices[k]);
+  }
+  const uint64_t selected = n / 256 * 256 / world;
+  std::vector<uint64_t> mine;
+  for (uint64_t p = rank; p < total && mine.size() < selected; p += world) {
+    mine.push_back(indices[p]);
+  }
+  return mine;
+}
+
+ShardSpec RepeatedSpec(uint64_t n, uint32_t reps, uint32_t world,
+                       uint32_t rank) {
+  ShardSpec spec;
+  spec.num_samples = n;
+  spec.seed = 3;
+  spec.shuffle = true;
+  spec.world_size = world;
+  spec.rank = rank;
+  spec.batch_size = 16;
+  spec.repeats = reps;
+  return spec;
+}
+
+// Each rank's samples are RASampler's, in its order, where the world divides
+// the epoch (torchvision floors the per-rank count; batchd pads, as
+// DistributedSampler does, so the global position means the same on any
+// world size).
+TEST(RepeatedAugmentationTest, RanksTakeTorchvisionsRaSamplerIndices) {
+  for (uint64_t n : {1000, 1280}) {
+    for (uint32_t reps : {2u, 3u, 4u}) {
+      for (uint32_t world : {1u, 2u, 4u, 8u}) {
+        const std::vector<uint64_t> perm =
+            EpochOrder(n, /*seed=*/3, /*shuffle=*/true, /*epoch=*/1);
+        for (uint32_t rank = 0; rank < world; ++rank) {
+          const ShardSpec spec = RepeatedSpec(n, reps, world, rank);
+          ASSERT_EQ(EpochLength(spec), n / 256 * 256);
+          std::vector<uint64_t> samples;
+          for (uint64_t entry : ShardIndices(spec, EpochOrderFor(spec, 1))) {
+            samples.push_back(SampleOf(entry, n));
+          }
+          EXPECT_EQ(samples, TorchRaSampler(perm, reps, world, rank))
+              << "n=" << n << " reps=" << reps << " world=" << world
+              << " rank=" << rank;
+        }
+      }
+    }
+  }
+}
+
+// Over all ranks: every (sample, repeat) pair of the epoch exactly once,
+// about N / reps distinct samples each `reps` times, and one sample's
+// repeats on `reps` different ranks when the world has that many.
+TEST(RepeatedAugmentationTest, EachPairOnceAndRepeatsOnDifferentRanks) {
+  const uint64_t n = 1024;
+  for (uint32_t reps : {2u, 4u}) {
+    for (uint32_t world : {1u, 4u, 8u}) {
+      std::map<uint64_t, int> pairs;
+      std::map<uint64_t, std::set<uint32_t>> ranks_of_sample;
+      for (uint32_t rank = 0; rank < world; ++rank) {
+        const ShardSpec spec = RepeatedSpec(n, reps, world, rank);
+        const std::vector<uint64_t> order = EpochOrderFor(spec, 0);
+        for (uint64_t b = 0; b < BatchesPerEpoch(spec); ++b) {
+          for (uint64_t entry : BatchIndicesFromOrder(spec, order, b)) {
+            ++pairs[entry];
+            ASSERT_LT(RepeatOf(entry, n), reps);
+            ranks_of_sample[SampleOf(entry, n)].insert(rank);
+          }
+        }
+      }
+      EXPECT_EQ(pairs.size(), n);  // 1024: a multiple of 256 and of world
+      for (const auto& [entry, times] : pairs) ASSERT_EQ(times, 1);
+      EXPECT_EQ(ranks_of_sample.size(), n / reps);
+      for (const auto& [sample, ranks] : ranks_of_sample) {
+        ASSERT_EQ(ranks.size(), std::min(reps, world)) << sample;
+      }
+    }
+  }
+}
+
+// Below 256 samples the epoch keeps them all (RASampler would yield none);
+// an epoch's length is what a resume position is checked against.
+TEST(RepeatedAugmentationTest, SmallDatasetsKeepEveryEntryAndResumeExactly) {
+  const uint64_t n = 100;
+  ShardSpec spec = RepeatedSpec(n, /*reps=*/3, /*world=*/2, /*rank=*/0);
+  spec.batch_size = 4;
+  EXPECT_EQ(EpochLength(spec), n);
+  const std::vector<uint64_t> order = EpochOrderFor(spec, 2);
+  ASSERT_EQ(order.size(), n);
+  // The first ceil(100 / 3) = 34 samples of the permutation, 3 times each
+  // (the last only once, cut at 100).
+  const std::vector<uint64_t> perm = EpochOrder(n, 3, true, 2);
+  for (uint64_t p = 0; p < n; ++p) {
+    ASSERT_EQ(SampleOf(order[p], n), perm[p / 3]);
+    ASSERT_EQ(RepeatOf(order[p], n), p % 3);
+  }
+  // World 2 takes 5 batches of 4 on each rank, then world 3 resumes at the
+  // global position: every remaining pair exactly once, plus padding.
+  const uint64_t position = GlobalPosition(spec, 5);
+  EXPECT_EQ(position, 40u);
+  std::multiset<uint64_t> taken;
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    spec.rank = rank;
+    for (uint64_t b = 0; b < 5; ++b) {
+      for (uint64_t e : BatchIndicesFromOrder(spec, order, b)) taken.insert(e);
+    }
+  }
+  ShardSpec after = RepeatedSpec(n, 3, /*world=*/3, 0);
+  after.batch_size = 4;
+  after.start_position = position;
+  std::multiset<uint64_t> rest;
+  for (uint32_t rank = 0; rank < 3; ++rank) {
+    after.rank = rank;
+    for (uint64_t b = 0; b < BatchesPerEpoch(after); ++b) {
+      for (uint64_t e : BatchIndicesFromOrder(after, order, b)) rest.insert(e);
+    }
+  }
+  std::multiset<uint64_t> all = taken;
+  all.insert(rest.begin(), rest.end());
+  // 60 left over 3 ranks: no padding.
+  EXPECT_EQ(all, std::multiset<uint64_t>(order.begin(), order.end()));
+  after.start_position = n;
+  EXPECT_EQ(ShardSize(after), 0u);  // at the end: invalid
+  spec.repeats = kMaxRepeats + 1;
+  EXPECT_EQ(ShardSize(spec), 0u);
+}
+
+// The order cache tells plans apart by their repeats.
+TEST(RepeatedAugmentationTest, OrderCacheKeysByRepeats) {
+  EpochOrderCache cache;
+  ShardSpec once = RepeatedSpec(300, 1, 1, 0);
+  ShardSpec twice = RepeatedSpec(300, 2, 1, 0);
+  EXPECT_NE(*cache.Get(once, 0), *cache.Get(twice, 0));
+  EXPECT_EQ(*cache.Get(twice, 0), EpochOrderFor(twice, 0));
+  EXPECT_EQ(cache.computed(), 2u);
+}
+
 }  // namespace
 }  // namespace batchd::common

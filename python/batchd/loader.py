@@ -18,6 +18,7 @@ from .diagnosis import log_line as _log_diagnosis
 from ._native import LoaderArgs, NativeLoader
 from .state import STATE_VERSION as _STATE_VERSION
 from .state import check_epoch as _check_epoch
+from .state import epoch_length as _epoch_length
 from .state import global_position as _global_position
 from .state import resume_point as _resume_point
 
@@ -77,6 +78,14 @@ class Loader:
         samples from a sliding window of K shards, so at most K shards are
         being read at any time (docs/datasets.md, "Shard-aware shuffle").
         The daemon refuses it on a dataset without shards.
+      repeats: repeated augmentation (torchvision's ``--ra-sampler
+        --ra-reps``): 0 or 1 (default) none; R > 1 repeats each image of
+        the epoch's order R times in a row, spread over consecutive ranks,
+        each repeat with its own augmentation draws; an epoch keeps the
+        dataset's sample count of that order rounded down to a multiple of
+        256 (about N / R distinct images), as RASampler does
+        (docs/augment.md). With ``decoded_max_side`` and a daemon's decoded
+        cache, an image is decoded once for all its repeats.
       rank, world_size: this process's shard (DistributedSampler semantics).
         Default: torch.distributed's when initialised, else the RANK and
         WORLD_SIZE environment variables, else 0 and 1.
@@ -160,6 +169,7 @@ class Loader:
                  decoded_max_side=_DEFAULTS.decoded_max_side,
                  seed=_DEFAULTS.seed, shuffle=_DEFAULTS.shuffle,
                  shuffle_window_shards=_DEFAULTS.shuffle_window_shards,
+                 repeats=_DEFAULTS.repeats,
                  drop_last=_DEFAULTS.drop_last, rank=None, world_size=None,
                  prefetch=_DEFAULTS.prefetch,
                  prefetch_memory=_DEFAULTS.auto_prefetch_max_bytes,
@@ -215,6 +225,7 @@ class Loader:
         self.seed = seed
         self.shuffle = shuffle
         self.shuffle_window_shards = shuffle_window_shards
+        self.repeats = repeats
         self.drop_last = drop_last
         self._output = _output.TensorOutput(self.device, layout, normalize,
                                             dtype)
@@ -222,7 +233,7 @@ class Loader:
         args = LoaderArgs(
             endpoint=endpoint, dataset=dataset, batch_size=batch_size,
             seed=seed, shuffle=shuffle,
-            shuffle_window_shards=shuffle_window_shards,
+            shuffle_window_shards=shuffle_window_shards, repeats=repeats,
             drop_last=drop_last, rank=rank,
             world_size=world_size, job=job, mode=mode, size=size,
             scale=None if scale is None else tuple(scale),
@@ -263,8 +274,10 @@ class Loader:
         self.waited_s = 0.0
         self.batches = 0
         #: Dataset indices of the samples of the batch yielded last, in
-        #: order (what an exactly-once check or a debugger wants).
+        #: order (what an exactly-once check or a debugger wants), and with
+        #: ``repeats`` which repeat of its image each is (else empty).
         self.sample_indices = []
+        self.sample_repeats = []
 
     def _open(self, args, backend, normalize, depth):
         """Opens the stream of `args` as self._native, on `backend`."""
@@ -281,10 +294,12 @@ class Loader:
                 native.close()  # C++ sees no usable GPU: torch copies
         if self._native is None:
             self._native = NativeLoader(args)
-        # The plan's figures: batches of a whole epoch, the dataset's
-        # samples, and the elastic resume the stream was opened with.
+        # The plan's figures: batches of a whole epoch, the length of an
+        # epoch's global order, and the elastic resume the stream was
+        # opened with.
         self._length = self._native.batches_per_epoch
-        self._samples = self._native.dataset_samples
+        self._samples = _epoch_length(self._native.dataset_samples,
+                                      self.repeats)
         self._resume = (args.resume_epoch, args.resume_position)
         self._resumed_length = self._native.resumed_epoch_batches
 
@@ -364,6 +379,7 @@ class Loader:
             self._position = (epoch, self._position[1] + 1)
             self.batches += 1
             self.sample_indices = batch.sample_indices
+            self.sample_repeats = batch.repeats
             # The frame keeps no reference to what it yields (no local names
             # it): the slot is the consumer's to free.
             box = [batch]
@@ -462,6 +478,7 @@ class Loader:
             "seed": self.seed,
             "shuffle": self.shuffle,
             "shuffle_window_shards": self.shuffle_window_shards,
+            "repeats": self.repeats,
             "drop_last": self.drop_last,
             "rank": self.rank,
             "world_size": self.world_size,
@@ -494,6 +511,7 @@ class Loader:
             state, plan={"dataset": self.dataset, "seed": self.seed,
                          "shuffle": self.shuffle,
                          "shuffle_window_shards": self.shuffle_window_shards,
+                         "repeats": self.repeats,
                          "samples": self._samples},
             batch_size=self.batch_size, world_size=self.world_size,
             drop_last=self.drop_last)

@@ -18,6 +18,8 @@ STATE_VERSION = 2
 
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
+# Repeats a plan may ask for (batchd.v1.Plan.repeats; common::kMaxRepeats).
+MAX_REPEATS = 16
 # Epochs the daemon serves: 0..2^32-1 (client/loader.h, StartEpoch).
 MAX_EPOCH = UINT32_MAX
 
@@ -79,7 +81,7 @@ def check_state(state):
     - samples, batch_size, world_size: ints >= 1 (batch_size and
       world_size at most 2^32-1)
     - rank: 0..world_size-1, or None (a merged state)
-    - seed: 0..2^64-1; shuffle_window_shards: 0..2^32-1
+    - seed: 0..2^64-1; shuffle_window_shards: 0..2^32-1; repeats: 0..16
     - shuffle, drop_last: bool; dataset: str
 
     Raises TypeError (not a dict; a field of the wrong type) or ValueError
@@ -134,10 +136,21 @@ def check_state(state):
     if "shuffle_window_shards" in state:
         out["shuffle_window_shards"] = _int(state, "shuffle_window_shards",
                                             0, UINT32_MAX)
+    if "repeats" in state:
+        out["repeats"] = _int(state, "repeats", 0, MAX_REPEATS)
     if "batches_per_epoch" in state:
         out["batches_per_epoch"] = _int(state, "batches_per_epoch", 0,
                                         UINT64_MAX, ">= 0")
     return out
+
+
+def epoch_length(dataset_samples, repeats):
+    """Entries of an epoch's global order (common::EpochLength): the
+    dataset's samples, or with repeats > 1 torchvision's RASampler length,
+    that rounded down to a multiple of 256 (all of it below 256)."""
+    if repeats <= 1 or dataset_samples < 256:
+        return dataset_samples
+    return dataset_samples // 256 * 256
 
 
 def batches_in_rest(samples, world_size, batch_size, drop_last):
@@ -160,7 +173,8 @@ def global_position(samples, start, next_batch, batches, batch_size,
 def resume_point(state, plan, batch_size, world_size, drop_last):
     """``(epoch, position, old_world_size)``: where a loader of `plan` (the
     dict of fields that must match: dataset, seed, shuffle,
-    shuffle_window_shards, samples) with `batch_size` per rank on
+    shuffle_window_shards, repeats, samples; samples is the epoch's length)
+    with `batch_size` per rank on
     `world_size` ranks resumes from `state`, a ``Loader.state_dict()`` of
     any world size. `position` is the epoch's global position, or
     ``samples`` when nothing of the epoch is left for this world.
@@ -235,7 +249,7 @@ def merge_states(states):
     keys = ("version", "epoch", "epoch_start", "position", "samples",
             "dataset",
             "batch_size", "seed", "shuffle", "shuffle_window_shards",
-            "drop_last", "world_size")
+            "repeats", "drop_last", "world_size")
     first = states[0]
     for key in keys:
         values = collections.defaultdict(list)

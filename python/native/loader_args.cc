@@ -58,6 +58,7 @@ absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args) {
   plan.set_seed(args.seed);
   plan.set_shuffle(args.shuffle);
   plan.set_shuffle_window_shards(args.shuffle_window_shards);
+  plan.set_repeats(args.repeats);
   plan.set_drop_last(args.drop_last);
   plan.set_rank(args.rank);
   plan.set_world_size(args.world_size);

@@ -46,6 +46,9 @@ struct LoaderArgs {
   // With shuffle, 0: the per-sample shuffle; K > 0: the shard-aware shuffle
   // with a window of K shards (batchd.v1.Plan.shuffle_window_shards).
   uint32_t shuffle_window_shards = 0;
+  // Repeated augmentation: each image this many times an epoch
+  // (batchd.v1.Plan.repeats); 0 or 1: none.
+  uint32_t repeats = 0;
   bool drop_last = false;
   uint32_t rank = 0;
   uint32_t world_size = 1;

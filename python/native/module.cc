@@ -149,6 +149,9 @@ void BindLoaderArgs(py::module_& m) {
   field("shuffle_window_shards", &LoaderArgs::shuffle_window_shards,
         "with shuffle: 0 shuffles every sample; K > 0 permutes a TAR_SHARDS "
         "dataset's shards and draws samples from a window of K shards");
+  field("repeats", &LoaderArgs::repeats,
+        "repeated augmentation: each image of the epoch this many times, "
+        "each with its own augmentation; 0 or 1: none");
   field("drop_last", &LoaderArgs::drop_last, "");
   field("rank", &LoaderArgs::rank, "this process's shard");
   field("world_size", &LoaderArgs::world_size, "shards in all");

@@ -262,6 +262,10 @@ void BindBatchCommon(py::class_<PyBatch<BatchT>>& cls) {
           [](P& self) { return self.get().batch().sample_indices; })
       .def_property_readonly("labels",
                              [](P& self) { return self.get().batch().labels; })
+      .def_property_readonly(
+          "repeats", [](P& self) { return self.get().batch().repeats; },
+          "With Plan.repeats: which repeat of its image each sample is; "
+          "empty otherwise.")
       .def_property_readonly("shape",
                              [](P& self) {
                                const auto& shape = self.get().batch().shape;

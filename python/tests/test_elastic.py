@@ -312,7 +312,7 @@ def test_the_daemon_refuses_a_resume_past_the_end(daemon):
                              batch_size=4, size=SIZE, resume_epoch=1,
                              resume_position=SAMPLES)
     with pytest.raises(batchd.errors.InvalidArgumentError,
-                       match="resume.position 48 is not below the dataset's "
+                       match="resume.position 48 is not below the epoch's "
                              "48 samples; an epoch resumed at its end is "
                              "done: start epoch 1 \\+ 1 at position 0"):
         batchd.NativeLoader(args)

@@ -168,9 +168,9 @@ void Pipeline::PrefetchAfter(const ResolvedPlan& plan,
        next < batches &&
        next <= batch_index + static_cast<uint64_t>(options_.prefetch_batches);
        ++next) {
-    const std::vector<uint64_t> indices =
-        BatchIndicesFromOrder(shard, *order, next);
-    upcoming.insert(upcoming.end(), indices.begin(), indices.end());
+    for (uint64_t entry : BatchIndicesFromOrder(shard, *order, next)) {
+      upcoming.push_back(common::SampleOf(entry, shard.num_samples));
+    }
   }
   plan.dataset->Prefetch(upcoming);
 }
@@ -197,6 +197,15 @@ absl::Status Pipeline::BuildBatch(
   std::vector<uint64_t> sample_indices =
       BatchIndicesFromOrder(shard, *order, batch_index);
   const size_t n = sample_indices.size();
+  // Entries of an order with repeats: the sample and which repeat.
+  std::vector<uint32_t> repeats;
+  if (shard.repeats > 1) {
+    repeats.reserve(n);
+    for (uint64_t& entry : sample_indices) {
+      repeats.push_back(common::RepeatOf(entry, shard.num_samples));
+      entry = common::SampleOf(entry, shard.num_samples);
+    }
+  }
   // Uninitialised on purpose: every byte is written by a sample task.
   const uint64_t bytes = plan->batch_bytes(n);
   absl::StatusOr<BatchBuffer> pixels;
@@ -218,6 +227,7 @@ absl::Status Pipeline::BuildBatch(
   batch.epoch = epoch;
   batch.batch_index = batch_index;
   batch.sample_indices = std::move(sample_indices);
+  batch.repeats = std::move(repeats);
   batch.labels.reserve(n);
   for (uint64_t index : batch.sample_indices) {
     batch.labels.push_back(plan->dataset->sample(index).label);
@@ -341,33 +351,33 @@ DecodedSample Pipeline::CappedImageOf(const ResolvedPlan& plan,
 }
 
 DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
-                                 uint64_t sample_index,
-                                 const FileBytes* bytes,
+                                 uint64_t entry, const FileBytes* bytes,
                                  std::shared_ptr<const CappedImage> image,
                                  uint8_t* out) {
   if (plan.augment.empty()) {
-    return DecodeCrop(plan, epoch, sample_index, bytes, std::move(image),
+    return DecodeCrop(plan, epoch, entry, bytes, std::move(image),
                       plan.pixel_layout(), out);
   }
   // The ops work on HWC pixels: an NCHW sample is decoded into a scratch
   // sample first, and written as planes once augmented.
   const bool planes = plan.pixel_layout() == PixelLayout::kCHW;
   uint8_t* hwc = planes ? ThreadHwcSample(plan.sample_bytes()) : out;
-  DecodeResult result = DecodeCrop(plan, epoch, sample_index, bytes,
+  DecodeResult result = DecodeCrop(plan, epoch, entry, bytes,
                                    std::move(image), PixelLayout::kHWC, hwc);
   if (result.ok()) {
-    AugmentSample(plan, epoch, sample_index, hwc, planes ? out : nullptr);
+    AugmentSample(plan, epoch, entry, hwc, planes ? out : nullptr);
   }
   return result;
 }
 
 void Pipeline::AugmentSample(const ResolvedPlan& plan, uint64_t epoch,
-                             uint64_t sample_index, uint8_t* hwc,
-                             uint8_t* chw) {
+                             uint64_t entry, uint8_t* hwc, uint8_t* chw) {
   const auto start = std::chrono::steady_clock::now();
   const int size = plan.output_size();
   const std::vector<augment::OpCall> calls =
-      plan.AugmentCalls(epoch, sample_index, size, size);
+      plan.AugmentCalls(epoch, entry, size, size);
+  const uint64_t sample_index =
+      common::SampleOf(entry, plan.shard.num_samples);
   if (options_.log_augment_sample >= 0 &&
       sample_index == static_cast<uint64_t>(options_.log_augment_sample)) {
     std::fprintf(stderr, "batchd: augment: plan %s epoch %llu sample %llu: %s\n",
@@ -388,10 +398,11 @@ void Pipeline::AugmentSample(const ResolvedPlan& plan, uint64_t epoch,
 }
 
 DecodeResult Pipeline::DecodeCrop(const ResolvedPlan& plan, uint64_t epoch,
-                                  uint64_t sample_index,
-                                  const FileBytes* bytes,
+                                  uint64_t entry, const FileBytes* bytes,
                                   std::shared_ptr<const CappedImage> image,
                                   PixelLayout layout, uint8_t* out) {
+  const uint64_t sample_index =
+      common::SampleOf(entry, plan.shard.num_samples);
   if (plan.decoded_max_side > 0) {
     if (image == nullptr) {
       DecodedSample sample = CappedImageOf(plan, sample_index, bytes);
@@ -402,7 +413,7 @@ DecodeResult Pipeline::DecodeCrop(const ResolvedPlan& plan, uint64_t epoch,
     DecodeResult result = TransformCapped(
         ThreadResizer(), *image,
         [&](int width, int height) {
-          return plan.Crop(epoch, sample_index, width, height);
+          return plan.Crop(epoch, entry, width, height);
         },
         layout, out);
     const uint64_t nanos = NanosSince(start);
@@ -428,7 +439,7 @@ DecodeResult Pipeline::DecodeCrop(const ResolvedPlan& plan, uint64_t epoch,
                             .Decode(
                                 bytes->bytes(),
                                 [&](int width, int height) {
-                                  return plan.Crop(epoch, sample_index, width,
+                                  return plan.Crop(epoch, entry, width,
                                                    height);
                                 },
                                 layout, out, &timings);
@@ -452,11 +463,16 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
   const ResolvedPlan& plan = *job->plan;
   BuiltBatch& batch = *job->batch;
   const uint64_t index = batch.sample_indices[position];
+  // Repeat r of sample i draws as entry i + r * N (common/sampler.h).
+  const uint64_t repeat_offset =
+      batch.repeats.empty()
+          ? 0
+          : uint64_t{batch.repeats[position]} * plan.shard.num_samples;
   uint8_t* out = batch.pixels.data() + position * plan.sample_bytes();
 
   DecodeResult result{read_error, std::move(read_detail)};
   if (read_error == SampleError::kNone) {
-    result = DecodeOne(plan, batch.epoch, index,
+    result = DecodeOne(plan, batch.epoch, index + repeat_offset,
                        image != nullptr ? nullptr : &bytes, std::move(image),
                        out);
   }
@@ -486,7 +502,8 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
          ++attempt) {
       const uint64_t candidate = rng.UniformInt(n);
       if (candidate == index) continue;
-      if (DecodeOne(plan, batch.epoch, candidate, nullptr, nullptr, out)
+      if (DecodeOne(plan, batch.epoch, candidate + repeat_offset, nullptr,
+                    nullptr, out)
               .ok()) {
         sub.set_substitute_index(candidate);
         found = true;

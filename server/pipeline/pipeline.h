@@ -43,6 +43,9 @@ struct BuiltBatch {
   uint64_t epoch = 0;
   uint64_t batch_index = 0;
   std::vector<uint64_t> sample_indices;
+  // With Plan.repeats > 1: which repeat of its sample each one is; empty
+  // otherwise (batchd.v1.BatchHeader.repeats).
+  std::vector<uint32_t> repeats;
   std::vector<int32_t> labels;
   std::vector<uint64_t> shape;
   std::vector<batchd::v1::Substitution> substitutions;
@@ -160,25 +163,26 @@ class Pipeline {
                     FileBytes bytes, SampleError read_error,
                     std::string read_detail,
                     std::shared_ptr<const CappedImage> image);
-  // Decodes `sample_index` into `out` and applies the plan's augmentation
-  // ops; reads the file itself when `bytes` is null (substitutes are rare,
-  // so they are read on the worker). With the plan's decoded_max_side,
-  // crops `image` when given, else the capped image from the decoded cache
-  // or decoded now.
+  // Decodes epoch-order entry `entry` (its sample, common::SampleOf; the
+  // entry, which tells repeats apart, keys its random draws) into `out` and
+  // applies the plan's augmentation ops; reads the file itself when `bytes`
+  // is null (substitutes are rare, so they are read on the worker). With
+  // the plan's decoded_max_side, crops `image` when given, else the capped
+  // image from the decoded cache or decoded now.
   DecodeResult DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
-                         uint64_t sample_index, const FileBytes* bytes,
+                         uint64_t entry, const FileBytes* bytes,
                          std::shared_ptr<const CappedImage> image,
                          uint8_t* out);
   // DecodeOne's crop, resize and flip, written in `layout`.
   DecodeResult DecodeCrop(const ResolvedPlan& plan, uint64_t epoch,
-                          uint64_t sample_index, const FileBytes* bytes,
+                          uint64_t entry, const FileBytes* bytes,
                           std::shared_ptr<const CappedImage> image,
                           PixelLayout layout, uint8_t* out);
-  // Draws and applies the augmentation calls of `sample_index` on `hwc`
+  // Draws and applies the augmentation calls of `entry` on `hwc`
   // (the sample's HWC pixels, in place), then, when `chw` is not null,
   // writes them as CHW planes there. REQUIRES: plan.augment is not empty.
   void AugmentSample(const ResolvedPlan& plan, uint64_t epoch,
-                     uint64_t sample_index, uint8_t* hwc, uint8_t* chw);
+                     uint64_t entry, uint8_t* hwc, uint8_t* chw);
   // The capped image of `sample_index` (plan.decoded_max_side > 0), through
   // the decoded cache if any; reads the file when `bytes` is null.
   DecodedSample CappedImageOf(const ResolvedPlan& plan, uint64_t sample_index,

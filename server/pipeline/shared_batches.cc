@@ -18,6 +18,7 @@ std::shared_ptr<const BuiltBatch> CopyToSlot(const BuiltBatch& batch,
   copy->epoch = batch.epoch;
   copy->batch_index = batch.batch_index;
   copy->sample_indices = batch.sample_indices;
+  copy->repeats = batch.repeats;
   copy->labels = batch.labels;
   copy->shape = batch.shape;
   copy->substitutions = batch.substitutions;

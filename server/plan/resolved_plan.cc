@@ -1,5 +1,6 @@
 #include "server/plan/resolved_plan.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -142,6 +143,9 @@ std::string PlanFingerprint(const ResolvedPlan& plan) {
   return absl::StrCat(
       "dataset=", plan.dataset->name(), " samples=", s.num_samples,
       " seed=", s.seed, " shuffle=", s.shuffle, " window_shards=", window,
+      // Written only when set, so that plans without repeats keep their
+      // labels.
+      s.repeats > 1 ? absl::StrCat(" repeats=", s.repeats) : "",
       " drop_last=", s.drop_last,
       " rank=", s.rank, "/", s.world_size, " batch=", s.batch_size, " ",
       transform, " layout=", batchd::v1::Layout_Name(plan.layout),
@@ -252,6 +256,13 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
     resolved->shard.shuffle_window_shards = window;
     resolved->shard.shard_samples = resolved->dataset->shard_samples();
   }
+  if (plan.repeats() > common::kMaxRepeats) {
+    return Invalid(absl::StrCat(
+        "repeats is ", plan.repeats(), "; it must be 0..",
+        common::kMaxRepeats, " (0 and 1: each sample once an epoch; R: "
+        "torchvision's RASampler with R repetitions, as --ra-reps)"));
+  }
+  resolved->shard.repeats = std::max<uint32_t>(plan.repeats(), 1);
   if (BatchesPerEpoch(resolved->shard) == 0) {
     return Invalid(absl::StrCat(
         "with drop_last, batch_size ", plan.batch_size(),
@@ -260,11 +271,11 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
         "drop_last"));
   }
   if (plan.resume().position() > 0) {
-    const uint64_t samples = resolved->dataset->size();
+    const uint64_t samples = common::EpochLength(resolved->shard);
     if (plan.resume().position() >= samples) {
       return Invalid(absl::StrCat(
           "resume.position ", plan.resume().position(),
-          " is not below the dataset's ", samples,
+          " is not below the epoch's ", samples,
           " samples; an epoch resumed at its end is done: start epoch ",
           plan.resume().epoch(), " + 1 at position 0 instead"));
     }

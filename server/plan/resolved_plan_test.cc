@@ -62,6 +62,7 @@ TEST(PlanFingerprintTest, EveryByteChangingFieldChangesIt) {
           {"shuffle_window_shards",
            [](auto& p) { p.set_shuffle_window_shards(2); }},
           {"drop_last", [](auto& p) { p.set_drop_last(true); }},
+          {"repeats", [](auto& p) { p.set_repeats(3); }},
           {"rank", [](auto& p) {
              p.set_world_size(2);
              p.set_rank(1);
@@ -152,6 +153,10 @@ TEST(PlanFingerprintTest, JobAndResumeAndSpelledDefaultsDoNotChangeIt) {
   // had before Pipeline.augment existed.
   EXPECT_EQ(base.find("augment"), std::string::npos);
   EXPECT_EQ(base.find("interpolation"), std::string::npos);
+  EXPECT_EQ(base.find("repeats"), std::string::npos);
+  batchd::v1::Plan once = BasePlan();
+  once.set_repeats(1);  // 0 and 1 are both "each sample once"
+  EXPECT_EQ(Fingerprint(once), base);
   EXPECT_EQ(FingerprintLabel(base).size(), 16u);
   EXPECT_EQ(FingerprintLabel(base), FingerprintLabel(Fingerprint(job)));
 }
@@ -280,6 +285,26 @@ TEST(ResolvePlanTest, ShuffleWindowShardsIsCheckedAndResolved) {
   // The largest allowed window is fine (it opens all 3 shards).
   huge.set_shuffle_window_shards(65536);
   EXPECT_TRUE(ResolvePlan(huge, datasets, PlanLimits{}).ok());
+}
+
+TEST(ResolvePlanTest, RepeatsAreCheckedAndResolved) {
+  const DatasetMap datasets = Datasets();
+  batchd::v1::Plan plan = BasePlan();
+  plan.set_repeats(4);
+  absl::StatusOr<std::shared_ptr<const ResolvedPlan>> resolved =
+      ResolvePlan(plan, datasets, PlanLimits{});
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ((*resolved)->shard.repeats, 4u);
+  resolved = ResolvePlan(BasePlan(), datasets, PlanLimits{});
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ((*resolved)->shard.repeats, 1u);
+
+  plan.set_repeats(17);
+  resolved = ResolvePlan(plan, datasets, PlanLimits{});
+  EXPECT_EQ(resolved.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(resolved.status().message().find("repeats is 17; it must be 0..16"),
+            std::string::npos)
+      << resolved.status();
 }
 
 }  // namespace

@@ -230,7 +230,11 @@ std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
         for (uint64_t sample : common::BatchIndicesFromOrder(
                  guessed ? next_spec : reader.spec, *reader.order, batch)) {
           if (distance >= per_reader) break;
-          const SampleLocation where = locate_(sample);
+          // An order with repeats holds sample + repeat * N.
+          const SampleLocation where = locate_(
+              reader.spec.repeats > 1
+                  ? common::SampleOf(sample, reader.spec.num_samples)
+                  : sample);
           if (where.shard != SampleLocation::kNoShard) {
             if (step < batches) {
               auto [known, added] = first_known.emplace(where.shard, distance);

@@ -48,6 +48,8 @@ std::optional<SendQueue::Popped> SendQueue::Pop() {
     header->set_batch_index(batch.batch_index);
     header->mutable_sample_indices()->Assign(batch.sample_indices.begin(),
                                              batch.sample_indices.end());
+    header->mutable_repeats()->Assign(batch.repeats.begin(),
+                                      batch.repeats.end());
     header->mutable_labels()->Assign(batch.labels.begin(), batch.labels.end());
     header->mutable_shape()->Assign(batch.shape.begin(), batch.shape.end());
     header->set_dtype(batchd::v1::DTYPE_UINT8);
