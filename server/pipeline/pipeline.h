@@ -46,6 +46,11 @@ struct BuiltBatch {
   std::vector<int32_t> labels;
   std::vector<uint64_t> shape;
   std::vector<batchd::v1::Substitution> substitutions;
+  // The plan's fields (BatchHeader.field_data, field_sizes,
+  // field_counts); empty without fields.
+  std::string field_data;
+  std::vector<uint32_t> field_sizes;
+  std::vector<batchd::v1::FieldCounts> field_counts;
   BatchBuffer pixels;
   absl::Time finished;  // when the last sample was written
 };
@@ -183,6 +188,10 @@ class Pipeline {
   // the decoded cache if any; reads the file when `bytes` is null.
   DecodedSample CappedImageOf(const ResolvedPlan& plan, uint64_t sample_index,
                               const FileBytes* bytes);
+  // Reads `index`'s fields and json label (the plan's) into `job`'s
+  // `position`; OK with nothing to read.
+  absl::Status ReadFieldsAndLabel(BatchJob& job, size_t position,
+                                  uint64_t index);
   // Records the time a read took.
   void RecordRead(uint64_t nanos);
   void FinishSample(const std::shared_ptr<BatchJob>& job);
