@@ -216,3 +216,27 @@ def test_s3_shards_give_the_same_fields(binaries, shards, tmp_path):
             daemon.stop()
     assert remote == local
     check_epoch(remote, expected)
+
+
+def test_http_shards_give_the_same_fields(binaries, shards, tmp_path):
+    from batchd_testing.object_servers import NginxServer
+    directory, expected = shards
+    names = sorted(p.name for p in directory.iterdir())
+    with NginxServer(directory, tmp_path / "nginx") as nginx:
+        config = tmp_path / "batchd.conf"
+        config.write_text(
+            'datasets { name: "http" format: TAR_SHARDS '
+            + "".join(f'shards: "{nginx.url}/{name}" ' for name in names)
+            + "}\n")
+        daemon = Daemon(binaries["daemon"], {"local": directory},
+                        ["--workers", "2", "--config", config,
+                         "--cache-dir", tmp_path / "cache",
+                         "--cache-bytes", 1 << 30],
+                        directory=tmp_path / "daemon")
+        try:
+            local = epoch(daemon.endpoint, "local")
+            remote = epoch(daemon.endpoint, "http")
+        finally:
+            daemon.stop()
+    assert remote == local
+    check_epoch(remote, expected)

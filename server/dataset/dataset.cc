@@ -260,8 +260,15 @@ Dataset::Dataset(std::string name, std::vector<Sample> samples,
           ShardRuns(samples_))) {
   if (shards_ == nullptr || !shards_->prefetches()) return;
   demand_ = std::make_shared<ShardDemand>([this](uint64_t index) {
+    // A sample's bytes are its image and its other members (a plan's
+    // fields are read from them): the forecast weighs what may be read.
     const Sample& sample = samples_[index];
-    return SampleLocation{sample.shard, sample.size};
+    uint64_t bytes = sample.size;
+    for (uint64_t i = sample.first_member;
+         i < sample.first_member + sample.member_count; ++i) {
+      bytes += members_.members[i].size;
+    }
+    return SampleLocation{sample.shard, bytes};
   });
   shards_->AttachDemand(demand_);
 }
