@@ -73,6 +73,9 @@ class SampleFieldsTest : public ::testing::Test {
     tar.AddFile("k2.jpg", "image2");
     tar.AddFile("k2.txt", "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E");
     tar.AddFile("dir/k3.jpg", "image3");
+    tar.AddFile("dir/k3.json",
+                absl::StrCat(R"({"label": 1, "pad": ")",
+                             std::string(kMaxLabelJsonBytes, 'p'), "\"}"));
     tar.AddFile("dir/k3.txt", "ok! \xF0\x9F\x98\x80");
     tar.Finish();
     WriteFileForTest(pattern + "/shard-0.tar", tar.bytes());
@@ -150,6 +153,7 @@ TEST_F(SampleFieldsTest, LabelsFromJsonOrNone) {
   EXPECT_EQ(*SampleLabel(*json, 0), 4);
   EXPECT_EQ(*SampleLabel(*json, 1), 2);
   EXPECT_EQ(*SampleLabel(*json, 2), -1);  // no json member
+  EXPECT_EQ(*SampleLabel(*json, 3), -1);  // json past kMaxLabelJsonBytes
   plan.set_label_field("none");
   std::shared_ptr<const ResolvedPlan> none = Resolve(plan);
   ASSERT_NE(none, nullptr);
