@@ -51,6 +51,20 @@ absl::Status BatchReceipts::CheckHeader(int daemon,
                             : " comes as bytes on a stream with shared "
                               "memory attached"));
   }
+  // The fields: one size per sample and field, summing to the data.
+  uint64_t field_bytes = 0;
+  for (uint32_t size : header.field_sizes()) field_bytes += size;
+  if (field_bytes != header.field_data().size() ||
+      static_cast<uint64_t>(header.field_sizes_size()) !=
+          static_cast<uint64_t>(header.sample_indices_size()) *
+              static_cast<uint64_t>(header.field_counts_size())) {
+    return absl::InternalError(absl::StrCat(
+        BatchName(key), " has ", header.field_sizes_size(),
+        " field sizes summing to ", field_bytes, " bytes for ",
+        header.sample_indices_size(), " samples x ",
+        header.field_counts_size(), " fields and ",
+        header.field_data().size(), " bytes of field data"));
+  }
   if (header.shape_size() > 0) {
     uint64_t elements = 1;
     for (uint64_t dim : header.shape()) {

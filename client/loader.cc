@@ -26,6 +26,25 @@ constexpr absl::Duration kWaitedStep = absl::Milliseconds(1);
 // Steps kept for timeline(): the last kTimelineSteps.
 constexpr size_t kTimelineSteps = 1024;
 
+// The header's fields as views of one shared copy of their bytes (moved
+// out of the header, which the ring's lease owns). The header was checked
+// (BatchReceipts::CheckHeader): the sizes sum to the bytes.
+void SetFields(batchd::v1::BatchHeader& header, BatchInfo* batch) {
+  batch->field_counts.assign(header.field_counts().begin(),
+                             header.field_counts().end());
+  batch->field_count = batch->field_counts.size();
+  if (header.field_sizes_size() == 0) return;
+  auto data = std::make_shared<std::string>(
+      std::move(*header.mutable_field_data()));
+  batch->fields.reserve(header.field_sizes_size());
+  size_t offset = 0;
+  for (uint32_t size : header.field_sizes()) {
+    batch->fields.push_back(absl::string_view(*data).substr(offset, size));
+    offset += size;
+  }
+  batch->field_data = std::move(data);
+}
+
 }  // namespace
 
 // What a Loader and its Batches share: the DaemonSet (the daemons, their
@@ -167,6 +186,7 @@ Batch LoaderCore::MakeBatch(SlotRing::Lease lease,
                      : header.layout();
   batch.substitutions.assign(header.substitutions().begin(),
                              header.substitutions().end());
+  SetFields(lease.header, &batch);
   batch.core_ = std::move(self);
   batch.slot_ = lease.slot;
   batch.data_ = lease.data;

@@ -80,6 +80,19 @@ struct BatchInfo {
   std::vector<uint32_t> repeats;
   // Samples whose pixels come from another sample, if any.
   std::vector<batchd::v1::Substitution> substitutions;
+  // The plan's fields (Plan.fields), sample by sample: field(i, j) is
+  // sample i's field j, in the plan's order, a view of `field_data` (valid
+  // while this object, or a copy of `field_data`, lives). Empty without
+  // fields. With a substitute's pixels come the substitute's fields.
+  size_t field_count = 0;
+  std::vector<absl::string_view> fields;
+  // Per field, the samples whose member was cut to its bound or missing.
+  std::vector<batchd::v1::FieldCounts> field_counts;
+  std::shared_ptr<const std::string> field_data;
+
+  absl::string_view field(size_t sample, size_t field) const {
+    return fields[sample * field_count + field];
+  }
 };
 
 // One batch, leasing a slot of the loader's ring. The pixel bytes stay valid

@@ -11,6 +11,7 @@ import time
 from . import _native, errors
 from . import augment as _augment
 from . import connection as _connection
+from . import fields as _fields
 from . import output as _output
 from . import timeline as _timeline
 from .diagnosis import Diagnosis
@@ -148,6 +149,23 @@ class Loader:
         ring with torch doing the copy and normalisation; ``"auto"`` picks
         ``"device"`` for a CUDA ``device`` when the module has it and CUDA
         is usable from C++, else ``"host"``.
+      fields: members sent with each sample beside its image, e.g.
+          ``["txt"]``, ``["txt", "json", "__key__"]``, or ``(name,
+          max_bytes)`` pairs / a dict name -> max_bytes (default bounds:
+          4096 txt, 16384 json). The loader then yields ``(images, texts)``
+          for one field (``(images, f1, f2, ...)`` for several): texts as
+          ``str``, json as parsed objects (``None`` if empty or cut),
+          ``__key__`` as ``str``, other extensions as ``bytes``. A member
+          over its bound is cut at a UTF-8 character boundary;
+          ``field_counts`` says how many per batch (docs/datasets.md).
+      missing_fields: a sample without a requested field gets an empty
+          value (``"empty"``, counted) or is replaced whole by another
+          sample (``"substitute"``).
+      label_field: ``None`` (the dataset's labels; -1 for shards without
+          cls), ``"json:<key>"`` (an integer in the json member, -1 where
+          absent) or ``"none"`` (all -1).
+      batch_format: ``"tuple"`` (default) or ``"dict"``: ``{"image":
+          tensor, "label": tensor, "<field>": [...]}``.
       depth: output slots of the ``"device"`` backend (batches whose
         tensors may be alive at once; 2-3 keep one copying while one is
         used). None: the DeviceLoader's default (3).
@@ -179,7 +197,8 @@ class Loader:
                  unavailable_timeout=_DEFAULTS.unavailable_timeout,
                  hedge_factor=_DEFAULTS.hedge_factor,
                  batch_progress_timeout=_DEFAULTS.batch_progress_timeout,
-                 backend="auto",
+                 backend="auto", fields=None, missing_fields="empty",
+                 label_field=None, batch_format="tuple",
                  depth=None, report=None, tls_ca=None, tls_cert=None,
                  tls_key=None, tls_server_name=None, token_file=None):
         import torch
@@ -229,6 +248,14 @@ class Loader:
         self.drop_last = drop_last
         self._output = _output.TensorOutput(self.device, layout, normalize,
                                             dtype)
+        self._fields = _fields.parse_fields(fields)
+        if batch_format not in ("tuple", "dict"):
+            raise ValueError(f"batch_format must be 'tuple' or 'dict', not "
+                             f"{batch_format!r}")
+        self.batch_format = batch_format
+        #: Per requested field, (cut, missing) counts of the batch yielded
+        #: last.
+        self.field_counts = []
 
         args = LoaderArgs(
             endpoint=endpoint, dataset=dataset, batch_size=batch_size,
@@ -246,6 +273,8 @@ class Loader:
             auto_prefetch_max_bytes=prefetch_memory,
             last_epoch=None if epochs is None else epochs - 1,
             shared_memory=bool(shared_memory),
+            sample_fields=self._fields, missing_fields=missing_fields,
+            label_field=label_field or "",
             connect_timeout=connect_timeout,
             unavailable_timeout=unavailable_timeout,
             hedge_factor=hedge_factor,
@@ -435,11 +464,22 @@ class Loader:
             images = from_dlpack(batch.to_dlpack(index))
             if self.device.type == "cuda":
                 labels = labels.to(self.device, non_blocking=True)
+            if self._fields or self.batch_format == "dict":
+                self.field_counts = batch.field_counts
+                return _fields.batch_output(self.batch_format, images, labels,
+                                            self._fields, batch.field_values)
             return images, labels
         # Wraps the slot: the tensor's storage holds `batch`, which holds
         # the slot until the storage is freed.
+        if not self._fields and self.batch_format == "tuple":
+            pixels = torch.frombuffer(batch, dtype=torch.uint8).view(
+                batch.shape)
+            return self._output.convert(pixels, labels)
+        values, self.field_counts = batch.field_values, batch.field_counts
         pixels = torch.frombuffer(batch, dtype=torch.uint8).view(batch.shape)
-        return self._output.convert(pixels, labels)
+        images, labels = self._output.convert(pixels, labels)
+        return _fields.batch_output(self.batch_format, images, labels,
+                                    self._fields, values)
 
     # -- Checkpoints --------------------------------------------------------
 

@@ -63,6 +63,19 @@ absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args) {
   plan.set_rank(args.rank);
   plan.set_world_size(args.world_size);
   plan.set_job(args.job);
+  for (const auto& [name, max_bytes] : args.sample_fields) {
+    batchd::v1::FieldSpec* field = plan.add_fields();
+    field->set_name(name);
+    field->set_max_bytes(max_bytes);
+  }
+  if (args.missing_fields == "substitute") {
+    plan.set_missing_fields(batchd::v1::MISSING_FIELD_SUBSTITUTE);
+  } else if (args.missing_fields != "empty") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "missing_fields must be 'empty' or 'substitute', not '",
+        args.missing_fields, "'"));
+  }
+  plan.set_label_field(args.label_field);
   if (args.resume_position > 0) {
     plan.mutable_resume()->set_epoch(args.resume_epoch);
     plan.mutable_resume()->set_position(args.resume_position);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -79,6 +80,12 @@ struct LoaderArgs {
   // at position resume_position of its global order; 0: no resume.
   uint64_t resume_epoch = 0;
   uint64_t resume_position = 0;
+  // batchd.v1.Plan.fields: (name, max_bytes) each, max_bytes 0 for the
+  // default; missing_fields "empty" or "substitute"; label_field "" (cls),
+  // "json:<key>" or "none".
+  std::vector<std::pair<std::string, uint32_t>> sample_fields;
+  std::string missing_fields = "empty";
+  std::string label_field;
 
   // ---- The loader: client::LoaderOptions's fields, durations in seconds --
   uint32_t prefetch = LoaderDefaults().prefetch;

@@ -175,6 +175,13 @@ void BindLoaderArgs(py::module_& m) {
         "elastic resume: the epoch that starts at resume_position");
   field("resume_position", &LoaderArgs::resume_position,
         "elastic resume: position in that epoch's global order; 0: none");
+  field("sample_fields", &LoaderArgs::sample_fields,
+        "members sent with each sample: [(name, max_bytes)], max_bytes 0 "
+        "for the default");
+  field("missing_fields", &LoaderArgs::missing_fields,
+        "a sample without a field: 'empty' or 'substitute'");
+  field("label_field", &LoaderArgs::label_field,
+        "'' (cls), 'json:<key>' or 'none'");
   field("prefetch", &LoaderArgs::prefetch, "ring slots requested");
   field("auto_prefetch", &LoaderArgs::auto_prefetch,
         "grow the ring while waits are bursty");

@@ -289,6 +289,35 @@ void BindBatchCommon(py::class_<PyBatch<BatchT>>& cls) {
           "(position, original_index, substitute_index, reason, detail) per "
           "substituted sample")
       .def_property_readonly(
+          "field_values",
+          [](P& self) {
+            const auto& batch = self.get().batch();
+            py::list out;
+            const size_t samples =
+                batch.field_count == 0 ? 0
+                                       : batch.fields.size() / batch.field_count;
+            for (size_t j = 0; j < batch.field_count; ++j) {
+              py::list values;
+              for (size_t i = 0; i < samples; ++i) {
+                const absl::string_view v = batch.field(i, j);
+                values.append(py::bytes(v.data(), v.size()));
+              }
+              out.append(values);
+            }
+            return out;
+          },
+          "per requested field, in the plan's order, each sample's bytes")
+      .def_property_readonly(
+          "field_counts",
+          [](P& self) {
+            py::list out;
+            for (const auto& c : self.get().batch().field_counts) {
+              out.append(py::make_tuple(c.cut(), c.missing()));
+            }
+            return out;
+          },
+          "(cut, missing) per requested field")
+      .def_property_readonly(
           "address",
           [](P& self) { return reinterpret_cast<uintptr_t>(self.get().data()); },
           "Address of the first byte (the slot's memory).")

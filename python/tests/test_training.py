@@ -114,3 +114,24 @@ def test_resnet_example_applies_the_reference_recipe(binaries, dataset_dir):
     evals = [line for line in lines if ": eval (resize 40, crop 32): " in line]
     assert len(evals) == 2, out.stdout
     assert evals[0].startswith("batchd") and evals[1].startswith("DataLoader")
+
+
+CLIP_LINE = re.compile(r"^steps 3, epochs \d+, \d+\.\d pairs/s, loss "
+                       r"\d+\.\d{4} -> \d+\.\d{4}$")
+
+
+def test_clip_example_runs(binaries, tmp_path):
+    """examples/train_clip.py: writes img2dataset-style shards, reads
+    images with their captions from batchd, and trains a few steps."""
+    build = pathlib.Path(binaries["daemon"]).parents[1]
+    out = subprocess.run(
+        [sys.executable, str(SOURCE_DIR / "examples" / "train_clip.py"),
+         "--shards", str(tmp_path / "shards"), "--build", str(build),
+         "--images", "48", "--batch-size", "8", "--steps", "3",
+         "--daemon-workers", "1"],
+        env=python_env(), capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "CLIP on cpu, 32x32, batch 8, 3 steps"
+    assert CLIP_LINE.match(lines[1]), lines[1]
+    assert len(list((tmp_path / "shards").glob("*.tar"))) == 1

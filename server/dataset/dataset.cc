@@ -25,6 +25,7 @@
 #include "common/errno_status.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "server/dataset/shard_index.h"
 #include "server/dataset/shard_source.h"
 #include "server/storage/object_store.h"
 #include "server/storage/object_url.h"
@@ -236,23 +237,38 @@ std::vector<uint64_t> ShardRuns(const std::vector<Sample>& samples) {
   return runs;
 }
 
+// Where the path relative to `root` starts in `path`, a file under it.
+uint32_t KeyStart(const std::string& root, const std::string& path) {
+  size_t start = root.size();
+  while (start < path.size() && path[start] == '/') ++start;
+  return static_cast<uint32_t>(std::min(start, path.size()));
+}
+
 }  // namespace
 
 Dataset::Dataset(std::string name, std::vector<Sample> samples,
                  std::vector<std::string> class_names,
                  std::shared_ptr<const ShardSource> shards,
-                 IndexStats index_stats)
+                 IndexStats index_stats, SampleMembers members)
     : name_(std::move(name)),
       samples_(std::move(samples)),
       class_names_(std::move(class_names)),
       shards_(std::move(shards)),
       index_stats_(index_stats),
+      members_(std::move(members)),
       shard_samples_(std::make_shared<const std::vector<uint64_t>>(
           ShardRuns(samples_))) {
   if (shards_ == nullptr || !shards_->prefetches()) return;
   demand_ = std::make_shared<ShardDemand>([this](uint64_t index) {
+    // A sample's bytes are its image and its other members (a plan's
+    // fields are read from them): the forecast weighs what may be read.
     const Sample& sample = samples_[index];
-    return SampleLocation{sample.shard, sample.size};
+    uint64_t bytes = sample.size;
+    for (uint64_t i = sample.first_member;
+         i < sample.first_member + sample.member_count; ++i) {
+      bytes += members_.members[i].size;
+    }
+    return SampleLocation{sample.shard, bytes};
   });
   shards_->AttachDemand(demand_);
 }
@@ -285,6 +301,50 @@ absl::StatusOr<FileBytes> Dataset::ReadSample(uint64_t index) const {
     return ReadFileBytes(sample.path);
   }
   return shards_->Read(sample.shard, sample.offset, sample.size, sample.path);
+}
+
+int Dataset::ExtensionNumber(absl::string_view extension) const {
+  for (size_t i = 0; i < members_.extensions.size(); ++i) {
+    if (members_.extensions[i] == extension) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const SampleMember* Dataset::FindMember(uint64_t index, int extension) const {
+  if (extension < 0) return nullptr;
+  const Sample& sample = samples_[index];
+  for (uint64_t i = sample.first_member;
+       i < sample.first_member + sample.member_count; ++i) {
+    if (members_.members[i].extension == static_cast<uint32_t>(extension)) {
+      return &members_.members[i];
+    }
+  }
+  return nullptr;
+}
+
+absl::StatusOr<FileBytes> Dataset::ReadMember(uint64_t index,
+                                              const SampleMember& member,
+                                              uint64_t max_bytes) const {
+  const Sample& sample = samples_[index];
+  if (shards_ == nullptr || sample.shard == kNotInShard) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sample ", index, " of '", name_, "' is not in a shard"));
+  }
+  const std::string name =
+      absl::StrCat(Key(index), ".", members_.extensions[member.extension]);
+  return shards_->Read(sample.shard, member.offset,
+                       std::min(member.size, max_bytes), name);
+}
+
+std::string Dataset::Key(uint64_t index) const {
+  const Sample& sample = samples_[index];
+  if (sample.shard == kNotInShard) {
+    return sample.path.substr(std::min<size_t>(sample.key_start,
+                                               sample.path.size()));
+  }
+  std::string key, extension;
+  if (!SplitMemberName(sample.path, &key, &extension)) return sample.path;
+  return key;
 }
 
 bool Dataset::remote() const {
@@ -363,9 +423,10 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadImageFolder(
                        std::tie(b.directory, b.file_name);
               });
     for (ImageFile& image : images) {
-      samples.push_back(
-          {(fs::path(image.directory) / image.file_name).string(),
-           static_cast<int32_t>(label)});
+      Sample sample{(fs::path(image.directory) / image.file_name).string(),
+                    static_cast<int32_t>(label)};
+      sample.key_start = KeyStart(root, sample.path);
+      samples.push_back(std::move(sample));
     }
   }
   if (samples.empty()) {
@@ -430,9 +491,12 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadListFile(
                        kMaxListFileLabel));
     }
     max_label = std::max(max_label, label);
-    samples.push_back(
-        {root.empty() ? std::string(path) : (fs::path(root) / std::string(path)).string(),
-         label});
+    Sample sample{root.empty() ? std::string(path)
+                               : (fs::path(root) / std::string(path)).string(),
+                  label};
+    sample.key_start =
+        static_cast<uint32_t>(sample.path.size() - path.size());
+    samples.push_back(std::move(sample));
   }
   if (samples.empty()) {
     return absl::InvalidArgumentError(

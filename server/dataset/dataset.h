@@ -104,6 +104,29 @@ struct Sample {
   uint32_t shard = kNotInShard;
   uint64_t offset = 0;
   uint64_t size = 0;
+  // A file: where its path relative to the dataset's root starts in
+  // `path` (its __key__). Unused for a tar sample.
+  uint32_t key_start = 0;
+  // TAR_SHARDS: the sample's other members (txt, json, ...), entries
+  // [first_member, first_member + member_count) of SampleMembers::members.
+  uint64_t first_member = 0;
+  uint32_t member_count = 0;
+};
+
+// A tar sample's member beside its image and cls (a plan's field): its
+// extension, by number in SampleMembers::extensions, and its byte range in
+// the sample's shard.
+struct SampleMember {
+  uint32_t extension = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+// Every sample's other members, as a Dataset keeps them: extensions are
+// stored once each, so a member costs 24 bytes whatever its name.
+struct SampleMembers {
+  std::vector<std::string> extensions;
+  std::vector<SampleMember> members;
 };
 
 // How a TAR_SHARDS dataset's index was built (all zero for other formats).
@@ -210,11 +233,31 @@ class Dataset {
   // Whether samples are read from an object store (remote TAR_SHARDS).
   bool remote() const;
 
+  // Whether samples carry class labels; false for a TAR_SHARDS dataset
+  // whose keys have no "cls" member (every label is kNoLabel).
+  bool labelled() const { return !class_names_.empty(); }
+  // The number of member extension `extension` (lowercase, "txt"), or -1
+  // when no sample has such a member.
+  int ExtensionNumber(absl::string_view extension) const;
+  // Sample `index`'s member of extension number `extension`, or nullptr
+  // when it has none. REQUIRES: index < size().
+  const SampleMember* FindMember(uint64_t index, int extension) const;
+  // The first `max_bytes` bytes (or all) of sample `index`'s `member`,
+  // read from its shard. Errors as ShardSource::Read.
+  absl::StatusOr<FileBytes> ReadMember(uint64_t index,
+                                       const SampleMember& member,
+                                       uint64_t max_bytes) const;
+  // Sample `index`'s __key__: WebDataset's key of a tar sample (the image
+  // member's path without its extensions), a file's path relative to the
+  // dataset's root. REQUIRES: index < size().
+  std::string Key(uint64_t index) const;
+
   // `shards`: for samples with a shard number; nullptr when there are none.
+  // `members`: the samples' other members (Sample::first_member).
   Dataset(std::string name, std::vector<Sample> samples,
           std::vector<std::string> class_names,
           std::shared_ptr<const ShardSource> shards = nullptr,
-          IndexStats index_stats = {});
+          IndexStats index_stats = {}, SampleMembers members = {});
   ~Dataset();
 
  private:
@@ -223,6 +266,7 @@ class Dataset {
   const std::vector<std::string> class_names_;
   const std::shared_ptr<const ShardSource> shards_;
   const IndexStats index_stats_;
+  const SampleMembers members_;
   const std::shared_ptr<const std::vector<uint64_t>> shard_samples_;
   // The plans' upcoming reads of a remote dataset with a shard cache
   // (registered with the cache through shards_); nullptr otherwise.

@@ -19,7 +19,8 @@ namespace {
 
 constexpr char kMagic[8] = {'B', 'A', 'T', 'C', 'H', 'D', 'I', 'X'};
 // 2: the validator string replaced version 1's mtime.
-constexpr uint32_t kVersion = 2;
+// 3: each sample's other members (fields), and the keys without a class.
+constexpr uint32_t kVersion = 3;
 constexpr uint32_t kMaxStringBytes = 1 << 20;
 
 uint64_t Fnv1a64(absl::string_view bytes) {
@@ -84,6 +85,54 @@ class Reader {
   bool ok_ = true;
 };
 
+// A sample count, then each sample: member, offset, size, label, its
+// other members (count, then extension, offset, size each).
+void WriteSamples(const std::vector<ShardSample>& samples, Writer& out) {
+  out.U64(samples.size());
+  for (const ShardSample& sample : samples) {
+    out.String(sample.member.substr(0, kMaxStringBytes));
+    out.U64(sample.offset);
+    out.U64(sample.size);
+    out.I32(sample.label);
+    out.U32(static_cast<uint32_t>(sample.others.size()));
+    for (const ShardMember& other : sample.others) {
+      out.String(other.extension);
+      out.U64(other.offset);
+      out.U64(other.size);
+    }
+  }
+}
+
+// WriteSamples' inverse; false on anything malformed. `labelled`: labels
+// are class indices, else kNoLabel.
+bool ReadSamples(Reader& in, bool labelled, std::vector<ShardSample>* out) {
+  const uint64_t samples = in.U64();
+  // Each sample takes at least 28 bytes: a count larger than what is left
+  // is damage, not something to reserve memory for.
+  if (!in.ok() || samples > in.remaining() / 28) return false;
+  out->resize(samples);
+  for (ShardSample& sample : *out) {
+    sample.member = in.String();
+    sample.offset = in.U64();
+    sample.size = in.U64();
+    sample.label = in.I32();
+    if (labelled ? (sample.label < 0 || sample.label > kMaxShardLabel)
+                 : sample.label != kNoLabel) {
+      return false;
+    }
+    const uint32_t others = in.U32();
+    if (!in.ok() || others > kMaxOtherMembers) return false;
+    sample.others.resize(others);
+    for (ShardMember& other : sample.others) {
+      other.extension = in.String();
+      other.offset = in.U64();
+      other.size = in.U64();
+      if (other.extension.size() > kMaxExtensionBytes) return false;
+    }
+  }
+  return in.ok();
+}
+
 }  // namespace
 
 std::string LocalValidator(int64_t mtime_ns) {
@@ -125,21 +174,9 @@ absl::StatusOr<std::vector<CachedShard>> ReadIndexCache(
     index.skipped_bad_class = in.U64();
     index.skipped_example = in.String();
     index.damage = in.String();
-    const uint64_t samples = in.U64();
-    // Each sample takes at least 24 bytes: a count larger than what is left
-    // is damage, not something to reserve memory for.
-    if (!in.ok() || samples > in.remaining() / 24) {
-      return malformed("bad sample count");
-    }
-    index.samples.resize(samples);
-    for (ShardSample& sample : index.samples) {
-      sample.member = in.String();
-      sample.offset = in.U64();
-      sample.size = in.U64();
-      sample.label = in.I32();
-      if (sample.label < 0 || sample.label > kMaxShardLabel) {
-        return malformed("bad label");
-      }
+    if (!ReadSamples(in, /*labelled=*/true, &index.samples) ||
+        !ReadSamples(in, /*labelled=*/false, &index.unlabeled)) {
+      return malformed("bad sample");
     }
     shards.push_back(std::move(shard));
   }
@@ -163,13 +200,8 @@ absl::Status WriteIndexCache(const std::string& path,
     out.U64(index.skipped_bad_class);
     out.String(index.skipped_example.substr(0, kMaxStringBytes));
     out.String(index.damage.substr(0, kMaxStringBytes));
-    out.U64(index.samples.size());
-    for (const ShardSample& sample : index.samples) {
-      out.String(sample.member.substr(0, kMaxStringBytes));
-      out.U64(sample.offset);
-      out.U64(sample.size);
-      out.I32(sample.label);
-    }
+    WriteSamples(index.samples, out);
+    WriteSamples(index.unlabeled, out);
   }
   out.U64(Fnv1a64(out.out()));
 

@@ -1,5 +1,6 @@
 #include "server/dataset/shard_index.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -23,6 +24,7 @@ struct Group {
   std::string key;
   std::optional<TarMember> image;
   std::optional<TarMember> cls;
+  std::vector<ShardMember> others;
 };
 
 absl::StatusOr<std::string> ReadSmallMember(ReadAt& file,
@@ -80,6 +82,8 @@ absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
     }
     if (!group.cls.has_value()) {
       skip(group, &index.skipped_no_class, "no cls member");
+      index.unlabeled.push_back({group.image->name, group.image->offset,
+                                 group.image->size, kNoLabel, group.others});
       return absl::OkStatus();
     }
     if (group.cls->size > kMaxClsBytes) {
@@ -102,8 +106,8 @@ absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
                         "]"));
       return absl::OkStatus();
     }
-    index.samples.push_back(
-        {group.image->name, group.image->offset, group.image->size, label});
+    index.samples.push_back({group.image->name, group.image->offset,
+                             group.image->size, label, group.others});
     return absl::OkStatus();
   };
 
@@ -132,6 +136,14 @@ absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
       group.image = std::move(member);
     } else if (extension == "cls" && !group.cls.has_value()) {
       group.cls = std::move(member);
+    } else if (!IsImageExtension(extension) && extension != "cls" &&
+               extension.size() <= kMaxExtensionBytes &&
+               group.others.size() < kMaxOtherMembers &&
+               std::none_of(group.others.begin(), group.others.end(),
+                            [&](const ShardMember& m) {
+                              return m.extension == extension;
+                            })) {
+      group.others.push_back({extension, member.offset, member.size});
     }
     return absl::OkStatus();
   };

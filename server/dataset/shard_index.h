@@ -9,7 +9,13 @@
 // "png"; the first one if several) and a "cls" member holding a
 // non-negative class index in ASCII. Members without a dot in the base name
 // and "__...__" metadata members are ignored; keys lacking an image or a
-// valid class are skipped and counted.
+// valid class are skipped and counted. A key's other members (txt, json,
+// any extension: a plan's fields) are kept with its sample by extension
+// and byte range, up to kMaxOtherMembers of them.
+//
+// Keys with an image but no "cls" member are also kept apart in
+// `unlabeled`: a dataset in which no key has a class (img2dataset's
+// jpg + txt + json layout) is made of them, with label kNoLabel.
 //
 // Plain data; thread-compatible.
 #ifndef BATCHD_SERVER_DATASET_SHARD_INDEX_H_
@@ -30,15 +36,35 @@ inline constexpr int32_t kMaxShardLabel = (1 << 20) - 1;
 // A "cls" member larger than this is not a class index.
 inline constexpr uint64_t kMaxClsBytes = 64;
 
+// The label of a sample whose dataset has no classes.
+inline constexpr int32_t kNoLabel = -1;
+// A key's members beside its image and cls kept for plans' fields; more
+// are ignored (a key is a sample, not an archive).
+inline constexpr size_t kMaxOtherMembers = 16;
+// A member's extension longer than this is not a field name and is
+// ignored.
+inline constexpr size_t kMaxExtensionBytes = 64;
+
+// A member of a key other than its image and cls: "txt" in key.txt.
+struct ShardMember {
+  std::string extension;  // lowercased, as SplitMemberName gives it
+  uint64_t offset = 0;    // of its data in the shard
+  uint64_t size = 0;      // bytes
+};
+
 struct ShardSample {
   std::string member;   // the image member's path in the tar
   uint64_t offset = 0;  // of its data in the shard
   uint64_t size = 0;    // bytes
-  int32_t label = 0;
+  int32_t label = 0;    // kNoLabel in `unlabeled`
+  std::vector<ShardMember> others;  // in member order, extensions unique
 };
 
 struct ShardIndex {
   std::vector<ShardSample> samples;  // in member order
+  // Keys with an image but no cls member (counted in skipped_no_class
+  // too), in member order, label kNoLabel.
+  std::vector<ShardSample> unlabeled;
   // Keys skipped: without an image member, without a "cls" member, or whose
   // "cls" is not a class index.
   uint64_t skipped_no_image = 0;

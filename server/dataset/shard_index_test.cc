@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/tar_builder.h"
@@ -113,6 +114,39 @@ TEST(ShardIndexTest, DamagedShardKeepsTheSamplesBeforeTheDamage) {
   EXPECT_EQ(cut_cls.samples.size(), 1u);
   EXPECT_EQ(cut_cls.skipped_no_class, 1u);
   EXPECT_THAT(cut_cls.damage, HasSubstr("ends inside a header"));
+}
+
+}  // namespace
+}  // namespace batchd::server
+
+namespace batchd::server {
+namespace {
+
+TEST(ShardIndexTest, KeepsOtherMembersUpToTheBound) {
+  TarBuilder tar;
+  tar.AddFile("a.jpg", "image");
+  tar.AddFile("a.txt", "caption");
+  tar.AddFile("a.json", "{}");
+  tar.AddFile("a.TXT", "again");  // the same extension, lowercased: ignored
+  tar.AddFile("b.png", "image");
+  for (size_t i = 0; i < kMaxOtherMembers + 4; ++i) {
+    tar.AddFile(absl::StrCat("b.f", i), "x");
+  }
+  tar.AddFile(absl::StrCat("b.", std::string(kMaxExtensionBytes + 1, 'e')),
+              "long extension");
+  tar.Finish();
+  const ShardIndex index = Index(tar.bytes());
+  // No key has a cls: both are kept apart as unlabelled.
+  EXPECT_TRUE(index.samples.empty());
+  ASSERT_EQ(index.unlabeled.size(), 2u);
+  const ShardSample& a = index.unlabeled[0];
+  EXPECT_EQ(a.label, kNoLabel);
+  ASSERT_EQ(a.others.size(), 2u);
+  EXPECT_EQ(a.others[0].extension, "txt");
+  EXPECT_EQ(a.others[0].size, 7u);
+  EXPECT_EQ(tar.bytes().substr(a.others[0].offset, 7), "caption");
+  EXPECT_EQ(a.others[1].extension, "json");
+  EXPECT_EQ(index.unlabeled[1].others.size(), kMaxOtherMembers);
 }
 
 }  // namespace

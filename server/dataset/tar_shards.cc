@@ -270,8 +270,29 @@ absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
     const std::string& name, const std::vector<CachedShard>& shards,
     const std::vector<std::string>& class_names_file, IndexStats stats,
     std::shared_ptr<const ShardSource> source) {
+  // A dataset in which no key has a class is unlabelled (img2dataset's
+  // jpg + txt + json): its samples are the keys with an image, label
+  // kNoLabel, and a key without a cls is not skipped.
+  bool labelled = false;
+  for (const CachedShard& shard : shards) {
+    labelled = labelled || !shard.index.samples.empty();
+  }
   // Samples in shard order, then member order.
   std::vector<Sample> samples;
+  SampleMembers members;
+  absl::flat_hash_map<std::string, uint32_t> extension_numbers;
+  auto add = [&](const ShardSample& s, uint32_t number) {
+    Sample sample{s.member, s.label, number, s.offset, s.size};
+    sample.first_member = members.members.size();
+    sample.member_count = static_cast<uint32_t>(s.others.size());
+    for (const ShardMember& other : s.others) {
+      auto [it, added] = extension_numbers.try_emplace(
+          other.extension, static_cast<uint32_t>(members.extensions.size()));
+      if (added) members.extensions.push_back(other.extension);
+      members.members.push_back({it->second, other.offset, other.size});
+    }
+    samples.push_back(std::move(sample));
+  };
   int32_t max_label = -1;
   std::string skipped_example;
   int damage_lines = 0;
@@ -281,11 +302,16 @@ absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
       ++stats.damaged_shards;
       if (damage_lines++ < kMaxDamageLines) {
         Log(name, absl::StrCat(index.damage, "; indexed ",
-                               index.samples.size(),
+                               index.samples.size() + index.unlabeled.size(),
                                " samples before the damage"));
       }
     }
     stats.skipped_samples += index.skipped();
+    if (!labelled) {
+      stats.skipped_samples -= index.skipped_no_class;
+      for (const ShardSample& s : index.unlabeled) add(s, number);
+      continue;
+    }
     if (skipped_example.empty()) skipped_example = index.skipped_example;
     for (const ShardSample& s : index.samples) {
       if (!class_names_file.empty() &&
@@ -300,7 +326,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
         continue;
       }
       max_label = std::max(max_label, s.label);
-      samples.push_back({s.member, s.label, number, s.offset, s.size});
+      add(s, number);
     }
   }
   if (stats.damaged_shards > kMaxDamageLines) {
@@ -316,11 +342,13 @@ absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", shards.size(), " shards (", shards[0].path,
         shards.size() > 1 ? ", ..." : "",
-        ") hold no samples (an image member: jpg, jpeg or png, and a cls "
-        "member per key)"));
+        ") hold no samples (an image member per key: jpg, jpeg or png; and "
+        "a cls member, unless no key has one)"));
   }
   std::vector<std::string> class_names = class_names_file;
-  if (class_names.empty()) {
+  if (!labelled) {
+    class_names.clear();
+  } else if (class_names.empty()) {
     for (int32_t label = 0; label <= max_label; ++label) {
       class_names.push_back(absl::StrCat(label));
     }
@@ -330,7 +358,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
                          " samples"));
   return std::make_shared<const Dataset>(name, std::move(samples),
                                          std::move(class_names),
-                                         std::move(source), stats);
+                                         std::move(source), stats,
+                                         std::move(members));
 }
 
 

@@ -236,7 +236,7 @@ TEST_F(TarShardsTest, Errors) {
   EXPECT_THAT(Load("", missing).status().message(), HasSubstr("missing.tar"));
 
   TarBuilder no_samples;
-  no_samples.AddFile("a.jpg", "no class");
+  no_samples.AddFile("a.txt", "no image");
   no_samples.Finish();
   WriteFileForTest(dir_ + "/empty.tar", no_samples.bytes());
   absl::StatusOr<std::shared_ptr<const Dataset>> empty =

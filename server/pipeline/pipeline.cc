@@ -12,6 +12,7 @@
 #include "server/augment/op_call.h"
 #include "server/dataset/dataset.h"
 #include "server/decode/image_decoder.h"
+#include "server/pipeline/sample_fields.h"
 
 namespace batchd::server {
 namespace {
@@ -59,6 +60,46 @@ void HwcToChw(const uint8_t* hwc, int size, uint8_t* chw) {
   }
 }
 
+// What a substitution for missing fields says: the fields `index` lacks.
+std::string MissingFieldDetail(const ResolvedPlan& plan, uint64_t index) {
+  std::string missing;
+  for (const PlanField& field : plan.fields.fields) {
+    if (field.key || plan.dataset->FindMember(index, field.extension)) {
+      continue;
+    }
+    absl::StrAppend(&missing, missing.empty() ? "" : ", ", field.name);
+  }
+  return absl::StrCat("missing field ", missing.substr(0, 180));
+}
+
+// The batch's field_data, field_sizes and field_counts from each
+// position's fields, sample by sample.
+void AssembleFields(const PlanFields& plan, std::vector<SampleFields>& fields,
+                    BuiltBatch* batch) {
+  const size_t n = plan.fields.size();
+  batch->field_counts.resize(n);
+  size_t bytes = 0;
+  for (const SampleFields& sample : fields) {
+    for (const std::string& value : sample.values) bytes += value.size();
+  }
+  batch->field_data.reserve(bytes);
+  batch->field_sizes.reserve(fields.size() * n);
+  for (SampleFields& sample : fields) {
+    // A position whose task was cancelled has no values: empty fields.
+    sample.values.resize(n);
+    sample.cut.resize(n);
+    sample.missing.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      batch->field_data.append(sample.values[i]);
+      batch->field_sizes.push_back(
+          static_cast<uint32_t>(sample.values[i].size()));
+      batchd::v1::FieldCounts& counts = batch->field_counts[i];
+      if (sample.cut[i]) counts.set_cut(counts.cut() + 1);
+      if (sample.missing[i]) counts.set_missing(counts.missing() + 1);
+    }
+  }
+}
+
 }  // namespace
 
 batchd::v1::SubstitutionReason ToReason(SampleError error) {
@@ -94,6 +135,9 @@ struct Pipeline::BatchJob {
   std::unique_ptr<BuiltBatch> batch;
   // One slot per position; set by that position's task only.
   std::vector<std::optional<batchd::v1::Substitution>> substitutions;
+  // With the plan's fields: each position's, read with its sample (or its
+  // substitute's); set by that position's task only.
+  std::vector<SampleFields> fields;
   std::atomic<size_t> remaining{0};
   // When BuildBatch accepted the batch: the start of its assemble stage.
   std::chrono::steady_clock::time_point started;
@@ -230,11 +274,16 @@ absl::Status Pipeline::BuildBatch(
   batch.repeats = std::move(repeats);
   batch.labels.reserve(n);
   for (uint64_t index : batch.sample_indices) {
-    batch.labels.push_back(plan->dataset->sample(index).label);
+    // A json label is read with the sample (ReadFieldsAndLabel).
+    batch.labels.push_back(
+        plan->fields.label_source == LabelSource::kDataset
+            ? plan->dataset->sample(index).label
+            : -1);
   }
   batch.shape = plan->shape(n);
   batch.pixels = *std::move(pixels);
   job->substitutions.resize(n);
+  if (!plan->fields.fields.empty()) job->fields.resize(n);
   job->remaining = n;
   job->started = std::chrono::steady_clock::now();
   job->plan = std::move(plan);
@@ -281,7 +330,17 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   }
   const uint64_t index = job->batch->sample_indices[position];
   const std::string job_name = job->plan->job;
-  if (job->plan->decoded_max_side > 0 && decoded_cache_ != nullptr) {
+  // The fields and a json label are read with the image, on the reader.
+  // A failed read substitutes the sample as a failed image read does.
+  SampleError read_error = SampleError::kNone;
+  std::string detail;
+  if (absl::Status read = ReadFieldsAndLabel(*job, position, index);
+      !read.ok()) {
+    read_error = SampleError::kReadError;
+    detail = std::string(read.message());
+  }
+  if (job->plan->decoded_max_side > 0 && decoded_cache_ != nullptr &&
+      read_error == SampleError::kNone) {
     // A cached capped image needs no file: straight to the workers.
     std::shared_ptr<const CappedImage> image = decoded_cache_->Lookup(
         {job->plan->dataset->name(), index, job->plan->decoded_max_side});
@@ -297,12 +356,10 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<FileBytes> bytes = ReadBytes(*job->plan, index);
   RecordRead(NanosSince(start));
-  SampleError read_error = SampleError::kNone;
-  std::string detail;
   FileBytes data;
   if (bytes.ok()) {
     data = *std::move(bytes);
-  } else {
+  } else if (read_error == SampleError::kNone) {
     read_error = SampleError::kReadError;
     detail = std::string(bytes.status().message());
   }
@@ -312,6 +369,21 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
     DecodeSample(std::move(job), position, std::move(data), read_error,
                  std::move(detail), /*image=*/nullptr);
   });
+}
+
+absl::Status Pipeline::ReadFieldsAndLabel(BatchJob& job, size_t position,
+                                          uint64_t index) {
+  const ResolvedPlan& plan = *job.plan;
+  if (plan.fields.label_source == LabelSource::kJson) {
+    absl::StatusOr<int32_t> label = SampleLabel(plan, index);
+    if (!label.ok()) return label.status();
+    job.batch->labels[position] = *label;
+  }
+  if (job.fields.empty()) return absl::OkStatus();
+  absl::StatusOr<SampleFields> fields = ReadSampleFields(plan, index);
+  if (!fields.ok()) return fields.status();
+  job.fields[position] = *std::move(fields);
+  return absl::OkStatus();
 }
 
 DecodedSample Pipeline::CappedImageOf(const ResolvedPlan& plan,
@@ -470,8 +542,12 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
           : uint64_t{batch.repeats[position]} * plan.shard.num_samples;
   uint8_t* out = batch.pixels.data() + position * plan.sample_bytes();
 
+  // MISSING_FIELD_SUBSTITUTE: a sample without a requested field is
+  // replaced whole, as a bad image is.
+  const bool lacks_fields =
+      plan.fields.substitute_missing && !HasAllFields(plan, index);
   DecodeResult result{read_error, std::move(read_detail)};
-  if (read_error == SampleError::kNone) {
+  if (read_error == SampleError::kNone && !lacks_fields) {
     result = DecodeOne(plan, batch.epoch, index + repeat_offset,
                        image != nullptr ? nullptr : &bytes, std::move(image),
                        out);
@@ -481,19 +557,23 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
     // --corrupt-policy decode: kept, and counted apart from substitutions.
     options_.metrics->SampleDecodedDamaged(ToReason(result.damage));
   }
-  if (!result.ok()) {
+  if (lacks_fields || !result.ok()) {
     // A deterministic substitute: candidates come from the plan's generator
     // keyed by (seed, epoch, sample), so every daemon picks the same one.
+    const batchd::v1::SubstitutionReason reason =
+        result.ok() ? batchd::v1::SUBSTITUTION_REASON_UNSPECIFIED
+                    : ToReason(result.error);
     samples_substituted_.fetch_add(1, std::memory_order_relaxed);
     if (options_.metrics != nullptr) {
-      options_.metrics->SampleSubstituted(ToReason(result.error));
+      options_.metrics->SampleSubstituted(reason);
     }
     batchd::v1::Substitution sub;
     sub.set_position(static_cast<uint32_t>(position));
     sub.set_original_index(index);
     sub.set_substitute_index(index);
-    sub.set_reason(ToReason(result.error));
-    sub.set_detail(result.detail.substr(0, 200));
+    sub.set_reason(reason);
+    sub.set_detail(result.ok() ? MissingFieldDetail(plan, index)
+                               : result.detail.substr(0, 200));
     common::SampleRandom rng(plan.shard.seed, batch.epoch, index,
                              common::RandomPurpose::kSubstitute);
     bool found = false;
@@ -502,13 +582,25 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
          ++attempt) {
       const uint64_t candidate = rng.UniformInt(n);
       if (candidate == index) continue;
-      if (DecodeOne(plan, batch.epoch, candidate + repeat_offset, nullptr,
-                    nullptr, out)
-              .ok()) {
-        sub.set_substitute_index(candidate);
-        found = true;
-        break;
+      if (plan.fields.substitute_missing && !HasAllFields(plan, candidate)) {
+        continue;
       }
+      if (!DecodeOne(plan, batch.epoch, candidate + repeat_offset, nullptr,
+                     nullptr, out)
+               .ok()) {
+        continue;
+      }
+      // The fields follow the pixels: a substitute's caption with its
+      // image.
+      if (!job->fields.empty()) {
+        absl::StatusOr<SampleFields> fields =
+            ReadSampleFields(plan, candidate);
+        if (!fields.ok()) continue;
+        job->fields[position] = *std::move(fields);
+      }
+      sub.set_substitute_index(candidate);
+      found = true;
+      break;
     }
     if (!found) std::memset(out, 0, plan.sample_bytes());
     job->substitutions[position] = std::move(sub);
@@ -526,6 +618,8 @@ void Pipeline::FinishSample(const std::shared_ptr<BatchJob>& job) {
   for (auto& sub : job->substitutions) {
     if (sub.has_value()) job->batch->substitutions.push_back(std::move(*sub));
   }
+  if (!job->fields.empty()) AssembleFields(job->plan->fields, job->fields,
+                                           job->batch.get());
   job->batch->finished = absl::Now();
   if (options_.metrics != nullptr) {
     options_.metrics->assemble_seconds().Observe(NanosSince(job->started) *

@@ -38,8 +38,8 @@
 
 namespace batchd::server {
 
-// A finished batch: header fields and pixel bytes.
-struct BuiltBatch {
+// What a finished batch's header says (everything but its pixels).
+struct BatchMetadata {
   uint64_t epoch = 0;
   uint64_t batch_index = 0;
   std::vector<uint64_t> sample_indices;
@@ -49,8 +49,17 @@ struct BuiltBatch {
   std::vector<int32_t> labels;
   std::vector<uint64_t> shape;
   std::vector<batchd::v1::Substitution> substitutions;
-  BatchBuffer pixels;
+  // The plan's fields (BatchHeader.field_data, field_sizes,
+  // field_counts); empty without fields.
+  std::string field_data;
+  std::vector<uint32_t> field_sizes;
+  std::vector<batchd::v1::FieldCounts> field_counts;
   absl::Time finished;  // when the last sample was written
+};
+
+// A finished batch: its header's metadata and its pixel bytes.
+struct BuiltBatch : BatchMetadata {
+  BatchBuffer pixels;
 };
 
 // Cumulative counters, summed over threads.
@@ -187,6 +196,10 @@ class Pipeline {
   // the decoded cache if any; reads the file when `bytes` is null.
   DecodedSample CappedImageOf(const ResolvedPlan& plan, uint64_t sample_index,
                               const FileBytes* bytes);
+  // Reads `index`'s fields and json label (the plan's) into `job`'s
+  // `position`; OK with nothing to read.
+  absl::Status ReadFieldsAndLabel(BatchJob& job, size_t position,
+                                  uint64_t index);
   // Records the time a read took.
   void RecordRead(uint64_t nanos);
   void FinishSample(const std::shared_ptr<BatchJob>& job);

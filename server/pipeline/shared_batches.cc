@@ -15,14 +15,8 @@ namespace {
 std::shared_ptr<const BuiltBatch> CopyToSlot(const BuiltBatch& batch,
                                              const BatchDestination& slot) {
   auto copy = std::make_shared<BuiltBatch>();
-  copy->epoch = batch.epoch;
-  copy->batch_index = batch.batch_index;
-  copy->sample_indices = batch.sample_indices;
-  copy->repeats = batch.repeats;
-  copy->labels = batch.labels;
-  copy->shape = batch.shape;
-  copy->substitutions = batch.substitutions;
-  copy->finished = batch.finished;
+  // Every header field; only the pixels move to the slot.
+  static_cast<BatchMetadata&>(*copy) = batch;
   std::memcpy(slot.data, batch.pixels.data(), batch.pixels.size());
   copy->pixels = BatchBuffer(slot.data, batch.pixels.size(), slot.owner);
   return copy;

@@ -162,7 +162,10 @@ std::string PlanFingerprint(const ResolvedPlan& plan) {
           : "",
       plan.augment.empty()
           ? ""
-          : absl::StrCat(" augment=[", plan.augment.fingerprint(), "]"));
+          : absl::StrCat(" augment=[", plan.augment.fingerprint(), "]"),
+      // Fields change the batch's header bytes: plans that differ in them
+      // never share.
+      plan.fields.Fingerprint());
 }
 
 std::string FingerprintLabel(const std::string& fingerprint) {
@@ -366,6 +369,10 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
                                    resolved->output_size());
   if (!augment.ok()) return augment.status();
   resolved->augment = *std::move(augment);
+  absl::StatusOr<PlanFields> fields =
+      ResolveFields(plan, *resolved->dataset, plan.batch_size());
+  if (!fields.ok()) return fields.status();
+  resolved->fields = *std::move(fields);
   resolved->job = plan.job().empty() ? "default" : plan.job();
   if (absl::Status name = CheckJobName(resolved->job); !name.ok()) {
     return name;

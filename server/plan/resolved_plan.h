@@ -21,6 +21,7 @@
 #include "server/augment/image.h"
 #include "server/augment/op_call.h"
 #include "server/augment/policy.h"
+#include "server/plan/plan_fields.h"
 #include "server/plan/transform.h"
 
 namespace batchd::server {
@@ -55,6 +56,8 @@ struct ResolvedPlan {
   // Pipeline.augment, resolved: the ops after the crop and flip (empty:
   // none).
   augment::AugmentPlan augment;
+  // Plan.fields, missing_fields and label_field.
+  PlanFields fields;
   std::string job;
   // Every field above that decides a batch's bytes, in a canonical text
   // (PlanFingerprint): two plans with the same fingerprint get

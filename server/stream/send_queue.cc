@@ -59,6 +59,14 @@ std::optional<SendQueue::Popped> SendQueue::Pop() {
       *header->add_substitutions() = sub;
     }
     header->set_in_shared_memory(batch.pixels.external());
+    if (!batch.field_sizes.empty()) {
+      header->set_field_data(batch.field_data);
+      header->mutable_field_sizes()->Assign(batch.field_sizes.begin(),
+                                            batch.field_sizes.end());
+      for (const auto& counts : batch.field_counts) {
+        *header->add_field_counts() = counts;
+      }
+    }
     front.header_sent = true;
     popped.header_of = Key{batch.epoch, batch.batch_index};
     // In shared memory the pixels are already the client's: the header

@@ -103,10 +103,16 @@ absl::Status StreamSession::Open(const batchd::v1::OpenPlan& open,
   // A stream that may attach a ring reserves its slots as the ring has
   // them, page-aligned: the ring's pages that the workers write are the
   // daemon's memory as much as the bytes path's buffers are.
+  // The fields ride in the header, outside the ring: counted on both
+  // paths, at their bound.
+  const uint64_t field_bytes =
+      std::min<uint64_t>(p.shard.batch_size, ShardSize(p.shard)) *
+      p.fields.sample_bytes();
   const uint64_t reserve_bytes =
-      open.offer_shared_memory() && context_.shared_memory != nullptr
-          ? SharedSlotBytes(max_batch_bytes)
-          : max_batch_bytes;
+      (open.offer_shared_memory() && context_.shared_memory != nullptr
+           ? SharedSlotBytes(max_batch_bytes)
+           : max_batch_bytes) +
+      field_bytes;
   BufferBudget& budget = *context_.budget;
   const BufferBudget::Reservation reserved =
       budget.ReserveUpTo(p.job, identity_, wanted, reserve_bytes);

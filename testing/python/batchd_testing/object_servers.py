@@ -82,3 +82,68 @@ class S3Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class NginxServer:
+    """Debian's nginx serving `root` over plain HTTP on a free loopback
+    port, with byte ranges and ETags (what an http:// dataset needs); the
+    HTTP half of testing/object_servers.h's StartNginx. Raises RuntimeError
+    with its log if it does not serve within `start_timeout_s`."""
+
+    def __init__(self, root, directory, *, start_timeout_s=10.0):
+        import socket
+        nginx = "/usr/sbin/nginx"
+        if not os.access(nginx, os.X_OK):
+            raise RuntimeError("nginx is not installed (Debian package nginx)")
+        self.directory = pathlib.Path(directory)
+        (self.directory / "tmp").mkdir(parents=True, exist_ok=True)
+        self.log_path = self.directory / "error.log"
+        # nginx cannot report a port it picked: take one free now (another
+        # process may take it first; then the start fails and is retried).
+        for _ in range(5):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.port = s.getsockname()[1]
+            d = self.directory
+            (d / "nginx.conf").write_text(
+                "daemon off;\nmaster_process off;\nworker_processes 1;\n"
+                f"pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n"
+                "events { worker_connections 512; }\n"
+                "http {\n  access_log off;\n"
+                "  default_type application/octet-stream;\n"
+                + "".join(f"  {kind}_temp_path {d}/tmp/{kind};\n" for kind in
+                          ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+                + f"  server {{\n    listen 127.0.0.1:{self.port};\n"
+                f"    root {pathlib.Path(root).resolve()};\n    etag on;\n"
+                "  }\n}\n")
+            self.process = subprocess.Popen(
+                [nginx, "-p", str(d), "-c", str(d / "nginx.conf"), "-e",
+                 str(self.log_path)], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + start_timeout_s
+            while self.process.poll() is None and time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port),
+                                             timeout=1).close()
+                    self.url = f"http://127.0.0.1:{self.port}"
+                    return
+                except OSError:
+                    time.sleep(0.02)
+            self.stop()
+        raise RuntimeError(f"nginx did not start:\n"
+                           f"{self.log_path.read_text() if self.log_path.exists() else ''}")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
