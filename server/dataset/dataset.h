@@ -104,6 +104,10 @@ struct Sample {
   uint32_t shard = kNotInShard;
   uint64_t offset = 0;
   uint64_t size = 0;
+  // False for a tar shard key with a class but no image member (`path` is
+  // then the key): ReadSample fails with NOT_FOUND, and the daemon
+  // substitutes it (NO_IMAGE_MEMBER).
+  bool has_image = true;
 };
 
 // How a TAR_SHARDS dataset's index was built (all zero for other formats).
@@ -114,6 +118,9 @@ struct IndexStats {
   // Keys without an image, without a class or with a bad class (or one
   // beyond classes.txt).
   uint64_t skipped_samples = 0;
+  // Keys with a class but no image member: samples all the same,
+  // substituted when read.
+  uint64_t no_image_samples = 0;
   bool cache_written = false;  // the sidecar was (re)written at this load
 };
 

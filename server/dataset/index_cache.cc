@@ -19,7 +19,8 @@ namespace {
 
 constexpr char kMagic[8] = {'B', 'A', 'T', 'C', 'H', 'D', 'I', 'X'};
 // 2: the validator string replaced version 1's mtime.
-constexpr uint32_t kVersion = 2;
+// 3: the image extension list per shard, and a has_image flag per sample.
+constexpr uint32_t kVersion = 3;
 constexpr uint32_t kMaxStringBytes = 1 << 20;
 
 uint64_t Fnv1a64(absl::string_view bytes) {
@@ -119,6 +120,7 @@ absl::StatusOr<std::vector<CachedShard>> ReadIndexCache(
     shard.path = in.String();
     shard.size = in.U64();
     shard.validator = in.String();
+    shard.image_extensions = in.String();
     ShardIndex& index = shard.index;
     index.skipped_no_image = in.U64();
     index.skipped_no_class = in.U64();
@@ -126,9 +128,9 @@ absl::StatusOr<std::vector<CachedShard>> ReadIndexCache(
     index.skipped_example = in.String();
     index.damage = in.String();
     const uint64_t samples = in.U64();
-    // Each sample takes at least 24 bytes: a count larger than what is left
+    // Each sample takes at least 28 bytes: a count larger than what is left
     // is damage, not something to reserve memory for.
-    if (!in.ok() || samples > in.remaining() / 24) {
+    if (!in.ok() || samples > in.remaining() / 28) {
       return malformed("bad sample count");
     }
     index.samples.resize(samples);
@@ -140,6 +142,9 @@ absl::StatusOr<std::vector<CachedShard>> ReadIndexCache(
       if (sample.label < 0 || sample.label > kMaxShardLabel) {
         return malformed("bad label");
       }
+      const uint32_t flags = in.U32();
+      if (flags > 1) return malformed("bad sample flags");
+      sample.has_image = flags == 0;
     }
     shards.push_back(std::move(shard));
   }
@@ -157,6 +162,7 @@ absl::Status WriteIndexCache(const std::string& path,
     out.String(shard.path);
     out.U64(shard.size);
     out.String(shard.validator.substr(0, kMaxStringBytes));
+    out.String(shard.image_extensions.substr(0, kMaxStringBytes));
     const ShardIndex& index = shard.index;
     out.U64(index.skipped_no_image);
     out.U64(index.skipped_no_class);
@@ -169,6 +175,7 @@ absl::Status WriteIndexCache(const std::string& path,
       out.U64(sample.offset);
       out.U64(sample.size);
       out.I32(sample.label);
+      out.U32(sample.has_image ? 0 : 1);  // flags: bit 0, no image member
     }
   }
   out.U64(Fnv1a64(out.out()));

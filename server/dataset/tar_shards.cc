@@ -201,7 +201,8 @@ absl::StatusOr<std::vector<std::string>> ReadClassNames(
 }
 
 // Indexes one shard from scratch; fills size and mtime.
-absl::StatusOr<CachedShard> IndexShard(const std::string& path) {
+absl::StatusOr<CachedShard> IndexShard(
+    const std::string& path, const std::vector<std::string>& extensions) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return common::ErrnoStatus(errno, absl::StrCat("open shard '", path, "'"));
@@ -224,7 +225,9 @@ absl::StatusOr<CachedShard> IndexShard(const std::string& path) {
   shard.validator =
       LocalValidator(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
                      st.st_mtim.tv_nsec);
-  ASSIGN_OR_RETURN(shard.index, IndexShardFile(fd, shard.size, path));
+  shard.image_extensions = absl::StrJoin(extensions, ";");
+  ASSIGN_OR_RETURN(shard.index,
+                   IndexShardFile(fd, shard.size, path, extensions));
   return shard;
 }
 
@@ -300,7 +303,9 @@ absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
         continue;
       }
       max_label = std::max(max_label, s.label);
-      samples.push_back({s.member, s.label, number, s.offset, s.size});
+      samples.push_back(
+          {s.member, s.label, number, s.offset, s.size, s.has_image});
+      if (!s.has_image) ++stats.no_image_samples;
     }
   }
   if (stats.damaged_shards > kMaxDamageLines) {
@@ -309,15 +314,20 @@ absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
   }
   if (stats.skipped_samples > 0) {
     Log(name, absl::StrCat("skipped ", stats.skipped_samples,
-                           " keys without an image or a valid class, e.g. ",
+                           " keys without a valid class, e.g. ",
                            skipped_example));
+  }
+  if (stats.no_image_samples > 0) {
+    Log(name, absl::StrCat(stats.no_image_samples,
+                           " keys have a class but no image member; they are "
+                           "substituted when read (NO_IMAGE_MEMBER)"));
   }
   if (samples.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", shards.size(), " shards (", shards[0].path,
         shards.size() > 1 ? ", ..." : "",
-        ") hold no samples (an image member: jpg, jpeg or png, and a cls "
-        "member per key)"));
+        ") hold no samples (a cls member per key, beside an image member: "
+        "DatasetConfig.image_extensions)"));
   }
   std::vector<std::string> class_names = class_names_file;
   if (class_names.empty()) {
@@ -387,6 +397,7 @@ absl::StatusOr<std::vector<std::string>> ReadRemoteClassNames(
 // entries of `shards` that are empty (no validator). The first error.
 absl::Status IndexRemoteShards(const std::string& name, ObjectStore& store,
                                const std::vector<ObjectInfo>& objects,
+                               const std::vector<std::string>& extensions,
                                std::vector<CachedShard>& shards, int threads) {
   std::vector<size_t> todo;
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -403,7 +414,7 @@ absl::Status IndexRemoteShards(const std::string& name, ObjectStore& store,
       const ObjectInfo& object = objects[todo[k]];
       ObjectReadAt reader(store, object);
       absl::StatusOr<ShardIndex> index =
-          IndexShard(reader, object.size, object.url);
+          IndexShard(reader, object.size, object.url, extensions);
       progress.Add(1, reader.bytes());
       if (!index.ok()) {
         errors[k] = index.status();
@@ -414,6 +425,7 @@ absl::Status IndexRemoteShards(const std::string& name, ObjectStore& store,
       shard.path = object.url;
       shard.size = object.size;
       shard.validator = RemoteValidator(object.etag);
+      shard.image_extensions = absl::StrJoin(extensions, ";");
       shard.index = *std::move(index);
     }
   };
@@ -473,6 +485,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
   }
   ASSIGN_OR_RETURN(const std::vector<std::string> class_names_file,
                    ReadRemoteClassNames(*store, objects[0].url));
+  ASSIGN_OR_RETURN(const std::vector<std::string> extensions,
+                   ImageExtensions(config.image_extensions()));
 
   // Sidecar entries are reused when URL, size and ETag match; a shard
   // without an ETag cannot be checked and is always re-indexed.
@@ -488,7 +502,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
     auto it = cached.find(objects[i].url);
     if (it != cached.end() && !objects[i].etag.empty() &&
         it->second.size == objects[i].size &&
-        it->second.validator == RemoteValidator(objects[i].etag)) {
+        it->second.validator == RemoteValidator(objects[i].etag) &&
+        it->second.image_extensions == absl::StrJoin(extensions, ";")) {
       shards[i] = std::move(it->second);
       cached.erase(it);
       ++stats.shards_from_cache;
@@ -497,7 +512,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
     }
   }
   RETURN_IF_ERROR(
-      IndexRemoteShards(name, *store, objects, shards, remote.index_threads));
+      IndexRemoteShards(name, *store, objects, extensions, shards,
+                        remote.index_threads));
   if (!cache_path.empty() && changed) {
     stats.cache_written = WriteSidecar(name, cache_path, shards);
   }
@@ -531,6 +547,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
   }
   ASSIGN_OR_RETURN(const std::vector<std::string> class_names_file,
                    ReadClassNames(paths[0]));
+  ASSIGN_OR_RETURN(const std::vector<std::string> extensions,
+                   ImageExtensions(config.image_extensions()));
 
   // The cache, by shard path; entries are used when size and mtime match.
   const std::string cache_path = config.index_cache() == "-" ? ""
@@ -557,14 +575,15 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
           st.st_mtim.tv_nsec;
       if (static_cast<uint64_t>(st.st_size) == it->second.size &&
-          LocalValidator(mtime_ns) == it->second.validator) {
+          LocalValidator(mtime_ns) == it->second.validator &&
+          it->second.image_extensions == absl::StrJoin(extensions, ";")) {
         shards.push_back(std::move(it->second));
         cached.erase(it);  // a shard listed twice is indexed twice
         ++stats.shards_from_cache;
         continue;
       }
     }
-    ASSIGN_OR_RETURN(CachedShard shard, IndexShard(path));
+    ASSIGN_OR_RETURN(CachedShard shard, IndexShard(path, extensions));
     shards.push_back(std::move(shard));
     changed = true;
   }
