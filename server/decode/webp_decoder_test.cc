@@ -323,7 +323,7 @@ TEST_F(WebpDecoderTest, DamagedBitstreamsFailCleanly) {
 TEST_F(WebpDecoderTest, PixelLimitBeforeAnyDecoding) {
   const Case& c = Get("lossy");
   DecodeLimits limits;
-  limits.max_pixels = uint64_t{c.width} * c.height - 1;
+  limits.max_pixels = static_cast<uint64_t>(c.width) * c.height - 1;
   WebpDecoder decoder(limits);
   std::vector<uint8_t> out(size_t{3} * 16 * 16);
   bool asked = false;
