@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "server/decode/capped_image.h"
 #include "server/decode/decode_internal.h"
 #include "server/decode/image_decoder.h"
 #include "server/decode/image_probe.h"
@@ -348,6 +349,29 @@ TEST_F(WebpDecoderTest, ProbeReadsTheSize) {
     EXPECT_EQ(info->height, c.height);
   }
   EXPECT_FALSE(ProbeImage(Get("lossy").bytes().subspan(0, 16)).ok());
+}
+
+TEST_F(WebpDecoderTest, CappedDecodeOfAWebpMatchesPilsDecodeResized) {
+  // decoded_max_side: the header gives the size (ProbeImage), then one
+  // decode straight to the capped size.
+  const Case& c = Get("lossless");
+  ImageDecoder decoder;
+  CappedImage image;
+  ASSERT_TRUE(DecodeCapped(decoder, c.bytes(), /*max_side=*/111, &image).ok());
+  EXPECT_EQ(image.source_width, c.width);
+  EXPECT_EQ(image.source_height, c.height);
+  EXPECT_EQ(image.width, 111);
+  std::vector<uint8_t> want(image.rgb.size());
+  RgbView view{reinterpret_cast<const uint8_t*>(c.pil_rgb.data()), c.width,
+               c.height, ptrdiff_t{3} * c.width};
+  ResizeRequest request;
+  request.width = c.width;
+  request.height = c.height;
+  request.out_width = image.width;
+  request.out_height = image.height;
+  Resizer resizer;
+  resizer.Resize(view, request, want.data());
+  EXPECT_EQ(image.rgb, want);  // lossless: the same pixels, the same resize
 }
 
 TEST_F(WebpDecoderTest, ImageDecoderRoutesByContent) {

@@ -5,10 +5,12 @@
 // Nothing crashes; each junk sample is substituted with the reason that
 // says what it was, once per epoch; the good ones (lossy and lossless
 // WebP among them) are not; the counts per reason in GetStatus and
-// /metrics match, and so do the content mismatches.
+// /metrics match, and so do the content mismatches. And WebP files in an
+// ImageFolder and a list file decode as they do in shards.
 #include <webp/encode.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -253,6 +255,40 @@ TEST(JunkShardsTest, EachJunkSampleSubstitutedWithItsReasonAndCounted) {
   }
   EXPECT_EQ(mismatches, 3.0 * kEpochs);
   daemon.reset();  // exits cleanly: no crash on the way
+}
+
+TEST(JunkShardsTest, WebpInAnImageFolderAndAListFileIsDecoded) {
+  // The same WebPs (and a JPEG) as an ImageFolder and as a list file: no
+  // substitution, and the same pixels from both (same sample order).
+  const std::string dir = MakeTempDir("webp-folder");
+  std::string list;
+  for (int i = 0; i < 6; ++i) {
+    const std::string relative =
+        absl::StrCat("class_", i % 2, "/img_", i, i == 5 ? ".jpg" : ".webp");
+    std::filesystem::create_directories(dir + "/class_" + std::to_string(i % 2));
+    server::WriteFileForTest(dir + "/" + relative,
+                             i == 5 ? Jpeg(30) : Webp(30 + i, i % 2 == 0));
+    absl::StrAppend(&list, relative, " ", i % 2, "\n");
+  }
+  server::WriteFileForTest(dir + "/list.txt", list);
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<DaemonProcess> daemon,
+      DaemonProcess::Start({"--dataset", "folder=" + dir, "--dataset",
+                            "list=" + dir + "/list.txt"}));
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<BatchRecord> folder,
+      ReadEpochs(daemon->endpoint(), EvalPlan("folder", 6, kSize, 1), 0, 1));
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<BatchRecord> listed,
+      ReadEpochs(daemon->endpoint(), EvalPlan("list", 6, kSize, 1), 0, 1));
+  ASSERT_EQ(folder.size(), 1u);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(folder[0].substitutions.empty());
+  EXPECT_TRUE(listed[0].substitutions.empty());
+  EXPECT_EQ(folder[0].sample_indices.size(), 6u);
+  // Both orders are sorted by path: class_0/img_0, 2, 4, class_1/img_1, ...
+  EXPECT_EQ(folder[0].pixels, listed[0].pixels);
+  EXPECT_NE(folder[0].pixels, std::string(folder[0].pixels.size(), '\0'));
 }
 
 }  // namespace
