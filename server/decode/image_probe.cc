@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/decode/image_format.h"
 #include "server/decode/png_decoder.h"
@@ -93,19 +94,15 @@ absl::StatusOr<ImageInfo> ProbeImage(absl::Span<const uint8_t> data) {
     }
     return info;
   }
-  auto starts = [&](const char* magic, size_t offset = 0) {
-    const size_t n = strlen(magic);
-    return data.size() >= offset + n &&
-           memcmp(data.data() + offset, magic, n) == 0;
-  };
-  const char* format = starts("GIF8")                          ? "GIF"
-                       : starts("BM")                          ? "BMP"
-                       : starts("II*") || starts("MM")         ? "TIFF"
-                                                               : nullptr;
   if (data.empty()) return absl::InvalidArgumentError("empty file");
+  const ContentKind kind = SniffContent(data);
+  if (kind == ContentKind::kHtml || kind == ContentKind::kUnknown) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a JPEG, PNG or WebP (", ContentKindName(kind), ")"));
+  }
   return absl::InvalidArgumentError(
-      format != nullptr ? absl::StrCat(format, " image, not JPEG, PNG or WebP")
-                        : "not a JPEG, PNG or WebP");
+      absl::StrCat(absl::AsciiStrToUpper(ContentKindName(kind)),
+                   " image, not JPEG, PNG or WebP"));
 }
 
 }  // namespace batchd::server
