@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 DEB_PACKAGES := cmake ninja-build g++ pkg-config \
   libgrpc++-dev protobuf-compiler-grpc grpc-proto libprotobuf-dev protobuf-compiler \
-  libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libgtest-dev libgmock-dev \
+  libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libwebp-dev libgtest-dev libgmock-dev \
   libbenchmark-dev libcpp-httplib-dev libyuv-dev \
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch \
   python3-torchvision python3-pil python3-skimage python3-prometheus-client python3-matplotlib \
@@ -23,7 +23,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config \
 # GoogleTest stays: the configure step declares every target.
 DEMO_PACKAGES := cmake ninja-build g++ pkg-config \
   libgrpc++-dev protobuf-compiler-grpc grpc-proto libprotobuf-dev protobuf-compiler \
-  libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libgtest-dev libgmock-dev \
+  libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libwebp-dev libgtest-dev libgmock-dev \
   libcpp-httplib-dev libcurl4-openssl-dev \
   nodejs $(if $(shell command -v npm),,npm)
 DEMO_TARGETS := batchd batchd_client_cli batchd_top make_dataset batchd_prep

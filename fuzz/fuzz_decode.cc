@@ -1,5 +1,5 @@
-// Fuzz target: the daemon's image decode path (JPEG and PNG, routed by
-// content) with the crop window, output size, flip and layout fuzzed too.
+// Fuzz target: the daemon's image decode path (JPEG, PNG and WebP, routed
+// by content) with the crop window, output size, flip and layout fuzzed too.
 // Input: 8 bytes of crop parameters, then the file's bytes.
 #include <cstddef>
 #include <cstdint>

@@ -3,7 +3,9 @@
 #   fuzz/make_seeds.sh BUILD_DIR OUT_DIR
 # OUT_DIR/<target>/ gets, per target:
 #   decode          JPEGs from make_dataset (and re-encoded by batchd-prep),
-#                   each behind 8 bytes of crop parameters;
+#                   WebPs (lossy, lossless, alpha) made from them with
+#                   python3-pil and an HTML page, each behind 8 bytes of
+#                   crop parameters;
 #   tar_index       WebDataset shards written by batchd-prep;
 #   dataset_config  --dataset flags, DaemonConfig text and list files;
 #   plan            Plan protos (train, eval, sharded) encoded by protoc;
@@ -38,12 +40,36 @@ for shard in "$work"/shards/*.tar; do
   cp "$shard" "$out/tar_index/seed-$n.tar"
   n=$((n + 1))
 done
+# WebP seeds, made with Debian's python3-pil from the first images: lossy,
+# lossless, and with alpha; small, so that they fuzz fast. And an HTML page
+# under the same crop parameters (routed by content, never decoded).
+/usr/bin/python3 - "$work/images" "$out/decode" <<'PY'
+import glob, io, sys
+from PIL import Image
+images = sorted(glob.glob(sys.argv[1] + "/*/*.jpg"))[:2]
+header = bytes([0x20, 0x40, 0xC0, 0xA0, 0x10, 0x18, 0x01, 0x00])
+for i, path in enumerate(images):
+    image = Image.open(path).convert("RGB")
+    image.thumbnail((64, 64))
+    rgba = image.copy()
+    rgba.putalpha(Image.linear_gradient("L").resize(image.size))
+    for name, im, options in (("lossy", image, dict(quality=70)),
+                              ("lossless", image, dict(lossless=True)),
+                              ("alpha", rgba, dict(quality=70, exact=True))):
+        data = io.BytesIO()
+        im.save(data, "WEBP", **options)
+        with open(f"{sys.argv[2]}/webp-{name}-{i}", "wb") as f:
+            f.write(header + data.getvalue())
+with open(f"{sys.argv[2]}/html", "wb") as f:
+    f.write(header + b"<!DOCTYPE html><html><body>404</body></html>")
+PY
 
 cfg=$out/dataset_config
 printf '\x00imagenet=/data/imagenet/train' > "$cfg/flag"
 printf '\x00bad name=/x' > "$cfg/flag-bad"
 printf '\x01datasets { name: "a" path: "/data/a" }\ndatasets { name: "b" path: "/data/b.txt" format: LIST_FILE root: "/data" }\n' > "$cfg/config"
 printf '\x02a/1.jpg 0\nb/2.jpg 1\n# comment\n\nc/3.jpg 2\n' > "$cfg/list"
+printf '\x01datasets { name: "w" path: "/data/w.tar" image_extensions: "webp;jpg;png" }\n' > "$cfg/config-image-extensions"
 
 plan=$out/plan
 encode() {

@@ -23,6 +23,7 @@
 #include "common/status_macros.h"
 #include "server/dataset/dataset.h"
 #include "server/decode/image_decoder.h"
+#include "server/decode/image_format.h"
 #include "server/decode/image_probe.h"
 #include "tools/jpeg_encoder.h"
 #include "tools/tar_writer.h"
@@ -53,14 +54,17 @@ Converted Convert(const Dataset& dataset, uint64_t index,
   }
   out.bytes_in = file->size();
   absl::StatusOr<server::ImageInfo> info = server::ProbeImage(file->bytes());
-  const bool is_png = server::IsPng(file->bytes());
-  const bool is_jpeg = file->size() >= 2 && file->bytes()[0] == 0xFF &&
-                       file->bytes()[1] == 0xD8;
-  if (!is_png && !is_jpeg) {
-    out.skip_reason = std::string(info.status().message());
+  const server::ContentKind kind = server::SniffContent(file->bytes());
+  if (kind != server::ContentKind::kJpeg && kind != server::ContentKind::kPng &&
+      kind != server::ContentKind::kWebp) {
+    out.skip_reason =
+        info.ok() ? absl::StrCat(server::ContentKindName(kind), " content")
+                  : std::string(info.status().message());
     return out;
   }
-  out.extension = is_png ? "png" : "jpg";
+  out.extension = kind == server::ContentKind::kPng    ? "png"
+                  : kind == server::ContentKind::kWebp ? "webp"
+                                                       : "jpg";
   if (options.max_side > 0) {
     // The size decides whether to resize: a header that cannot be read
     // cannot be capped either.

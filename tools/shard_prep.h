@@ -1,6 +1,6 @@
 // PrepareShards: converts a dataset (ImageFolder, list file, or shards)
 // into WebDataset tar shards that batchd serves as a TAR_SHARDS dataset:
-// "<key>.jpg" (or ".png") and "<key>.cls" per sample, a classes.txt and a
+// "<key>.jpg" (or ".png", ".webp") and "<key>.cls" per sample, a classes.txt and a
 // manifest.json. It is the library behind the batchd-prep tool.
 //
 // Samples keep the input's index order (key = the input index, 9 digits),
@@ -8,7 +8,7 @@
 // no image is resized or skipped. With `max_side`, images whose longer side
 // exceeds it are decoded, resized with the daemon's own antialiased resize
 // and re-encoded as JPEG (quality, 4:2:0); the others are copied byte for
-// byte. Inputs that are not JPEG or PNG (or, with max_side, whose header or
+// byte. Inputs that are not JPEG, PNG or WebP (or, with max_side, whose header or
 // data cannot be decoded) are skipped and listed in the manifest.
 //
 // Deterministic: the same input and options give byte-identical files,

@@ -297,6 +297,11 @@ void Dataset::PublishStart(const std::string& reader,
 
 absl::StatusOr<FileBytes> Dataset::ReadSample(uint64_t index) const {
   const Sample& sample = samples_[index];
+  if (!sample.has_image) {
+    return absl::NotFoundError(absl::StrCat(
+        "key '", absl::CHexEscape(sample.path),
+        "' has no image member (DatasetConfig.image_extensions)"));
+  }
   if (sample.shard == kNotInShard || shards_ == nullptr) {
     return ReadFileBytes(sample.path);
   }

@@ -111,6 +111,10 @@ struct Sample {
   // [first_member, first_member + member_count) of SampleMembers::members.
   uint64_t first_member = 0;
   uint32_t member_count = 0;
+  // False for a tar shard key with a class but no image member (`path` is
+  // then the key): ReadSample fails with NOT_FOUND, and the daemon
+  // substitutes it (NO_IMAGE_MEMBER).
+  bool has_image = true;
 };
 
 // A tar sample's member beside its image and cls (a plan's field): its
@@ -137,6 +141,9 @@ struct IndexStats {
   // Keys without an image, without a class or with a bad class (or one
   // beyond classes.txt).
   uint64_t skipped_samples = 0;
+  // Keys with a class but no image member: samples all the same,
+  // substituted when read.
+  uint64_t no_image_samples = 0;
   bool cache_written = false;  // the sidecar was (re)written at this load
 };
 

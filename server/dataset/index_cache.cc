@@ -19,7 +19,8 @@ namespace {
 
 constexpr char kMagic[8] = {'B', 'A', 'T', 'C', 'H', 'D', 'I', 'X'};
 // 2: the validator string replaced version 1's mtime.
-// 3: each sample's other members (fields), and the keys without a class.
+// 3: the image extension list per shard; per sample a has_image flag and
+// its other members (fields); the keys without a class.
 constexpr uint32_t kVersion = 3;
 constexpr uint32_t kMaxStringBytes = 1 << 20;
 
@@ -94,6 +95,7 @@ void WriteSamples(const std::vector<ShardSample>& samples, Writer& out) {
     out.U64(sample.offset);
     out.U64(sample.size);
     out.I32(sample.label);
+    out.U32(sample.has_image ? 0 : 1);  // flags: bit 0, no image member
     out.U32(static_cast<uint32_t>(sample.others.size()));
     for (const ShardMember& other : sample.others) {
       out.String(other.extension);
@@ -107,9 +109,9 @@ void WriteSamples(const std::vector<ShardSample>& samples, Writer& out) {
 // are class indices, else kNoLabel.
 bool ReadSamples(Reader& in, bool labelled, std::vector<ShardSample>* out) {
   const uint64_t samples = in.U64();
-  // Each sample takes at least 28 bytes: a count larger than what is left
+  // Each sample takes at least 32 bytes: a count larger than what is left
   // is damage, not something to reserve memory for.
-  if (!in.ok() || samples > in.remaining() / 28) return false;
+  if (!in.ok() || samples > in.remaining() / 32) return false;
   out->resize(samples);
   for (ShardSample& sample : *out) {
     sample.member = in.String();
@@ -120,6 +122,9 @@ bool ReadSamples(Reader& in, bool labelled, std::vector<ShardSample>* out) {
                  : sample.label != kNoLabel) {
       return false;
     }
+    const uint32_t flags = in.U32();
+    if (flags > 1) return false;
+    sample.has_image = flags == 0;
     const uint32_t others = in.U32();
     if (!in.ok() || others > kMaxOtherMembers) return false;
     sample.others.resize(others);
@@ -168,6 +173,7 @@ absl::StatusOr<std::vector<CachedShard>> ReadIndexCache(
     shard.path = in.String();
     shard.size = in.U64();
     shard.validator = in.String();
+    shard.image_extensions = in.String();
     ShardIndex& index = shard.index;
     index.skipped_no_image = in.U64();
     index.skipped_no_class = in.U64();
@@ -194,6 +200,7 @@ absl::Status WriteIndexCache(const std::string& path,
     out.String(shard.path);
     out.U64(shard.size);
     out.String(shard.validator.substr(0, kMaxStringBytes));
+    out.String(shard.image_extensions.substr(0, kMaxStringBytes));
     const ShardIndex& index = shard.index;
     out.U64(index.skipped_no_image);
     out.U64(index.skipped_no_class);

@@ -29,6 +29,10 @@ struct CachedShard {
   // What else must match for the entry to be reused, when indexed:
   // LocalValidator(st_mtim) or RemoteValidator(etag).
   std::string validator;
+  // The image extension list it was indexed with (ImageExtensions, joined
+  // with ';'): another list picks other members, so the entry is reused
+  // only under the same list.
+  std::string image_extensions;
   ShardIndex index;
 };
 

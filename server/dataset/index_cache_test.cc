@@ -24,7 +24,10 @@ std::vector<CachedShard> Example() {
   a.path = "/data/a.tar";
   a.size = 123456;
   a.validator = LocalValidator(1700000000123456789);
-  a.index.samples = {{"x/000001.jpg", 512, 1000, 3}, {"000002.png", 2048, 7, 0}};
+  a.image_extensions = "webp;jpg";
+  a.index.samples = {{"x/000001.jpg", 512, 1000, 3},
+                     {"000002.png", 2048, 7, 0},
+                     {"000003", 0, 0, 5, /*has_image=*/false}};
   a.index.skipped_no_class = 2;
   a.index.skipped_example = "key 'y': no cls member";
   CachedShard b;
@@ -44,7 +47,12 @@ TEST(IndexCacheTest, RoundTrip) {
   EXPECT_EQ(a.size, 123456u);
   EXPECT_EQ(a.validator, "mtime:1700000000123456789");
   EXPECT_NE(LocalValidator(1), RemoteValidator("1"));
-  ASSERT_EQ(a.index.samples.size(), 2u);
+  EXPECT_EQ(a.image_extensions, "webp;jpg");
+  ASSERT_EQ(a.index.samples.size(), 3u);
+  EXPECT_TRUE(a.index.samples[0].has_image);
+  EXPECT_EQ(a.index.samples[2].member, "000003");
+  EXPECT_FALSE(a.index.samples[2].has_image);
+  EXPECT_EQ(a.index.samples[2].label, 5);
   EXPECT_EQ(a.index.samples[0].member, "x/000001.jpg");
   EXPECT_EQ(a.index.samples[0].offset, 512u);
   EXPECT_EQ(a.index.samples[0].size, 1000u);

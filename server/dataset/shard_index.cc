@@ -8,6 +8,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "server/dataset/tar_reader.h"
@@ -15,14 +17,13 @@
 namespace batchd::server {
 namespace {
 
-bool IsImageExtension(const std::string& extension) {
-  return extension == "jpg" || extension == "jpeg" || extension == "png";
-}
+constexpr size_t kMaxImageExtensions = 16;
 
 // The members of one key, as they are grouped.
 struct Group {
   std::string key;
   std::optional<TarMember> image;
+  size_t image_rank = 0;  // image's extension's position in the list
   std::optional<TarMember> cls;
   std::vector<ShardMember> others;
 };
@@ -46,6 +47,48 @@ absl::StatusOr<std::string> ReadSmallMember(ReadAt& file,
 
 }  // namespace
 
+const std::vector<std::string>& DefaultImageExtensions() {
+  static const std::vector<std::string>* const kDefault =
+      new std::vector<std::string>{"jpg", "png", "jpeg", "webp"};
+  return *kDefault;
+}
+
+absl::StatusOr<std::vector<std::string>> ImageExtensions(
+    absl::string_view spec) {
+  if (spec.empty()) return DefaultImageExtensions();
+  std::vector<std::string> extensions;
+  for (absl::string_view part : absl::StrSplit(spec, ';')) {
+    const std::string extension = absl::AsciiStrToLower(part);
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "image extensions '", absl::CHexEscape(spec), "': ", why,
+          "; write them as open_clip does, e.g. \"jpg;png;jpeg;webp\""));
+    };
+    if (extension.empty()) return bad("an empty extension");
+    if (extension.find_first_of("./ \t\r\n") != std::string::npos) {
+      return bad(absl::StrCat("'", absl::CHexEscape(extension),
+                              "' has a dot, slash or space"));
+    }
+    if (extension == "cls") return bad("'cls' is the class, not an image");
+    if (std::find(extensions.begin(), extensions.end(), extension) !=
+        extensions.end()) {
+      return bad(absl::StrCat("'", extension, "' is listed twice"));
+    }
+    if (extensions.size() == kMaxImageExtensions) {
+      return bad(absl::StrCat("more than ", kMaxImageExtensions,
+                              " extensions"));
+    }
+    extensions.push_back(extension);
+  }
+  return extensions;
+}
+
+uint64_t ShardIndex::no_image_samples() const {
+  uint64_t count = 0;
+  for (const ShardSample& sample : samples) count += sample.has_image ? 0 : 1;
+  return count;
+}
+
 bool SplitMemberName(const std::string& name, std::string* key,
                      std::string* extension) {
   const size_t slash = name.rfind('/');
@@ -57,14 +100,16 @@ bool SplitMemberName(const std::string& name, std::string* key,
   return true;
 }
 
-absl::StatusOr<ShardIndex> IndexShardFile(int fd, uint64_t file_size,
-                                          const std::string& name) {
+absl::StatusOr<ShardIndex> IndexShardFile(
+    int fd, uint64_t file_size, const std::string& name,
+    const std::vector<std::string>& image_extensions) {
   FdReadAt file(fd, name);
-  return IndexShard(file, file_size, name);
+  return IndexShard(file, file_size, name, image_extensions);
 }
 
-absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
-                                      const std::string& name) {
+absl::StatusOr<ShardIndex> IndexShard(
+    ReadAt& file, uint64_t file_size, const std::string& name,
+    const std::vector<std::string>& image_extensions) {
   ShardIndex index;
 
   auto skip = [&](const Group& group, uint64_t* counter, std::string why) {
@@ -76,8 +121,10 @@ absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
   };
   auto finish = [&](const Group& group) -> absl::Status {
     if (group.key.empty()) return absl::OkStatus();
-    if (!group.image.has_value()) {
-      skip(group, &index.skipped_no_image, "no jpg, jpeg or png member");
+    if (!group.image.has_value() && !group.cls.has_value()) {
+      skip(group, &index.skipped_no_image,
+           absl::StrCat("neither an image (", absl::StrJoin(image_extensions, ";"),
+                        ") nor a cls member"));
       return absl::OkStatus();
     }
     if (!group.cls.has_value()) {
@@ -106,8 +153,13 @@ absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
                         "]"));
       return absl::OkStatus();
     }
-    index.samples.push_back({group.image->name, group.image->offset,
-                             group.image->size, label, group.others});
+    if (!group.image.has_value()) {
+      index.samples.push_back({group.key, 0, 0, label, group.others,
+                               /*has_image=*/false});
+    } else {
+      index.samples.push_back({group.image->name, group.image->offset,
+                               group.image->size, label, group.others});
+    }
     return absl::OkStatus();
   };
 
@@ -132,8 +184,14 @@ absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
       group = Group();
       group.key = std::move(key);
     }
-    if (IsImageExtension(extension) && !group.image.has_value()) {
-      group.image = std::move(member);
+    const auto image_it = std::find(image_extensions.begin(),
+                                    image_extensions.end(), extension);
+    if (image_it != image_extensions.end()) {
+      const size_t rank = image_it - image_extensions.begin();
+      if (!group.image.has_value() || rank < group.image_rank) {
+        group.image = std::move(member);
+        group.image_rank = rank;
+      }
     } else if (extension == "cls" && !group.cls.has_value()) {
       group.cls = std::move(member);
     } else if (!IsImageExtension(extension) && extension != "cls" &&

@@ -5,10 +5,15 @@
 // path up to the first dot of the base name, its extension the rest
 // ("a/b.seg.png" is key "a/b", extension "seg.png", compared lowercased).
 // Consecutive members with the same key form one sample; a key that comes
-// back later starts another. A sample needs an image ("jpg", "jpeg" or
-// "png"; the first one if several) and a "cls" member holding a
-// non-negative class index in ASCII. Members without a dot in the base name
-// and "__...__" metadata members are ignored; keys lacking an image or a
+// back later starts another. A sample is a key with an image member: the
+// member whose extension comes first in the image extension list
+// (ImageExtensions: open_clip's "jpg;png;jpeg;webp" by default), whatever
+// the member order; and a "cls" member holding a non-negative class index
+// in ASCII. A key with a class but no image member is a sample without an
+// image (ShardSample::has_image false), which the daemon substitutes when
+// it is read (NO_IMAGE_MEMBER): web-scale shards carry such keys, and
+// counting them where the batch is built says so. Members without a dot in
+// the base name and "__...__" metadata members are ignored; keys lacking a
 // valid class are skipped and counted. A key's other members (txt, json,
 // any extension: a plan's fields) are kept with its sample by extension
 // and byte range, up to kMaxOtherMembers of them.
@@ -26,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "server/dataset/read_at.h"
 
 namespace batchd::server {
@@ -53,20 +59,31 @@ struct ShardMember {
 };
 
 struct ShardSample {
-  std::string member;   // the image member's path in the tar
-  uint64_t offset = 0;  // of its data in the shard
-  uint64_t size = 0;    // bytes
+  std::string member;   // the image member's path in the tar; the key when
+                        // !has_image
+  uint64_t offset = 0;  // of its data in the shard (0 when !has_image)
+  uint64_t size = 0;    // bytes (0 when !has_image)
   int32_t label = 0;    // kNoLabel in `unlabeled`
   std::vector<ShardMember> others;  // in member order, extensions unique
+  bool has_image = true;
 };
+
+// The image member's extensions in priority order, lowercased, without
+// dots: `spec` split at ';' ("jpg;png;jpeg;webp", open_clip's default, for
+// an empty spec). INVALID_ARGUMENT naming the problem for an empty entry,
+// one with '.', '/' or whitespace, a repeat, "cls", or more than 16.
+absl::StatusOr<std::vector<std::string>> ImageExtensions(
+    absl::string_view spec);
+// open_clip's default list, "jpg;png;jpeg;webp", split.
+const std::vector<std::string>& DefaultImageExtensions();
 
 struct ShardIndex {
   std::vector<ShardSample> samples;  // in member order
   // Keys with an image but no cls member (counted in skipped_no_class
   // too), in member order, label kNoLabel.
   std::vector<ShardSample> unlabeled;
-  // Keys skipped: without an image member, without a "cls" member, or whose
-  // "cls" is not a class index.
+  // Keys skipped: with neither an image nor a "cls" member, with an image
+  // but no "cls" member, or whose "cls" is not a class index.
   uint64_t skipped_no_image = 0;
   uint64_t skipped_no_class = 0;
   uint64_t skipped_bad_class = 0;
@@ -78,6 +95,8 @@ struct ShardIndex {
   uint64_t skipped() const {
     return skipped_no_image + skipped_no_class + skipped_bad_class;
   }
+  // Samples without an image member (in `samples`, has_image false).
+  uint64_t no_image_samples() const;
 };
 
 // Splits a member path into WebDataset key and lowercased extension; false
@@ -85,14 +104,19 @@ struct ShardIndex {
 bool SplitMemberName(const std::string& name, std::string* key,
                      std::string* extension);
 
-// Indexes the shard open as `fd` (`file_size` bytes). `name` is for
+// Indexes the shard open as `fd` (`file_size` bytes), the image of each
+// key chosen by `image_extensions` (ImageExtensions). `name` is for
 // messages. UNAVAILABLE when a read fails; damage is not an error.
-absl::StatusOr<ShardIndex> IndexShardFile(int fd, uint64_t file_size,
-                                          const std::string& name);
+absl::StatusOr<ShardIndex> IndexShardFile(
+    int fd, uint64_t file_size, const std::string& name,
+    const std::vector<std::string>& image_extensions =
+        DefaultImageExtensions());
 
 // The same over any ReadAt (ScanTar, then each key's "cls" member).
-absl::StatusOr<ShardIndex> IndexShard(ReadAt& file, uint64_t file_size,
-                                      const std::string& name);
+absl::StatusOr<ShardIndex> IndexShard(
+    ReadAt& file, uint64_t file_size, const std::string& name,
+    const std::vector<std::string>& image_extensions =
+        DefaultImageExtensions());
 
 }  // namespace batchd::server
 

@@ -1,13 +1,16 @@
 #include "server/dataset/shard_index.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/status_matchers.h"
 #include "testing/tar_builder.h"
 
 namespace batchd::server {
@@ -49,13 +52,14 @@ TEST(ShardIndexTest, GroupsByKeyWithImageAndClass) {
   tar.AddFile("b.PNG", "B");             // class before image, any case
   tar.AddFile("c.jpeg", "C");
   tar.AddFile("c.txt", "no class");      // skipped: no cls
-  tar.AddFile("d.cls", "4");             // skipped: no image
+  tar.AddFile("d.cls", "4");             // a sample without an image
   tar.AddFile("e.jpg", "E");
   tar.AddFile("e.cls", "-1");            // skipped: bad class
   tar.AddFile("f.jpg", "F1");
-  tar.AddFile("f.png", "F2");            // second image of a key: ignored
+  tar.AddFile("f.png", "F2");            // after jpg in the priority list
   tar.AddFile("f.cls", "0");
-  tar.AddFile("g.seg.png", "mask");      // "seg.png" is not an image member
+  tar.AddFile("g.seg.png", "mask");      // "seg.png" is not an image member:
+                                         // a sample without an image
   tar.AddFile("g.cls", "1");
   tar.AddFile("h.jpg", "H");
   tar.AddFile("h.cls", std::string(100, '1'));  // too long for a class
@@ -64,22 +68,86 @@ TEST(ShardIndexTest, GroupsByKeyWithImageAndClass) {
   tar.Finish();
   const ShardIndex index = Index(tar.bytes());
   EXPECT_THAT(index.damage, IsEmpty());
-  ASSERT_EQ(index.samples.size(), 3u);
+  ASSERT_EQ(index.samples.size(), 5u);
   EXPECT_EQ(index.samples[0].member, "a.jpg");
   EXPECT_EQ(index.samples[0].label, 3);
   EXPECT_EQ(tar.bytes().substr(index.samples[0].offset, index.samples[0].size),
             "A");
   EXPECT_EQ(index.samples[1].member, "b.PNG");
   EXPECT_EQ(index.samples[1].label, 12);
-  EXPECT_EQ(index.samples[2].member, "f.jpg");
-  EXPECT_EQ(index.samples[2].label, 0);
-  EXPECT_EQ(tar.bytes().substr(index.samples[2].offset, index.samples[2].size),
+  EXPECT_TRUE(index.samples[1].has_image);
+  EXPECT_EQ(index.samples[2].member, "d");  // the key
+  EXPECT_FALSE(index.samples[2].has_image);
+  EXPECT_EQ(index.samples[2].label, 4);
+  EXPECT_EQ(index.samples[3].member, "f.jpg");
+  EXPECT_EQ(index.samples[3].label, 0);
+  EXPECT_EQ(tar.bytes().substr(index.samples[3].offset, index.samples[3].size),
             "F1");
+  EXPECT_EQ(index.samples[4].member, "g");
+  EXPECT_FALSE(index.samples[4].has_image);
+  EXPECT_EQ(index.no_image_samples(), 2u);  // d, g
   EXPECT_EQ(index.skipped_no_class, 1u);   // c
-  EXPECT_EQ(index.skipped_no_image, 2u);   // d, g
+  EXPECT_EQ(index.skipped_no_image, 0u);
   EXPECT_EQ(index.skipped_bad_class, 3u);  // e, h, i
   EXPECT_THAT(index.skipped_example, HasSubstr("key 'c'"));
   EXPECT_THAT(index.skipped_example, HasSubstr("no cls member"));
+}
+
+TEST(ShardIndexTest, ImageChosenByPriorityListNotMemberOrder) {
+  TarBuilder tar;
+  tar.AddFile("a.webp", "A-webp");
+  tar.AddFile("a.png", "A-png");
+  tar.AddFile("a.jpg", "A-jpg");
+  tar.AddFile("a.cls", "1");
+  tar.AddFile("b.webp", "B-webp");
+  tar.AddFile("b.jpeg", "B-jpeg");
+  tar.AddFile("b.cls", "2");
+  tar.AddFile("c.txt", "caption only");  // neither image nor class
+  tar.Finish();
+  auto index_with = [&](const std::vector<std::string>& extensions) {
+    const std::string path = ::testing::TempDir() + "/priority.tar";
+    WriteFileForTest(path, tar.bytes());
+    const int fd = open(path.c_str(), O_RDONLY);
+    absl::StatusOr<ShardIndex> index =
+        IndexShardFile(fd, tar.bytes().size(), "priority.tar", extensions);
+    close(fd);
+    EXPECT_TRUE(index.ok()) << index.status();
+    return index.ok() ? *index : ShardIndex();
+  };
+  auto member_data = [&](const ShardSample& sample) {
+    return tar.bytes().substr(sample.offset, sample.size);
+  };
+  // open_clip's default, "jpg;png;jpeg;webp".
+  ShardIndex index = index_with(DefaultImageExtensions());
+  ASSERT_EQ(index.samples.size(), 2u);
+  EXPECT_EQ(member_data(index.samples[0]), "A-jpg");
+  EXPECT_EQ(member_data(index.samples[1]), "B-jpeg");
+  EXPECT_EQ(index.skipped_no_image, 1u);  // c
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> webp_first,
+                       ImageExtensions("WEBP;jpg"));
+  EXPECT_EQ(webp_first, (std::vector<std::string>{"webp", "jpg"}));
+  index = index_with(webp_first);
+  ASSERT_EQ(index.samples.size(), 2u);
+  EXPECT_EQ(member_data(index.samples[0]), "A-webp");
+  EXPECT_EQ(member_data(index.samples[1]), "B-webp");
+  // Only png: b has no image member.
+  index = index_with({"png"});
+  ASSERT_EQ(index.samples.size(), 2u);
+  EXPECT_EQ(member_data(index.samples[0]), "A-png");
+  EXPECT_FALSE(index.samples[1].has_image);
+}
+
+TEST(ShardIndexTest, ImageExtensionListsAreValidated) {
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> defaults, ImageExtensions(""));
+  EXPECT_EQ(defaults,
+            (std::vector<std::string>{"jpg", "png", "jpeg", "webp"}));
+  for (const char* bad : {";", "jpg;", "jpg;;png", ".jpg", "a/b", "j pg",
+                          "jpg;JPG", "cls"}) {
+    absl::StatusOr<std::vector<std::string>> got = ImageExtensions(bad);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(got.status().message(), HasSubstr("image extensions")) << bad;
+  }
+  EXPECT_FALSE(ImageExtensions("a;b;c;d;e;f;g;h;i;j;k;l;m;n;o;p;q").ok());
 }
 
 TEST(ShardIndexTest, KeysRepeatingLaterAreNewSamples) {

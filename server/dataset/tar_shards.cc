@@ -201,7 +201,8 @@ absl::StatusOr<std::vector<std::string>> ReadClassNames(
 }
 
 // Indexes one shard from scratch; fills size and mtime.
-absl::StatusOr<CachedShard> IndexShard(const std::string& path) {
+absl::StatusOr<CachedShard> IndexShard(
+    const std::string& path, const std::vector<std::string>& extensions) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return common::ErrnoStatus(errno, absl::StrCat("open shard '", path, "'"));
@@ -224,7 +225,9 @@ absl::StatusOr<CachedShard> IndexShard(const std::string& path) {
   shard.validator =
       LocalValidator(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
                      st.st_mtim.tv_nsec);
-  ASSIGN_OR_RETURN(shard.index, IndexShardFile(fd, shard.size, path));
+  shard.image_extensions = absl::StrJoin(extensions, ";");
+  ASSIGN_OR_RETURN(shard.index,
+                   IndexShardFile(fd, shard.size, path, extensions));
   return shard;
 }
 
@@ -283,6 +286,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
   absl::flat_hash_map<std::string, uint32_t> extension_numbers;
   auto add = [&](const ShardSample& s, uint32_t number) {
     Sample sample{s.member, s.label, number, s.offset, s.size};
+    sample.has_image = s.has_image;
     sample.first_member = members.members.size();
     sample.member_count = static_cast<uint32_t>(s.others.size());
     for (const ShardMember& other : s.others) {
@@ -327,6 +331,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
       }
       max_label = std::max(max_label, s.label);
       add(s, number);
+      if (!s.has_image) ++stats.no_image_samples;
     }
   }
   if (stats.damaged_shards > kMaxDamageLines) {
@@ -335,15 +340,21 @@ absl::StatusOr<std::shared_ptr<const Dataset>> AssembleDataset(
   }
   if (stats.skipped_samples > 0) {
     Log(name, absl::StrCat("skipped ", stats.skipped_samples,
-                           " keys without an image or a valid class, e.g. ",
+                           " keys without a valid class, e.g. ",
                            skipped_example));
+  }
+  if (stats.no_image_samples > 0) {
+    Log(name, absl::StrCat(stats.no_image_samples,
+                           " keys have a class but no image member; they are "
+                           "substituted when read (NO_IMAGE_MEMBER)"));
   }
   if (samples.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", shards.size(), " shards (", shards[0].path,
         shards.size() > 1 ? ", ..." : "",
-        ") hold no samples (an image member per key: jpg, jpeg or png; and "
-        "a cls member, unless no key has one)"));
+        ") hold no samples (an image member per key, by "
+        "DatasetConfig.image_extensions; and a cls member, unless no key "
+        "has one)"));
   }
   std::vector<std::string> class_names = class_names_file;
   if (!labelled) {
@@ -416,6 +427,7 @@ absl::StatusOr<std::vector<std::string>> ReadRemoteClassNames(
 // entries of `shards` that are empty (no validator). The first error.
 absl::Status IndexRemoteShards(const std::string& name, ObjectStore& store,
                                const std::vector<ObjectInfo>& objects,
+                               const std::vector<std::string>& extensions,
                                std::vector<CachedShard>& shards, int threads) {
   std::vector<size_t> todo;
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -432,7 +444,7 @@ absl::Status IndexRemoteShards(const std::string& name, ObjectStore& store,
       const ObjectInfo& object = objects[todo[k]];
       ObjectReadAt reader(store, object);
       absl::StatusOr<ShardIndex> index =
-          IndexShard(reader, object.size, object.url);
+          IndexShard(reader, object.size, object.url, extensions);
       progress.Add(1, reader.bytes());
       if (!index.ok()) {
         errors[k] = index.status();
@@ -443,6 +455,7 @@ absl::Status IndexRemoteShards(const std::string& name, ObjectStore& store,
       shard.path = object.url;
       shard.size = object.size;
       shard.validator = RemoteValidator(object.etag);
+      shard.image_extensions = absl::StrJoin(extensions, ";");
       shard.index = *std::move(index);
     }
   };
@@ -502,6 +515,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
   }
   ASSIGN_OR_RETURN(const std::vector<std::string> class_names_file,
                    ReadRemoteClassNames(*store, objects[0].url));
+  ASSIGN_OR_RETURN(const std::vector<std::string> extensions,
+                   ImageExtensions(config.image_extensions()));
 
   // Sidecar entries are reused when URL, size and ETag match; a shard
   // without an ETag cannot be checked and is always re-indexed.
@@ -517,7 +532,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
     auto it = cached.find(objects[i].url);
     if (it != cached.end() && !objects[i].etag.empty() &&
         it->second.size == objects[i].size &&
-        it->second.validator == RemoteValidator(objects[i].etag)) {
+        it->second.validator == RemoteValidator(objects[i].etag) &&
+        it->second.image_extensions == absl::StrJoin(extensions, ";")) {
       shards[i] = std::move(it->second);
       cached.erase(it);
       ++stats.shards_from_cache;
@@ -526,7 +542,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> LoadRemoteTarShards(
     }
   }
   RETURN_IF_ERROR(
-      IndexRemoteShards(name, *store, objects, shards, remote.index_threads));
+      IndexRemoteShards(name, *store, objects, extensions, shards,
+                        remote.index_threads));
   if (!cache_path.empty() && changed) {
     stats.cache_written = WriteSidecar(name, cache_path, shards);
   }
@@ -560,6 +577,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
   }
   ASSIGN_OR_RETURN(const std::vector<std::string> class_names_file,
                    ReadClassNames(paths[0]));
+  ASSIGN_OR_RETURN(const std::vector<std::string> extensions,
+                   ImageExtensions(config.image_extensions()));
 
   // The cache, by shard path; entries are used when size and mtime match.
   const std::string cache_path = config.index_cache() == "-" ? ""
@@ -586,14 +605,15 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::LoadTarShards(
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
           st.st_mtim.tv_nsec;
       if (static_cast<uint64_t>(st.st_size) == it->second.size &&
-          LocalValidator(mtime_ns) == it->second.validator) {
+          LocalValidator(mtime_ns) == it->second.validator &&
+          it->second.image_extensions == absl::StrJoin(extensions, ";")) {
         shards.push_back(std::move(it->second));
         cached.erase(it);  // a shard listed twice is indexed twice
         ++stats.shards_from_cache;
         continue;
       }
     }
-    ASSIGN_OR_RETURN(CachedShard shard, IndexShard(path));
+    ASSIGN_OR_RETURN(CachedShard shard, IndexShard(path, extensions));
     shards.push_back(std::move(shard));
     changed = true;
   }

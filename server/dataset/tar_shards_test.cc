@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset/shard_files.h"
+#include "testing/status_matchers.h"
 #include "testing/tar_builder.h"
 
 namespace batchd::server {
@@ -150,6 +151,46 @@ TEST_F(TarShardsTest, SidecarCacheIsReusedAndInvalidatedPerShard) {
   EXPECT_EQ((*rebuilt)->index_stats().shards_from_cache, 0u);
   EXPECT_EQ((*rebuilt)->size(), 14u);
   EXPECT_EQ(Load(dir_).value()->index_stats().shards_from_cache, 3u);
+}
+
+TEST_F(TarShardsTest, ImageExtensionsPickTheMemberAndKeyTheCache) {
+  // A fourth shard: webp and jpg for one key, only webp for another, and a
+  // key with a class and no image at all.
+  TarBuilder tar;
+  tar.AddFile("k1.jpg", "k1-jpg");
+  tar.AddFile("k1.webp", "k1-webp");
+  tar.AddFile("k1.cls", "0");
+  tar.AddFile("k2.webp", "k2-webp");
+  tar.AddFile("k2.cls", "1");
+  tar.AddFile("k3.txt", "a caption, no image");
+  tar.AddFile("k3.cls", "2");
+  tar.Finish();
+  WriteFileForTest(Shard(3), tar.bytes());
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> d, Load(dir_));
+  ASSERT_EQ(d->size(), 15u);
+  EXPECT_EQ(Bytes(*d, 12), "k1-jpg");
+  EXPECT_EQ(Bytes(*d, 13), "k2-webp");
+  EXPECT_FALSE(d->sample(14).has_image);
+  EXPECT_EQ(d->sample(14).label, 2);
+  EXPECT_EQ(d->index_stats().no_image_samples, 1u);
+  absl::StatusOr<FileBytes> none = d->ReadSample(14);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.status().message(), HasSubstr("no image member"));
+
+  // Another list: the cached index is not reused; webp wins now.
+  batchd::v1::DatasetConfig webp_first;
+  webp_first.set_image_extensions("webp;jpg");
+  ASSERT_OK_AND_ASSIGN(d, Load(dir_, webp_first));
+  EXPECT_EQ(d->index_stats().shards_from_cache, 0u);
+  EXPECT_EQ(Bytes(*d, 12), "k1-webp");
+  ASSERT_OK_AND_ASSIGN(d, Load(dir_, webp_first));
+  EXPECT_EQ(d->index_stats().shards_from_cache, 4u);
+  EXPECT_EQ(Bytes(*d, 12), "k1-webp");
+
+  batchd::v1::DatasetConfig bad;
+  bad.set_image_extensions("jpg;;png");
+  EXPECT_THAT(Load(dir_, bad).status().message(),
+              HasSubstr("an empty extension"));
 }
 
 TEST_F(TarShardsTest, CacheCanBeDisabledOrUnwritable) {

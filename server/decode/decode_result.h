@@ -16,11 +16,13 @@ enum class SampleError {
   kReadError,
   kEmptyFile,
   kNotJpeg,
-  kUnsupportedFormat,  // PNG, GIF, BMP, WebP, TIFF... recognised by magic
+  kUnsupportedFormat,  // GIF, BMP, TIFF, animated WebP: recognised by magic
   kTruncated,
   kCorrupt,
   kTooManyPixels,
   kTooManyScans,
+  kHtmlPage,   // markup (an error page saved under an image name)
+  kNoImage,    // a tar shard key without an image member
 };
 
 struct DecodeResult {

@@ -1,8 +1,12 @@
 #include "server/decode/image_probe.h"
 
+#include <webp/decode.h>
+
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "server/decode/image_format.h"
 #include "server/decode/png_decoder.h"
 
 namespace batchd::server {
@@ -81,20 +85,24 @@ absl::StatusOr<ImageInfo> ProbeImage(absl::Span<const uint8_t> data) {
     info.height = static_cast<int>(height);
     return info;
   }
-  auto starts = [&](const char* magic, size_t offset = 0) {
-    const size_t n = strlen(magic);
-    return data.size() >= offset + n &&
-           memcmp(data.data() + offset, magic, n) == 0;
-  };
-  const char* format = starts("GIF8")                          ? "GIF"
-                       : starts("RIFF") && starts("WEBP", 8)   ? "WebP"
-                       : starts("BM")                          ? "BMP"
-                       : starts("II*") || starts("MM")         ? "TIFF"
-                                                               : nullptr;
+  if (SniffContent(data) == ContentKind::kWebp) {
+    ImageInfo info;
+    info.format = ImageFormat::kWebp;
+    if (!WebPGetInfo(data.data(), data.size(), &info.width, &info.height) ||
+        info.width <= 0 || info.height <= 0) {
+      return absl::InvalidArgumentError("WebP: no valid header");
+    }
+    return info;
+  }
   if (data.empty()) return absl::InvalidArgumentError("empty file");
+  const ContentKind kind = SniffContent(data);
+  if (kind == ContentKind::kHtml || kind == ContentKind::kUnknown) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a JPEG, PNG or WebP (", ContentKindName(kind), ")"));
+  }
   return absl::InvalidArgumentError(
-      format != nullptr ? absl::StrCat(format, " image, not JPEG or PNG")
-                        : "neither a JPEG nor a PNG");
+      absl::StrCat(absl::AsciiStrToUpper(ContentKindName(kind)),
+                   " image, not JPEG, PNG or WebP"));
 }
 
 }  // namespace batchd::server

@@ -1,5 +1,6 @@
 // ProbeImage: an image file's format and size from its first bytes (JPEG
-// SOF marker, PNG IHDR chunk), without decoding it. For tools that decide
+// SOF marker, PNG IHDR chunk, WebP's VP8/VP8L/VP8X header), without
+// decoding it. For tools that decide
 // per image what to do (batchd-prep's --max-side).
 //
 // Pure function; thread-safe.
@@ -13,7 +14,7 @@
 
 namespace batchd::server {
 
-enum class ImageFormat { kJpeg, kPng };
+enum class ImageFormat { kJpeg, kPng, kWebp };
 
 struct ImageInfo {
   ImageFormat format = ImageFormat::kJpeg;
@@ -21,7 +22,7 @@ struct ImageInfo {
   int height = 0;
 };
 
-// INVALID_ARGUMENT naming the problem: not a JPEG or PNG (with the format
+// INVALID_ARGUMENT naming the problem: not a JPEG, PNG or WebP (with the format
 // recognised, e.g. "GIF"), no frame header, a zero size, data ending early.
 absl::StatusOr<ImageInfo> ProbeImage(absl::Span<const uint8_t> data);
 

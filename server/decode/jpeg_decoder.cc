@@ -15,9 +15,11 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/decode/crop.h"
 #include "server/decode/decode_internal.h"
+#include "server/decode/image_format.h"
 #include "server/decode/resize.h"
 
 namespace batchd::server {
@@ -224,27 +226,6 @@ void StepDecode(j_decompress_ptr cinfo, void* arg) {
 // C++ from here on.
 // ---------------------------------------------------------------------------
 
-bool StartsWith(absl::Span<const uint8_t> data, const char* magic,
-                size_t offset = 0) {
-  const size_t n = strlen(magic);
-  return data.size() >= offset + n &&
-         memcmp(data.data() + offset, magic, n) == 0;
-}
-
-// Recognises formats that are not JPEG by their magic bytes.
-const char* OtherFormatName(absl::Span<const uint8_t> data) {
-  if (StartsWith(data, "\x89PNG\r\n\x1a\n")) return "PNG";
-  if (StartsWith(data, "GIF87a") || StartsWith(data, "GIF89a")) return "GIF";
-  if (StartsWith(data, "RIFF") && StartsWith(data, "WEBP", 8)) return "WebP";
-  if (data.size() >= 4 &&
-      (memcmp(data.data(), "II*\0", 4) == 0 ||
-       memcmp(data.data(), "MM\0*", 4) == 0)) {
-    return "TIFF";
-  }
-  if (StartsWith(data, "BM") && data.size() >= 14) return "BMP";
-  return nullptr;
-}
-
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                        start)
@@ -350,9 +331,12 @@ class DecoderCore {
           plan,
       RgbView* view) {
     if (data.empty()) return Error(SampleError::kEmptyFile, "empty file");
-    if (const char* format = OtherFormatName(data)) {
+    if (const ContentKind kind = SniffContent(data);
+        kind != ContentKind::kJpeg && kind != ContentKind::kHtml &&
+        kind != ContentKind::kUnknown) {
       return Error(SampleError::kUnsupportedFormat,
-                   absl::StrCat(format, " image, not JPEG"));
+                   absl::StrCat(absl::AsciiStrToUpper(ContentKindName(kind)),
+                                " image, not JPEG"));
     }
     if (data.size() < 2 || data[0] != 0xFF || data[1] != 0xD8) {
       return Error(SampleError::kNotJpeg, "no JPEG SOI marker");

@@ -18,6 +18,12 @@ ServerMetrics::ServerMetrics()
           "missing (--corrupt-policy decode), by the damage (truncated or "
           "corrupt).",
           {"reason"})),
+      content_mismatches_(registry_.AddCounter(
+          "batchd_content_mismatches_total",
+          "Samples read whose content is not the image format their name's "
+          "extension says (decoded by content, or substituted when not an "
+          "image), by the format named and the content found.",
+          {"named", "content"})),
       rejected_(registry_.AddCounter(
           "batchd_rejected_requests_total",
           "Batch requests and streams refused, by gRPC status code.",
@@ -119,6 +125,10 @@ void ServerMetrics::SampleDecodedDamaged(
   damaged_
       .With({absl::AsciiStrToLower(batchd::v1::SubstitutionReason_Name(reason))})
       .Increment();
+}
+
+void ServerMetrics::ContentMismatch(const char* named, const char* content) {
+  content_mismatches_.With({named, content}).Increment();
 }
 
 void ServerMetrics::RequestRejected(int grpc_code) {

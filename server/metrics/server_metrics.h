@@ -70,6 +70,12 @@ class ServerMetrics {
   // batchd_damaged_samples_decoded_total{reason}: with --corrupt-policy
   // decode, damaged samples delivered as libjpeg decoded them.
   void SampleDecodedDamaged(batchd::v1::SubstitutionReason reason);
+  // batchd_content_mismatches_total{named,content}: samples read whose
+  // content (image_format.h's names) is not what their file or member
+  // name's extension says, e.g. named="jpeg", content="png" (decoded all
+  // the same) or content="html" (substituted, HTML_PAGE). Both labels come
+  // from a fixed list of nine names, so the series stay bounded.
+  void ContentMismatch(const char* named, const char* content);
   // batchd_rejected_requests_total{code}: batch requests refused with a
   // RequestRejected, and streams ended because a request was invalid.
   void RequestRejected(int grpc_code);
@@ -91,6 +97,7 @@ class ServerMetrics {
   MetricsRegistry registry_;
   Family<Counter>& substitutions_;
   Family<Counter>& damaged_;
+  Family<Counter>& content_mismatches_;
   Family<Counter>& rejected_;
   Family<Histogram>& stages_;
   Histogram& read_;

@@ -1,5 +1,7 @@
 #include "server/pipeline/pipeline.h"
 
+#include "server/decode/image_format.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include "server/augment/op_call.h"
 #include "server/dataset/dataset.h"
 #include "server/decode/image_decoder.h"
+#include "server/decode/image_format.h"
 #include "server/pipeline/sample_fields.h"
 
 namespace batchd::server {
@@ -120,6 +123,10 @@ batchd::v1::SubstitutionReason ToReason(SampleError error) {
       return batchd::v1::TOO_MANY_PIXELS;
     case SampleError::kTooManyScans:
       return batchd::v1::TOO_MANY_SCANS;
+    case SampleError::kHtmlPage:
+      return batchd::v1::HTML_PAGE;
+    case SampleError::kNoImage:
+      return batchd::v1::NO_IMAGE_MEMBER;
     case SampleError::kNone:
       break;
   }
@@ -359,9 +366,11 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   FileBytes data;
   if (bytes.ok()) {
     data = *std::move(bytes);
+    CountContentMismatch(*job->plan, index, data);
   } else if (read_error == SampleError::kNone) {
-    read_error = SampleError::kReadError;
-    detail = std::string(bytes.status().message());
+    const DecodeResult failed = ReadFailure(*job->plan, index, bytes.status());
+    read_error = failed.error;
+    detail = failed.detail;
   }
   workers_.Submit(job_name, [this, job = std::move(job), position,
                              data = std::move(data), read_error,
@@ -386,6 +395,29 @@ absl::Status Pipeline::ReadFieldsAndLabel(BatchJob& job, size_t position,
   return absl::OkStatus();
 }
 
+DecodeResult Pipeline::ReadFailure(const ResolvedPlan& plan, uint64_t index,
+                                   const absl::Status& status) {
+  DecodeResult result;
+  result.error = plan.dataset->sample(index).has_image
+                     ? SampleError::kReadError
+                     : SampleError::kNoImage;
+  result.detail = std::string(status.message());
+  return result;
+}
+
+void Pipeline::CountContentMismatch(const ResolvedPlan& plan, uint64_t index,
+                                    const FileBytes& bytes) {
+  if (options_.metrics == nullptr) return;
+  const std::optional<ContentKind> named =
+      KindFromName(plan.dataset->sample(index).path);
+  if (!named.has_value()) return;
+  const ContentKind content = SniffContent(bytes.bytes());
+  // An empty file is EMPTY_FILE whatever its name.
+  if (content == *named || content == ContentKind::kEmpty) return;
+  options_.metrics->ContentMismatch(ContentKindName(*named),
+                                    ContentKindName(content));
+}
+
 DecodedSample Pipeline::CappedImageOf(const ResolvedPlan& plan,
                                      uint64_t sample_index,
                                      const FileBytes* bytes) {
@@ -397,8 +429,7 @@ DecodedSample Pipeline::CappedImageOf(const ResolvedPlan& plan,
       absl::StatusOr<FileBytes> file = ReadBytes(plan, sample_index);
       RecordRead(NanosSince(start));
       if (!file.ok()) {
-        sample.result = {SampleError::kReadError,
-                         std::string(file.status().message())};
+        sample.result = ReadFailure(plan, sample_index, file.status());
         return sample;
       }
       read_bytes = *std::move(file);
@@ -500,9 +531,7 @@ DecodeResult Pipeline::DecodeCrop(const ResolvedPlan& plan, uint64_t epoch,
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<FileBytes> file = ReadBytes(plan, sample_index);
     RecordRead(NanosSince(start));
-    if (!file.ok()) {
-      return {SampleError::kReadError, std::string(file.status().message())};
-    }
+    if (!file.ok()) return ReadFailure(plan, sample_index, file.status());
     read_bytes = *std::move(file);
     bytes = &read_bytes;
   }

@@ -192,6 +192,15 @@ class Pipeline {
   // writes them as CHW planes there. REQUIRES: plan.augment is not empty.
   void AugmentSample(const ResolvedPlan& plan, uint64_t epoch,
                      uint64_t entry, uint8_t* hwc, uint8_t* chw);
+  // What a failed read of `index` gives: kNoImage for a tar shard key
+  // without an image member, kReadError otherwise, with `status`'s message.
+  static DecodeResult ReadFailure(const ResolvedPlan& plan, uint64_t index,
+                                  const absl::Status& status);
+  // Counts (batchd_content_mismatches_total) a sample whose bytes are not
+  // the format its name says; read once per sample read, never for a
+  // substitute's read.
+  void CountContentMismatch(const ResolvedPlan& plan, uint64_t index,
+                            const FileBytes& bytes);
   // The capped image of `sample_index` (plan.decoded_max_side > 0), through
   // the decoded cache if any; reads the file when `bytes` is null.
   DecodedSample CappedImageOf(const ResolvedPlan& plan, uint64_t sample_index,
