@@ -213,6 +213,8 @@ absl::Status Pipeline::BuildBatch(
     batch.labels.push_back(plan->dataset->sample(index).label);
   }
   batch.shape = plan->shape(n);
+  batch.erased = plan->Erased(epoch, batch.sample_indices);
+  batch.mix = plan->Mix(epoch, batch_index);
   batch.pixels = *std::move(pixels);
   job->substitutions.resize(n);
   job->remaining = n;

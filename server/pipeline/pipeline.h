@@ -46,6 +46,9 @@ struct BuiltBatch {
   std::vector<int32_t> labels;
   std::vector<uint64_t> shape;
   std::vector<batchd::v1::Substitution> substitutions;
+  // BatchHeader.erased and .mix (ResolvedPlan::Erased, ::Mix).
+  std::vector<batchd::v1::ErasedRegion> erased;
+  std::optional<batchd::v1::BatchMix> mix;
   BatchBuffer pixels;
   absl::Time finished;  // when the last sample was written
 };

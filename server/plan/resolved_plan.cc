@@ -117,6 +117,37 @@ std::vector<augment::OpCall> ResolvedPlan::AugmentCalls(
   return augment.Draw(rng, width, height);
 }
 
+std::vector<batchd::v1::ErasedRegion> ResolvedPlan::Erased(
+    uint64_t epoch, const std::vector<uint64_t>& sample_indices) const {
+  std::vector<batchd::v1::ErasedRegion> erased;
+  if (!erasing.has_value()) return erased;
+  const int side = output_size();
+  for (size_t i = 0; i < sample_indices.size(); ++i) {
+    common::SampleRandom rng(shard.seed, epoch, sample_indices[i],
+                             common::RandomPurpose::kErasing);
+    common::SampleRandom noise_rng(shard.seed, epoch, sample_indices[i],
+                                   common::RandomPurpose::kErasingNoise);
+    std::optional<batchd::v1::ErasedRegion> region =
+        DrawErasing(*erasing, /*height=*/side, /*width=*/side,
+                    static_cast<uint32_t>(i), rng, noise_rng);
+    if (region.has_value()) erased.push_back(*std::move(region));
+  }
+  return erased;
+}
+
+std::optional<batchd::v1::BatchMix> ResolvedPlan::Mix(
+    uint64_t epoch, uint64_t batch_index) const {
+  if (!mix.has_value()) return std::nullopt;
+  // batch_index < 2^32 and world_size <= 2^32 in any plan that fits the
+  // counter's 56 bits; the product is reduced to them regardless.
+  const uint64_t counter =
+      (batch_index * shard.world_size + shard.rank) & common::kMaxSampleIndex;
+  common::SampleRandom rng(shard.seed, epoch, counter,
+                           common::RandomPurpose::kBatchMix);
+  const int side = output_size();
+  return DrawMix(*mix, /*height=*/side, /*width=*/side, rng);
+}
+
 std::string PlanFingerprint(const ResolvedPlan& plan) {
   const common::ShardSpec& s = plan.shard;
   // Doubles in hex ("%a"): exact, so no two values print alike.
@@ -158,7 +189,13 @@ std::string PlanFingerprint(const ResolvedPlan& plan) {
           : "",
       plan.augment.empty()
           ? ""
-          : absl::StrCat(" augment=[", plan.augment.fingerprint(), "]"));
+          : absl::StrCat(" augment=[", plan.augment.fingerprint(), "]"),
+      plan.erasing.has_value()
+          ? absl::StrCat(" erasing=[", ErasingFingerprint(*plan.erasing), "]")
+          : "",
+      plan.mix.has_value()
+          ? absl::StrCat(" mix=[", MixFingerprint(*plan.mix), "]")
+          : "");
 }
 
 std::string FingerprintLabel(const std::string& fingerprint) {
@@ -355,6 +392,14 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
                                    resolved->output_size());
   if (!augment.ok()) return augment.status();
   resolved->augment = *std::move(augment);
+  absl::StatusOr<std::optional<ErasingSpec>> erasing =
+      ResolveErasing(pipeline);
+  if (!erasing.ok()) return erasing.status();
+  resolved->erasing = *erasing;
+  absl::StatusOr<std::optional<MixSpec>> mix =
+      ResolveMix(pipeline, resolved->dataset->class_names().size());
+  if (!mix.ok()) return mix.status();
+  resolved->mix = *mix;
   resolved->job = plan.job().empty() ? "default" : plan.job();
   if (absl::Status name = CheckJobName(resolved->job); !name.ok()) {
     return name;
