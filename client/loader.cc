@@ -166,6 +166,8 @@ Batch LoaderCore::MakeBatch(SlotRing::Lease lease,
                      : header.layout();
   batch.substitutions.assign(header.substitutions().begin(),
                              header.substitutions().end());
+  batch.erased.assign(header.erased().begin(), header.erased().end());
+  if (header.has_mix()) batch.mix = header.mix();
   batch.core_ = std::move(self);
   batch.slot_ = lease.slot;
   batch.data_ = lease.data;

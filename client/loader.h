@@ -42,6 +42,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,11 @@ struct BatchInfo {
   std::vector<int32_t> labels;
   // Samples whose pixels come from another sample, if any.
   std::vector<batchd::v1::Substitution> substitutions;
+  // Pipeline.erasing and Pipeline.mix: what the daemon drew for this batch
+  // (BatchHeader.erased, BatchHeader.mix). A DeviceLoader applies them; a
+  // plain Loader hands them over with the raw pixels.
+  std::vector<batchd::v1::ErasedRegion> erased;
+  std::optional<batchd::v1::BatchMix> mix;
 };
 
 // One batch, leasing a slot of the loader's ring. The pixel bytes stay valid
