@@ -102,6 +102,8 @@ class DeviceLoaderCore {
   // it outlives everything allocated from it.
   std::unique_ptr<BufferAllocator> allocator;
   cuda::NormalizeSpec spec;
+  // The plan asked for: what a batch's erasing and mix are checked against.
+  batchd::v1::Plan plan;
   cuda::StreamHandle consumer_stream = nullptr;
   int depth = 0;
   size_t max_output_bytes = 0;
@@ -254,6 +256,7 @@ absl::StatusOr<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(
   const bool use_device = probe.ok();
   core->allocator = use_device ? NewPinnedAllocator() : NewHeapAllocator();
   core->spec = options.normalize;
+  core->plan = options.loader.plan;
   core->consumer_stream = options.consumer_stream;
   core->depth = options.depth;
   options.loader.allocator = core->allocator.get();
@@ -361,7 +364,8 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
     cuda::EraseMix erase_mix;
     RETURN_IF_ERROR(ToEraseMix(batch, params, &erase_mix));
     std::vector<float> soft_labels;
-    RETURN_IF_ERROR(SoftLabelsOf(batch, erase_mix.mix, &soft_labels));
+    RETURN_IF_ERROR(
+        SoftLabelsOf(batch, erase_mix.mix, core.plan, &soft_labels));
     const bool plain_copy = core.spec.dtype == cuda::DType::kUint8 &&
                             core.spec.layout == in_layout &&
                             !erase_mix.active();
@@ -407,7 +411,9 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
   cuda::EraseMix erase_mix;
   std::vector<float> soft_labels;
   if (status.ok()) status = ToEraseMix(*batch, params, &erase_mix);
-  if (status.ok()) status = SoftLabelsOf(*batch, erase_mix.mix, &soft_labels);
+  if (status.ok()) {
+    status = SoftLabelsOf(*batch, erase_mix.mix, core.plan, &soft_labels);
+  }
   if (!status.ok()) {
     core.ReleaseSlot(slot, nullptr);
     return status;

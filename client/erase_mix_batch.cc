@@ -55,13 +55,23 @@ absl::Status ToEraseMix(const BatchInfo& batch,
 }
 
 absl::Status SoftLabelsOf(const BatchInfo& batch, const cuda::MixParams& mix,
+                          const batchd::v1::Plan& plan,
                           std::vector<float>* out) {
   out->clear();
-  if (!batch.mix.has_value()) return absl::OkStatus();
-  const uint32_t classes = batch.mix->num_classes();
-  if (classes == 0 || classes > (1u << 24)) {
+  const bool planned = plan.pipeline().has_mix();
+  if (batch.mix.has_value() != planned) {
     return absl::InternalError(absl::StrCat(
-        "batch ", batch.batch_index, " names ", classes, " classes"));
+        "batch ", batch.batch_index, planned ? " has no" : " has a",
+        " mix, but the plan ", planned ? "has one" : "has none"));
+  }
+  if (!planned) return absl::OkStatus();
+  const uint32_t classes = batch.mix->num_classes();
+  if (classes != plan.pipeline().mix().num_classes() ||
+      batch.labels.size() > plan.batch_size()) {
+    return absl::InternalError(absl::StrCat(
+        "batch ", batch.batch_index, " has ", batch.labels.size(),
+        " labels of ", classes, " classes; the plan asks for at most ",
+        plan.batch_size(), " of ", plan.pipeline().mix().num_classes()));
   }
   out->resize(batch.labels.size() * classes);
   return FromCudaStatus(cuda::SoftLabels(batch.labels.data(),

@@ -26,8 +26,12 @@ absl::Status ToEraseMix(const BatchInfo& batch,
                         cuda::EraseMix* out);
 
 // The batch's soft labels [n, num_classes] (empty without BatchHeader.mix).
-// INVALID_ARGUMENT for a label outside the plan's num_classes.
+// `plan` is the client's own plan: a header whose mix it did not ask for,
+// or with other num_classes, is INTERNAL (so a daemon cannot make the
+// client allocate more than the plan's batch_size x num_classes floats);
+// INVALID_ARGUMENT for a label outside num_classes.
 absl::Status SoftLabelsOf(const BatchInfo& batch, const cuda::MixParams& mix,
+                          const batchd::v1::Plan& plan,
                           std::vector<float>* out);
 
 }  // namespace batchd::client

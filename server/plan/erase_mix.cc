@@ -68,7 +68,8 @@ absl::StatusOr<std::optional<ErasingSpec>> ResolveErasing(
 }
 
 absl::StatusOr<std::optional<MixSpec>> ResolveMix(
-    const batchd::v1::Pipeline& pipeline, uint64_t dataset_classes) {
+    const batchd::v1::Pipeline& pipeline, uint64_t dataset_classes,
+    uint32_t batch_size) {
   if (!pipeline.has_mix()) return std::optional<MixSpec>();
   const batchd::v1::MixupCutmix& in = pipeline.mix();
   MixSpec spec;
@@ -117,6 +118,13 @@ absl::StatusOr<std::optional<MixSpec>> ResolveMix(
         " (the dataset's classes: the width of the soft labels)"));
   }
   spec.num_classes = in.num_classes();
+  if (uint64_t{batch_size} * spec.num_classes > kMaxSoftLabelValues) {
+    return Invalid(absl::StrCat(
+        "pipeline.mix.num_classes ", spec.num_classes, " with batch_size ",
+        batch_size, " makes ", uint64_t{batch_size} * spec.num_classes,
+        " soft-label values a batch; at most ", kMaxSoftLabelValues,
+        " (256 MiB of float32): lower batch_size"));
+  }
   return std::optional<MixSpec>(spec);
 }
 

@@ -39,16 +39,21 @@ struct MixSpec {
 
 // The largest alpha accepted for MixUp and CutMix.
 inline constexpr double kMaxMixAlpha = 100;
+// The most soft-label values of one batch (batch_size x num_classes):
+// 256 MiB of float32 in the client per batch.
+inline constexpr uint64_t kMaxSoftLabelValues = uint64_t{1} << 26;
 
 // nullopt when `pipeline` has no erasing; INVALID_ARGUMENT naming the
 // field (pipeline.erasing.p, ...) for a value out of its range.
 absl::StatusOr<std::optional<ErasingSpec>> ResolveErasing(
     const batchd::v1::Pipeline& pipeline);
 // nullopt when `pipeline` has no mix; INVALID_ARGUMENT naming the field
-// (pipeline.mix.mixup_alpha, ...) for a value out of its range, or a
-// num_classes of 0 or above `dataset_classes`.
+// (pipeline.mix.mixup_alpha, ...) for a value out of its range, a
+// num_classes of 0 or above `dataset_classes`, or batch_size x num_classes
+// above kMaxSoftLabelValues.
 absl::StatusOr<std::optional<MixSpec>> ResolveMix(
-    const batchd::v1::Pipeline& pipeline, uint64_t dataset_classes);
+    const batchd::v1::Pipeline& pipeline, uint64_t dataset_classes,
+    uint32_t batch_size);
 
 // The canonical text of each, for the plan's fingerprint (exact: doubles
 // in hex).

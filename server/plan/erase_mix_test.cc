@@ -305,6 +305,28 @@ TEST(EraseMixTest, BadPlansNameTheField) {
                 "pipeline.mix.num_classes");
   ExpectInvalid([&](auto& p) { mix(p)->set_num_classes(11); },
                 "1..10");
+  // The soft labels' memory: batch_size x num_classes values at most.
+  {
+    std::vector<Sample> samples(4);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      samples[i].path = "/nowhere/" + std::to_string(i) + ".jpg";
+    }
+    std::vector<std::string> classes(1 << 20, "c");
+    DatasetMap many = {
+        {"many", std::make_shared<const Dataset>("many", samples, classes)}};
+    batchd::v1::Plan plan = MixPlan();
+    plan.set_dataset("many");
+    plan.set_batch_size(65);
+    mix(plan)->set_num_classes(1 << 20);
+    absl::StatusOr<std::shared_ptr<const ResolvedPlan>> resolved =
+        ResolvePlan(plan, many, PlanLimits{});
+    ASSERT_FALSE(resolved.ok());
+    EXPECT_EQ(resolved.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(resolved.status().message().find("soft-label values"),
+              std::string::npos);
+    plan.set_batch_size(64);
+    EXPECT_TRUE(ResolvePlan(plan, many, PlanLimits{}).ok());
+  }
   // The edges are accepted.
   batchd::v1::Plan edges = MixPlan();
   erasing(edges)->set_p(1);

@@ -397,7 +397,8 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
   if (!erasing.ok()) return erasing.status();
   resolved->erasing = *erasing;
   absl::StatusOr<std::optional<MixSpec>> mix =
-      ResolveMix(pipeline, resolved->dataset->class_names().size());
+      ResolveMix(pipeline, resolved->dataset->class_names().size(),
+                 plan.batch_size());
   if (!mix.ok()) return mix.status();
   resolved->mix = *mix;
   resolved->job = plan.job().empty() ? "default" : plan.job();
