@@ -669,4 +669,8 @@ def reference_recipe(args, num_classes=None):
     return Recipe(train, evaluation, tuple(notes))
 
 
-from .erase_mix import MixupCutmix, RandomErasing  # noqa: E402
+# RandomErasing and MixUp/CutMix live in erase_mix.py (which uses the
+# checks above); loaded as a lone file (bench/augment.py reads the ops
+# without the package) this module has the per-sample ops only.
+if __package__:
+    from .erase_mix import MixupCutmix, RandomErasing  # noqa: E402,F401
