@@ -87,9 +87,8 @@ absl::StatusOr<batchd::v1::Augment> ReferencePolicy(absl::string_view name,
   return augment;
 }
 
-absl::Status ParseAugmentList(
-    absl::string_view text,
-    google::protobuf::RepeatedPtrField<batchd::v1::Augment>* out) {
+absl::Status ParseAugmentList(absl::string_view text,
+                              batchd::v1::Pipeline* pipeline) {
   batchd::v1::Pipeline parsed;
   google::protobuf::TextFormat::Parser parser;
   FirstError error;
@@ -102,11 +101,14 @@ absl::Status ParseAugmentList(
   }
   batchd::v1::Pipeline rest = parsed;
   rest.clear_augment();
+  rest.clear_erasing();
+  rest.clear_mix();
   std::vector<const google::protobuf::FieldDescriptor*> others;
   rest.GetReflection()->ListFields(rest, &others);
   if (!others.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "augment: only `augment { ... }` entries may be given here, not '",
+        "augment: only `augment { ... }` entries (and `erasing { ... }`, "
+        "`mix { ... }`) may be given here, not '",
         others.front()->name(), "'"));
   }
   for (int i = 0; i < parsed.augment_size(); ++i) {
@@ -117,10 +119,60 @@ absl::Status ParseAugmentList(
     }
   }
   for (batchd::v1::Augment& entry : *parsed.mutable_augment()) {
-    *out->Add() = std::move(entry);
+    *pipeline->add_augment() = std::move(entry);
   }
+  if (parsed.has_erasing()) *pipeline->mutable_erasing() = parsed.erasing();
+  if (parsed.has_mix()) *pipeline->mutable_mix() = parsed.mix();
   return absl::OkStatus();
 }
+
+namespace {
+
+// torchvision's train.py flags as Pipeline.erasing and Pipeline.mix.
+absl::Status ApplyReferenceFlags(const AugmentOptions& options,
+                                 batchd::v1::Pipeline* pipeline) {
+  if (options.random_erase != 0) {
+    if (!(options.random_erase > 0 && options.random_erase <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "random_erase is ", options.random_erase,
+          "; it is RandomErasing's probability: use 0 (off) to 1"));
+    }
+    pipeline->mutable_erasing()->set_p(
+        static_cast<float>(options.random_erase));
+  }
+  const bool mix = options.mixup_alpha != 0 || options.cutmix_alpha != 0;
+  if (!mix) {
+    if (options.label_smoothing != 0) {
+      return absl::InvalidArgumentError(
+          "label_smoothing is applied to the soft labels of MixUp/CutMix; "
+          "without mixup_alpha or cutmix_alpha, give it to the loss instead "
+          "(torch.nn.CrossEntropyLoss(label_smoothing=...))");
+    }
+    return absl::OkStatus();
+  }
+  if (options.mixup_alpha < 0 || options.cutmix_alpha < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mixup_alpha and cutmix_alpha must be > 0 (or 0 for off), not ",
+        options.mixup_alpha < 0 ? options.mixup_alpha : options.cutmix_alpha));
+  }
+  if (options.num_classes == 0) {
+    return absl::InvalidArgumentError(
+        "num_classes is needed with mixup_alpha or cutmix_alpha: the soft "
+        "labels have one column per class (e.g. 1000 for ImageNet)");
+  }
+  batchd::v1::MixupCutmix* out = pipeline->mutable_mix();
+  if (options.mixup_alpha > 0) {
+    out->set_mixup_alpha(static_cast<float>(options.mixup_alpha));
+  }
+  if (options.cutmix_alpha > 0) {
+    out->set_cutmix_alpha(static_cast<float>(options.cutmix_alpha));
+  }
+  out->set_label_smoothing(static_cast<float>(options.label_smoothing));
+  out->set_num_classes(options.num_classes);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ApplyAugmentOptions(const AugmentOptions& options,
                                  batchd::v1::Pipeline* pipeline) {
@@ -144,7 +196,8 @@ absl::Status ApplyAugmentOptions(const AugmentOptions& options,
                                      options.augmix_severity));
     *pipeline->add_augment() = std::move(policy);
   }
-  return ParseAugmentList(options.augment, pipeline->mutable_augment());
+  RETURN_IF_ERROR(ApplyReferenceFlags(options, pipeline));
+  return ParseAugmentList(options.augment, pipeline);
 }
 
 }  // namespace batchd::client

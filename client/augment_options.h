@@ -47,13 +47,26 @@ struct AugmentOptions {
   // AugMix's severity with auto_augment "augmix", 1..10.
   uint32_t augmix_severity = kDefaultAugmixSeverity;
   // Pipeline.augment entries in protobuf text format, appended after the
-  // policy, e.g. "augment { random_grayscale { p: 0.2 } }".
+  // policy, e.g. "augment { random_grayscale { p: 0.2 } }"; it may also
+  // hold one `erasing { ... }` and one `mix { ... }` (Pipeline.erasing,
+  // Pipeline.mix), which take precedence over the flags below.
   std::string augment;
+  // torchvision's train.py flags for the trainer-side recipe:
+  // --random-erase P (RandomErasing(p=P) after Normalize; 0: off),
+  // --mixup-alpha and --cutmix-alpha (0: off; either on needs num_classes),
+  // --label-smoothing (applied to the mix's soft labels; needs a mix).
+  double random_erase = 0;
+  double mixup_alpha = 0;
+  double cutmix_alpha = 0;
+  double label_smoothing = 0;
+  uint32_t num_classes = 0;
 };
 
-// Sets `pipeline`'s interpolation and appends its augment entries.
-// INVALID_ARGUMENT naming the option (interpolation, auto_augment,
-// ra_magnitude, augmix_severity, augment) and what is wrong with it.
+// Sets `pipeline`'s interpolation, appends its augment entries and sets
+// its erasing and mix. INVALID_ARGUMENT naming the option (interpolation,
+// auto_augment, ra_magnitude, augmix_severity, augment, random_erase,
+// mixup_alpha, cutmix_alpha, label_smoothing, num_classes) and what is
+// wrong with it; the daemon checks the ranges of erasing and mix.
 absl::Status ApplyAugmentOptions(const AugmentOptions& options,
                                  batchd::v1::Pipeline* pipeline);
 
@@ -72,12 +85,12 @@ absl::StatusOr<batchd::v1::Augment> ReferencePolicy(absl::string_view name,
                                                     uint32_t augmix_severity);
 
 // Appends the entries of `text` (Pipeline text format holding only
-// `augment { ... }` entries; "" holds none) to `out`. INVALID_ARGUMENT
-// with the parser's line, column and message, or naming the other field
-// the text sets.
-absl::Status ParseAugmentList(
-    absl::string_view text,
-    google::protobuf::RepeatedPtrField<batchd::v1::Augment>* out);
+// `augment { ... }` entries, and at most one `erasing` and one `mix`; ""
+// holds none) to `pipeline`'s augment, and sets its erasing and mix when
+// the text has them. INVALID_ARGUMENT with the parser's line, column and
+// message, or naming the other field the text sets.
+absl::Status ParseAugmentList(absl::string_view text,
+                              batchd::v1::Pipeline* pipeline);
 
 }  // namespace batchd::client
 

@@ -132,7 +132,7 @@ TEST(AugmentOptionsTest, TextListFollowsThePolicyInOrder) {
 }
 
 TEST(AugmentOptionsTest, TextErrorsSayWhereAndWhat) {
-  google::protobuf::RepeatedPtrField<batchd::v1::Augment> out;
+  batchd::v1::Pipeline out;
   EXPECT_THAT(ParseAugmentList("augment { rand_augment { num_op: 3 } }", &out),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("augment: line 1 column ")));
@@ -144,8 +144,9 @@ TEST(AugmentOptionsTest, TextErrorsSayWhereAndWhat) {
                        HasSubstr("augment: line 2")));
   EXPECT_THAT(ParseAugmentList("train { size: 64 }", &out),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "augment: only `augment { ... }` entries may be given "
-                       "here, not 'train'"));
+                       "augment: only `augment { ... }` entries (and "
+                       "`erasing { ... }`, `mix { ... }`) may be given here, "
+                       "not 'train'"));
   EXPECT_THAT(ParseAugmentList("augment { } augment { }", &out),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("augment: entry 1 names no op")));
@@ -154,9 +155,46 @@ TEST(AugmentOptionsTest, TextErrorsSayWhereAndWhat) {
                   "augment { random_invert {} random_equalize {} }", &out),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("random_equalize")));
-  EXPECT_TRUE(out.empty());
+  EXPECT_TRUE(out.augment().empty());
   EXPECT_OK(ParseAugmentList("", &out));
-  EXPECT_TRUE(out.empty());
+  EXPECT_TRUE(out.augment().empty());
+}
+
+// torchvision's --random-erase, --mixup-alpha, --cutmix-alpha and
+// --label-smoothing become Pipeline.erasing and Pipeline.mix; the text
+// form (what batchd.augment writes) wins over them.
+TEST(AugmentOptionsTest, ReferenceFlagsAndTextSetErasingAndMix) {
+  AugmentOptions options;
+  options.random_erase = 0.1;
+  options.mixup_alpha = 0.2;
+  options.cutmix_alpha = 1.0;
+  options.label_smoothing = 0.1;
+  options.num_classes = 1000;
+  ASSERT_OK_AND_ASSIGN(const std::string text, Apply(options));
+  EXPECT_EQ(text,
+            "erasing { p: 0.1 } mix { mixup_alpha: 0.2 cutmix_alpha: 1 "
+            "label_smoothing: 0.1 num_classes: 1000 }");
+  options.augment = "erasing { p: 0.25 random_value: true } "
+                    "mix { cutmix_alpha: 1 num_classes: 10 prob: 0.5 }";
+  ASSERT_OK_AND_ASSIGN(const std::string replaced, Apply(options));
+  EXPECT_EQ(replaced,
+            "erasing { p: 0.25 random_value: true } mix { cutmix_alpha: 1 "
+            "num_classes: 10 prob: 0.5 }");
+  AugmentOptions smoothing_alone;
+  smoothing_alone.label_smoothing = 0.1;
+  EXPECT_THAT(Apply(smoothing_alone).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("CrossEntropyLoss(label_smoothing")));
+  AugmentOptions no_classes;
+  no_classes.mixup_alpha = 0.2;
+  EXPECT_THAT(Apply(no_classes).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("num_classes")));
+  AugmentOptions bad_p;
+  bad_p.random_erase = 1.5;
+  EXPECT_THAT(Apply(bad_p).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("random_erase")));
 }
 
 }  // namespace

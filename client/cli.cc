@@ -81,6 +81,21 @@ ABSL_FLAG(std::string, augment, "",
           "text-format Pipeline.augment entries (docs/augment.md), e.g. "
           "'augment { color_jitter { brightness: 0.4 p: 0.8 } } augment { "
           "random_grayscale { p: 0.2 } }'");
+ABSL_FLAG(double, random_erase, 0,
+          "torchvision's --random-erase: RandomErasing's probability after "
+          "normalisation (Pipeline.erasing; the trainer's client applies it)"
+          ", 0 (off) to 1");
+ABSL_FLAG(double, mixup_alpha, 0,
+          "torchvision's --mixup-alpha: MixUp's Beta(alpha, alpha), 0 = off "
+          "(Pipeline.mix; needs --num-classes)");
+ABSL_FLAG(double, cutmix_alpha, 0,
+          "torchvision's --cutmix-alpha: CutMix's Beta(alpha, alpha), 0 = off "
+          "(Pipeline.mix; needs --num-classes)");
+ABSL_FLAG(double, label_smoothing, 0,
+          "torchvision's --label-smoothing, in the mix's soft labels, 0 <= e "
+          "< 1 (needs --mixup-alpha or --cutmix-alpha)");
+ABSL_FLAG(uint32_t, num_classes, 0,
+          "classes of the mix's soft labels (the dataset's classes)");
 ABSL_FLAG(bool, print_plan, false,
           "print the plan the flags make (protobuf text format) and exit");
 ABSL_FLAG(uint64_t, seed, 0, "seed for the order and augmentation");
@@ -184,6 +199,11 @@ absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
   augment.ra_magnitude = absl::GetFlag(FLAGS_ra_magnitude);
   augment.augmix_severity = absl::GetFlag(FLAGS_augmix_severity);
   augment.augment = absl::GetFlag(FLAGS_augment);
+  augment.random_erase = absl::GetFlag(FLAGS_random_erase);
+  augment.mixup_alpha = absl::GetFlag(FLAGS_mixup_alpha);
+  augment.cutmix_alpha = absl::GetFlag(FLAGS_cutmix_alpha);
+  augment.label_smoothing = absl::GetFlag(FLAGS_label_smoothing);
+  augment.num_classes = absl::GetFlag(FLAGS_num_classes);
   if (absl::Status status =
           ApplyAugmentOptions(augment, plan.mutable_pipeline());
       !status.ok()) {

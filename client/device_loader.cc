@@ -15,6 +15,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cuda/copy_engine.h"
+#include "client/cuda/erase_mix.h"
+#include "client/erase_mix_batch.h"
 #include "common/status_macros.h"
 
 // Evaluates `expr` (a batchd::cuda::Status) and returns it as an
@@ -100,6 +102,8 @@ class DeviceLoaderCore {
   // it outlives everything allocated from it.
   std::unique_ptr<BufferAllocator> allocator;
   cuda::NormalizeSpec spec;
+  // The plan asked for: what a batch's erasing and mix are checked against.
+  batchd::v1::Plan plan;
   cuda::StreamHandle consumer_stream = nullptr;
   int depth = 0;
   size_t max_output_bytes = 0;
@@ -197,6 +201,8 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
   shape = std::move(other.shape);
   dtype = other.dtype;
   layout = other.layout;
+  soft_labels = std::move(other.soft_labels);
+  num_classes = other.num_classes;
   core_ = std::move(other.core_);
   slot_ = std::exchange(other.slot_, -1);
   data_ = std::exchange(other.data_, nullptr);
@@ -234,6 +240,14 @@ absl::StatusOr<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "depth must be 1..", kMaxDepth, ", got ", options.depth));
   }
+  const batchd::v1::Pipeline& pipeline = options.loader.plan.pipeline();
+  if ((pipeline.has_erasing() || pipeline.has_mix()) &&
+      options.normalize.dtype == cuda::DType::kUint8) {
+    return absl::InvalidArgumentError(
+        "the plan has RandomErasing or MixUp/CutMix (pipeline.erasing, "
+        "pipeline.mix), which work on the normalised tensor: ask for a float "
+        "output (normalize.dtype float32, float16 or bfloat16)");
+  }
   auto core = std::make_shared<internal::DeviceLoaderCore>();
   cuda::DeviceInfo device;
   cuda::Status probe =
@@ -242,6 +256,7 @@ absl::StatusOr<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(
   const bool use_device = probe.ok();
   core->allocator = use_device ? NewPinnedAllocator() : NewHeapAllocator();
   core->spec = options.normalize;
+  core->plan = options.loader.plan;
   core->consumer_stream = options.consumer_stream;
   core->depth = options.depth;
   options.loader.allocator = core->allocator.get();
@@ -320,6 +335,16 @@ const char* DeviceLoader::path() const {
 }
 int DeviceLoader::depth() const { return core_->depth; }
 
+namespace {
+
+void SetSoftLabels(std::vector<float> soft_labels, DeviceBatch* out) {
+  out->num_classes =
+      out->mix.has_value() ? out->mix->num_classes() : uint32_t{0};
+  out->soft_labels = std::move(soft_labels);
+}
+
+}  // namespace
+
 absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
   internal::DeviceLoaderCore& core = *core_;
   DeviceBatch out;
@@ -333,11 +358,17 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
     RETURN_IF_ERROR(core.ReapPending(window > 0 ? window - 1 : 0));
     ASSIGN_OR_RETURN(Batch batch, loader_->Next());
     const cuda::Layout in_layout = ToCudaLayout(batch.layout);
-    const bool plain_copy = core.spec.dtype == cuda::DType::kUint8 &&
-                            core.spec.layout == in_layout;
     cuda::NormalizeParams params;
     RETURN_IF_CUDA_ERROR(
         cuda::MakeNormalizeParams(batch.shape, in_layout, core.spec, &params));
+    cuda::EraseMix erase_mix;
+    RETURN_IF_ERROR(ToEraseMix(batch, params, &erase_mix));
+    std::vector<float> soft_labels;
+    RETURN_IF_ERROR(
+        SoftLabelsOf(batch, erase_mix.mix, core.plan, &soft_labels));
+    const bool plain_copy = core.spec.dtype == cuda::DType::kUint8 &&
+                            core.spec.layout == in_layout &&
+                            !erase_mix.active();
     cuda::CopyTicket ticket;
     // Reported as copy time (for the client-bound diagnosis): the enqueue
     // only. The copy and kernel run asynchronously on the copy stream, and
@@ -347,12 +378,14 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
     // does measure.
     const absl::Time enqueue_start = absl::Now();
     RETURN_IF_CUDA_ERROR(core.engine->Submit(
-        batch.data(), batch.size(), plain_copy ? nullptr : &params, &ticket));
+        batch.data(), batch.size(), plain_copy ? nullptr : &params, &ticket,
+        &erase_mix));
     loader_->RecordCopy(absl::Now() - enqueue_start);
     internal::DeviceLoaderCore::Fill(batch, core_, ticket.slot, ticket.output,
                                      ticket.output_bytes, ticket.ready,
                                      params.output_shape(), params.out_layout,
                                      &out);
+    SetSoftLabels(std::move(soft_labels), &out);
     core.pending.push_back({std::move(batch), ticket.input_consumed});
     return out;
   }
@@ -375,6 +408,12 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
         "batch ", batch->batch_index, " has ", batch->size(),
         " bytes, not what its shape and the plan promise"));
   }
+  cuda::EraseMix erase_mix;
+  std::vector<float> soft_labels;
+  if (status.ok()) status = ToEraseMix(*batch, params, &erase_mix);
+  if (status.ok()) {
+    status = SoftLabelsOf(*batch, erase_mix.mix, core.plan, &soft_labels);
+  }
   if (!status.ok()) {
     core.ReleaseSlot(slot, nullptr);
     return status;
@@ -383,12 +422,17 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
   // The host path's copy: received slot -> output slot, normalised on the
   // CPU. Reported as copy time, so the diagnosis sees it.
   const absl::Time copy_start = absl::Now();
-  cuda::NormalizeCpu(batch->data(), output, params);
+  if (erase_mix.active()) {
+    cuda::NormalizeEraseMixCpu(batch->data(), output, params, erase_mix);
+  } else {
+    cuda::NormalizeCpu(batch->data(), output, params);
+  }
   loader_->RecordCopy(absl::Now() - copy_start);
   internal::DeviceLoaderCore::Fill(*batch, core_, slot, output,
                                    params.output_bytes(), nullptr,
                                    params.output_shape(), params.out_layout,
                                    &out);
+  SetSoftLabels(std::move(soft_labels), &out);
   return out;
 }
 

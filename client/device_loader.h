@@ -99,6 +99,10 @@ class DeviceBatch : public BatchInfo {
   std::vector<uint64_t> shape;
   cuda::DType dtype = cuda::DType::kUint8;
   cuda::Layout layout = cuda::Layout::kNCHW;
+  // With Pipeline.mix: the soft labels, [n, num_classes] row-major (the
+  // pixels are mixed to match); empty otherwise (use `labels`).
+  std::vector<float> soft_labels;
+  uint32_t num_classes = 0;
 
   // Device memory when on_device(), host memory otherwise; `size()` bytes.
   // nullptr for an empty DeviceBatch.
@@ -140,8 +144,15 @@ class DeviceLoader {
   // Probes the device (unless `force_host`), creates the Loader with pinned
   // or heap slots and the output slots. Errors: the Loader's errors;
   // INVALID_ARGUMENT for a normalisation the batches cannot take (bad
-  // mean/std, more than 4 channels), `depth` outside 1..64 or a non-null
-  // `loader.allocator`; RESOURCE_EXHAUSTED when memory is short.
+  // mean/std, more than 4 channels), `depth` outside 1..64, a non-null
+  // `loader.allocator`, or a plan with Pipeline.erasing or Pipeline.mix
+  // and a uint8 output (they work on the normalised floats);
+  // RESOURCE_EXHAUSTED when memory is short.
+  //
+  // With Pipeline.erasing or Pipeline.mix, every batch is normalised,
+  // erased and mixed in one pass (client/cuda/erase_mix.h; the same bits
+  // on the device and the host), and DeviceBatch.soft_labels holds its
+  // labels.
   static absl::StatusOr<std::unique_ptr<DeviceLoader>> Create(
       DeviceLoaderOptions options);
 

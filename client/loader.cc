@@ -187,6 +187,8 @@ Batch LoaderCore::MakeBatch(SlotRing::Lease lease,
   batch.substitutions.assign(header.substitutions().begin(),
                              header.substitutions().end());
   SetFields(lease.header, &batch);
+  batch.erased.assign(header.erased().begin(), header.erased().end());
+  if (header.has_mix()) batch.mix = header.mix();
   batch.core_ = std::move(self);
   batch.slot_ = lease.slot;
   batch.data_ = lease.data;

@@ -42,6 +42,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,12 @@ struct BatchInfo {
   absl::string_view field(size_t sample, size_t field) const {
     return fields[sample * field_count + field];
   }
+
+  // Pipeline.erasing and Pipeline.mix: what the daemon drew for this batch
+  // (BatchHeader.erased, BatchHeader.mix). A DeviceLoader applies them; a
+  // plain Loader hands them over with the raw pixels.
+  std::vector<batchd::v1::ErasedRegion> erased;
+  std::optional<batchd::v1::BatchMix> mix;
 };
 
 // One batch, leasing a slot of the loader's ring. The pixel bytes stay valid

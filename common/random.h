@@ -31,6 +31,10 @@ enum class RandomPurpose : uint8_t {
   kShardPermutation = 4,  // the epoch's shard order (shard-aware shuffle)
   kShardWindow = 5,       // draws from the shard-aware shuffle's window
   kAugmentOps = 6,  // a sample's augmentation ops (Pipeline.augment)
+  // Far from the others so that purposes added beside them do not clash.
+  kErasing = 20,       // a sample's RandomErasing rectangle
+  kErasingNoise = 21,  // the key of its noise (RandomErasing random_value)
+  kBatchMix = 22,      // a batch's MixUp/CutMix (indexed by batch, not sample)
 };
 
 // The largest sample index the counter layout can hold (56 bits).

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "client/cuda/erase_mix.h"
 #include "client/cuda/normalize.h"
 #include "client/cuda/runtime.h"
 #include "client/cuda/status.h"
@@ -80,12 +81,16 @@ class CopyEngine {
   // Enqueues on the copy stream: wait for the slot's previous consumer,
   // copy `input_bytes` bytes from `host_input` (pinned for an asynchronous
   // copy; pageable memory works but the copy is synchronous), then normalise
-  // with `normalize` unless it is null. Returns without waiting for the GPU.
-  // FAILED_PRECONDITION when every slot is leased (release one);
-  // INVALID_ARGUMENT when the input or output exceeds the slot size or
-  // `normalize` does not match `input_bytes`.
+  // with `normalize` unless it is null; with an active `erase_mix` (and
+  // `normalize`), erase and mix in the same kernel (erase_mix.h; its
+  // rectangles are copied to the slot's device table first). Returns
+  // without waiting for the GPU. FAILED_PRECONDITION when every slot is
+  // leased (release one); INVALID_ARGUMENT when the input or output
+  // exceeds the slot size, `normalize` does not match `input_bytes`, or
+  // CheckEraseMix refuses `erase_mix`.
   Status Submit(const uint8_t* host_input, size_t input_bytes,
-                const NormalizeParams* normalize, CopyTicket* ticket);
+                const NormalizeParams* normalize, CopyTicket* ticket,
+                const EraseMix* erase_mix = nullptr);
 
   // Returns `slot` to the engine once the work enqueued so far on
   // `consumer_stream` completes (an event is recorded there; nothing

@@ -20,6 +20,10 @@ class CopyEngine::Impl {
     UniqueEvent ready;
     UniqueEvent consumer_done;
     UniqueEvent started;  // only with timing_events
+    // EraseRects of the batch in the slot (erase_mix.h), grown on demand;
+    // reused only after the slot's previous kernel (same stream).
+    DeviceMemory rects;
+    size_t rects_capacity = 0;  // EraseRects
     // Protected by mu_.
     bool leased = false;
     // True once a consumer released the slot: consumer_done is recorded
@@ -80,8 +84,16 @@ Status CopyEngine::Create(const CopyEngineOptions& options,
 
 Status CopyEngine::Submit(const uint8_t* host_input, size_t input_bytes,
                           const NormalizeParams* normalize,
-                          CopyTicket* ticket) {
+                          CopyTicket* ticket, const EraseMix* erase_mix) {
   Impl& impl = *impl_;
+  if (erase_mix != nullptr && !erase_mix->active()) erase_mix = nullptr;
+  if (erase_mix != nullptr) {
+    if (normalize == nullptr) {
+      return InvalidArgumentError(
+          "RandomErasing and MixUp/CutMix need a normalised float output");
+    }
+    BATCHD_CUDA_RETURN_IF_ERROR(CheckEraseMix(*normalize, *erase_mix));
+  }
   if (input_bytes > impl.options.max_input_bytes) {
     return InvalidArgumentError(
         "batch of " + std::to_string(input_bytes) +
@@ -145,7 +157,28 @@ Status CopyEngine::Submit(const uint8_t* host_input, size_t input_bytes,
                                        stream));
     }
     BATCHD_CUDA_CALL(cudaEventRecord(slot.input_consumed.get(), stream));
-    if (normalize != nullptr) {
+    if (erase_mix != nullptr) {
+      const EraseRect* device_rects = nullptr;
+      const size_t count = erase_mix->rects.size();
+      if (count > 0) {
+        if (slot.rects_capacity < count) {
+          // Grown once to the largest batch: a synchronous allocation.
+          slot.rects = DeviceMemory();
+          BATCHD_CUDA_RETURN_IF_ERROR(DeviceMemory::Allocate(
+              count * sizeof(EraseRect), &slot.rects));
+          slot.rects_capacity = count;
+        }
+        // From pageable memory: the call returns once the bytes are staged,
+        // so `erase_mix` may go away after Submit.
+        BATCHD_CUDA_CALL(cudaMemcpyAsync(
+            slot.rects.get(), erase_mix->rects.data(),
+            count * sizeof(EraseRect), cudaMemcpyHostToDevice, stream));
+        device_rects = static_cast<const EraseRect*>(slot.rects.get());
+      }
+      BATCHD_CUDA_RETURN_IF_ERROR(NormalizeEraseMixOnDevice(
+          static_cast<const uint8_t*>(slot.input.get()), slot.output.get(),
+          *normalize, device_rects, erase_mix->mix, stream));
+    } else if (normalize != nullptr) {
       BATCHD_CUDA_RETURN_IF_ERROR(NormalizeOnDevice(
           static_cast<const uint8_t*>(slot.input.get()), slot.output.get(),
           *normalize, stream));

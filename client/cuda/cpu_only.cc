@@ -4,6 +4,7 @@
 #include <string>
 
 #include "client/cuda/copy_engine.h"
+#include "client/cuda/erase_mix.h"
 #include "client/cuda/normalize.h"
 #include "client/cuda/runtime.h"
 
@@ -47,6 +48,12 @@ Status NormalizeOnDevice(const uint8_t*, void*, const NormalizeParams&,
   return NotBuilt();
 }
 
+Status NormalizeEraseMixOnDevice(const uint8_t*, void*,
+                                 const NormalizeParams&, const EraseRect*,
+                                 const MixParams&, StreamHandle) {
+  return NotBuilt();
+}
+
 bool NormalizeGroupsOnHostForTest(const uint8_t*, void*,
                                   const NormalizeParams&) {
   return false;
@@ -61,7 +68,7 @@ Status CopyEngine::Create(const CopyEngineOptions&,
   return NotBuilt();
 }
 Status CopyEngine::Submit(const uint8_t*, size_t, const NormalizeParams*,
-                          CopyTicket*) {
+                          CopyTicket*, const EraseMix*) {
   return NotBuilt();
 }
 Status CopyEngine::Release(int, StreamHandle) { return NotBuilt(); }

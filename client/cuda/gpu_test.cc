@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "client/cuda/copy_engine.h"
+#include "client/cuda/erase_mix.h"
 #include "client/cuda/normalize.h"
 #include "client/cuda/runtime.h"
 #include "client/cuda/testing/mini_test.h"
@@ -138,6 +139,73 @@ MINI_TEST(CopyEngine, FullRingIsAnErrorNotAHang) {
   MINI_EXPECT_EQ(c.slot, a.slot);
   MINI_ASSERT_OK(engine->Release(b.slot, nullptr));
   MINI_ASSERT_OK(engine->Release(c.slot, nullptr));
+}
+
+// RandomErasing (value 0 and noise) and MixUp/CutMix through the copy
+// engine's kernel: bit-identical to the CPU path, every dtype and layout.
+MINI_TEST(EraseMix, GpuMatchesCpuBitForBit) {
+  REQUIRE_DEVICE();
+  constexpr uint64_t kN = 6, kH = 29, kW = 33;
+  CopyEngineOptions options;
+  options.depth = 2;
+  options.max_input_bytes = kN * 3 * kH * kW;
+  options.max_output_bytes = options.max_input_bytes * 4;
+  std::unique_ptr<CopyEngine> engine;
+  MINI_ASSERT_OK(CopyEngine::Create(options, &engine));
+  std::unique_ptr<PinnedBuffer> host;
+  MINI_ASSERT_OK(PinnedBuffer::Allocate(options.max_input_bytes, &host));
+  FillRandom(host->data(), options.max_input_bytes, 7);
+  int cases = 0;
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (Layout in : {Layout::kNHWC, Layout::kNCHW}) {
+      for (Layout out : {Layout::kNHWC, Layout::kNCHW}) {
+        for (MixKind kind :
+             {MixKind::kNone, MixKind::kMixup, MixKind::kCutmix}) {
+          NormalizeSpec spec;
+          spec.dtype = dtype;
+          spec.layout = out;
+          spec.mean = {0.485f, 0.456f, 0.406f};
+          spec.std = {0.229f, 0.224f, 0.225f};
+          const std::vector<uint64_t> shape =
+              in == Layout::kNHWC ? std::vector<uint64_t>{kN, kH, kW, 3}
+                                  : std::vector<uint64_t>{kN, 3, kH, kW};
+          NormalizeParams p;
+          MINI_ASSERT_OK(MakeNormalizeParams(shape, in, spec, &p));
+          EraseMix em;
+          em.rects.resize(kN);
+          em.rects[0] = {.top = 2, .left = 3, .height = 10, .width = 7};
+          em.rects[3] = {.top = 0, .left = 0, .height = 28, .width = 32,
+                         .noise = 1, .noise_key = 0xabcdef0123456789ull};
+          em.rects[5] = {.top = 20, .left = 30, .height = 9, .width = 3,
+                         .noise = 1, .noise_key = 42};
+          MINI_ASSERT_OK(MakeMixParams(
+              kind, 0.41421356, {.top = 4, .left = 6, .height = 17,
+                                 .width = 20},
+              &em.mix));
+          std::vector<uint8_t> want(p.output_bytes());
+          NormalizeEraseMixCpu(host->data(), want.data(), p, em);
+          CopyTicket ticket;
+          MINI_ASSERT_OK(engine->Submit(host->data(), p.input_bytes(), &p,
+                                        &ticket, &em));
+          MINI_ASSERT_OK(SynchronizeEvent(ticket.ready));
+          std::vector<uint8_t> got(p.output_bytes());
+          CUDA_OK(cudaMemcpy(got.data(), ticket.output, got.size(),
+                             cudaMemcpyDeviceToHost));
+          MINI_ASSERT_OK(engine->Release(ticket.slot, nullptr));
+          size_t differ = 0;
+          for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+          if (differ != 0) {
+            std::fprintf(stderr, "dtype %s in %s out %s mix %d: %zu bytes "
+                         "differ\n", DTypeName(dtype), LayoutName(in),
+                         LayoutName(out), static_cast<int>(kind), differ);
+          }
+          MINI_EXPECT_EQ(differ, size_t{0});
+          ++cases;
+        }
+      }
+    }
+  }
+  MINI_EXPECT_EQ(cases, 36);
 }
 
 MINI_TEST(Normalize, GpuMatchesCpuReference) {

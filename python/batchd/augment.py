@@ -32,8 +32,8 @@ __all__ = ["Op", "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix",
            "ColorJitter", "RandomGrayscale", "GaussianBlur", "RandomSolarize",
            "RandomPosterize", "RandomAutocontrast", "RandomEqualize",
            "RandomInvert", "RandomVerticalFlip", "RandomRotation",
-           "RandomAffine", "Recipe", "reference_recipe", "REFERENCE_POLICIES",
-           "to_text"]
+           "RandomAffine", "RandomErasing", "MixupCutmix", "Recipe",
+           "reference_recipe", "REFERENCE_POLICIES", "to_text"]
 
 
 # -- Argument checks (torchvision's argument forms) ---------------------------
@@ -578,32 +578,38 @@ def _reference_policy(name, interpolation, ra_magnitude, augmix_severity):
                      f"{', '.join(REFERENCE_POLICIES)} or None, not {name!r}")
 
 
-def reference_recipe(args):
+def reference_recipe(args, num_classes=None):
     """torchvision's classification reference (references/classification,
-    presets.ClassificationPresetTrain and ClassificationPresetEval) as
-    Loader keyword arguments, from its parsed flags.
+    presets.ClassificationPresetTrain and ClassificationPresetEval, and
+    train.py's batch-level flags) as Loader keyword arguments, from its
+    parsed flags.
 
     `args` is the reference's ``argparse.Namespace`` (or a dict); it reads
     ``auto_augment`` (None, or one of :data:`REFERENCE_POLICIES`),
     ``ra_magnitude`` (9), ``augmix_severity`` (3), ``interpolation``
     ("bilinear" or "bicubic"), ``train_crop_size`` (224),
-    ``val_resize_size`` (256) and ``val_crop_size`` (224), each with the
-    reference's default when missing. Returns a :class:`Recipe`::
+    ``val_resize_size`` (256), ``val_crop_size`` (224), ``random_erase``
+    (0.0), ``mixup_alpha`` (0.0), ``cutmix_alpha`` (0.0) and
+    ``label_smoothing`` (0.0), each with the reference's default when
+    missing. `num_classes` (the dataset's classes) is needed with
+    ``mixup_alpha`` or ``cutmix_alpha``. Returns a :class:`Recipe`::
 
-        recipe = batchd.augment.reference_recipe(args)
+        recipe = batchd.augment.reference_recipe(args, num_classes=1000)
         train = batchd.Loader(endpoint, "imagenet-train", args.batch_size,
                               **recipe.train)
         val = batchd.Loader(endpoint, "imagenet-val", args.batch_size,
                             shuffle=False, **recipe.eval)
 
     Train: RandomResizedCrop(train_crop_size) with the interpolation, the
-    flip (p 0.5), the policy, ImageNet's Normalize. Eval: Resize
-    (val_resize_size) then CenterCrop(val_crop_size), the same
-    interpolation and Normalize. The reference hands the crop's
+    flip (p 0.5), the policy, ImageNet's Normalize, then RandomErasing
+    (``--random-erase``) and MixUp/CutMix (``--mixup-alpha``,
+    ``--cutmix-alpha``, chosen with probability 1/2 each as the
+    reference's RandomChoice) with ``--label-smoothing`` in the soft labels.
+    Eval: Resize (val_resize_size) then CenterCrop(val_crop_size), the
+    same interpolation and Normalize. The reference hands the crop's
     interpolation to the policy; batchd's ops are nearest or bilinear, so
-    under "bicubic" the policy is bilinear (docs/augment.md). What runs on
-    batches in the reference (random erasing, mixup, cutmix) is named in
-    ``notes``, for the training step to do.
+    under "bicubic" the policy is bilinear (docs/augment.md). What the
+    training script must still do is in ``notes``.
     """
     from .loader import IMAGENET_NORMALIZE
 
@@ -636,14 +642,35 @@ def reference_recipe(args):
                   "interpolation": interpolation,
                   "normalize": IMAGENET_NORMALIZE}
     notes = []
-    if get("random_erase", 0.0) > 0:
-        notes.append(f"random_erase {get('random_erase', 0.0)}: the reference "
-                     f"erases after Normalize; apply torchvision.transforms."
-                     f"RandomErasing(p={get('random_erase', 0.0)}) to each "
-                     f"image of the batch")
-    for flag in ("mixup_alpha", "cutmix_alpha"):
-        if get(flag, 0.0) > 0:
-            notes.append(f"{flag} {get(flag, 0.0)}: the reference mixes "
-                         f"batches in its DataLoader's collate_fn; apply its "
-                         f"RandomMixup/RandomCutmix to each batch")
+    random_erase = _probability(get("random_erase", 0.0), "random_erase")
+    if random_erase > 0:
+        train["erasing"] = RandomErasing(p=random_erase)
+    mixup_alpha = _number(get("mixup_alpha", 0.0), "mixup_alpha", 0.0)
+    cutmix_alpha = _number(get("cutmix_alpha", 0.0), "cutmix_alpha", 0.0)
+    label_smoothing = _number(get("label_smoothing", 0.0), "label_smoothing",
+                              0.0, 1.0)
+    if mixup_alpha > 0 or cutmix_alpha > 0:
+        if num_classes is None:
+            raise ValueError("num_classes: the reference's --mixup-alpha and "
+                             "--cutmix-alpha give soft labels of one column "
+                             "per class; pass reference_recipe(args, "
+                             "num_classes=...)")
+        train["mix"] = MixupCutmix(mixup_alpha=mixup_alpha,
+                                   cutmix_alpha=cutmix_alpha,
+                                   label_smoothing=label_smoothing,
+                                   num_classes=num_classes)
+        notes.append("labels are soft [B, num_classes] (label smoothing "
+                     "included): use CrossEntropyLoss() without "
+                     "label_smoothing on the training set")
+    elif label_smoothing > 0:
+        notes.append(f"label_smoothing {label_smoothing}: give it to the loss "
+                     f"(CrossEntropyLoss(label_smoothing="
+                     f"{label_smoothing})), as the reference does")
     return Recipe(train, evaluation, tuple(notes))
+
+
+# RandomErasing and MixUp/CutMix live in erase_mix.py (which uses the
+# checks above); loaded as a lone file (bench/augment.py reads the ops
+# without the package) this module has the per-sample ops only.
+if __package__:
+    from .erase_mix import MixupCutmix, RandomErasing  # noqa: E402,F401

@@ -10,6 +10,7 @@ import time
 
 from . import _native, errors
 from . import augment as _augment
+from . import erase_mix as _erase_mix
 from . import connection as _connection
 from . import fields as _fields
 from . import output as _output
@@ -64,6 +65,17 @@ class Loader:
         applies them; every random draw comes from the sample's generator.
         :func:`batchd.augment.reference_recipe` gives torchvision's
         reference recipes (docs/augment.md).
+      erasing: a :class:`batchd.augment.RandomErasing`, or None: erases a
+        rectangle of each sample (with its probability) after
+        normalisation, as torchvision's RandomErasing after Normalize.
+      mix: a :class:`batchd.augment.MixupCutmix`, or None: mixes each
+        batch (MixUp or CutMix) after normalisation and yields float soft
+        labels ``[B, num_classes]`` (label smoothing included) instead of
+        integer labels. The daemon draws both (a pure function of plan,
+        epoch and batch index); the client applies them on the GPU or the
+        CPU with the same results. Both need ``normalize`` (or a float
+        ``dtype``) and run on the ``"device"`` backend (chosen for them
+        under ``"auto"``).
       layout: ``"nchw"`` (default, what torch models take) or ``"nhwc"``.
       decoded_max_side: 0 (default) decodes each crop from the file. N > 0
         decodes each image whole with its longer side capped at N pixels
@@ -183,7 +195,7 @@ class Loader:
                  mode=_DEFAULTS.mode, size=_DEFAULTS.size, scale=None,
                  ratio=None, flip=None, resize_shorter=None,
                  interpolation=_DEFAULTS.interpolation, augment=None,
-                 layout=_DEFAULTS.layout,
+                 erasing=None, mix=None, layout=_DEFAULTS.layout,
                  decoded_max_side=_DEFAULTS.decoded_max_side,
                  seed=_DEFAULTS.seed, shuffle=_DEFAULTS.shuffle,
                  shuffle_window_shards=_DEFAULTS.shuffle_window_shards,
@@ -256,6 +268,18 @@ class Loader:
         #: Per requested field, (cut, missing) counts of the batch yielded
         #: last.
         self.field_counts = []
+        augment_text = "\n".join(
+            text for text in (_augment.to_text(augment or []),
+                              _erase_mix.plan_text(erasing, mix)) if text)
+        if erasing is not None or mix is not None:
+            if self._output.float_dtype is None:
+                raise ValueError("erasing and mix work on the normalised "
+                                 "tensor: give normalize (or a float dtype)")
+            if backend == "host":
+                raise ValueError("erasing and mix run in the device backend's "
+                                 "normalisation (on the GPU or the CPU): use "
+                                 "backend='device' or 'auto'")
+            backend = "device"
 
         args = LoaderArgs(
             endpoint=endpoint, dataset=dataset, batch_size=batch_size,
@@ -267,7 +291,7 @@ class Loader:
             ratio=None if ratio is None else tuple(ratio), flip=flip,
             resize_shorter=resize_shorter or 0,
             interpolation=getattr(interpolation, "value", interpolation),
-            augment=_augment.to_text(augment or []), layout=layout,
+            augment=augment_text, layout=layout,
             decoded_max_side=decoded_max_side,
             prefetch=prefetch, auto_prefetch=auto_prefetch,
             auto_prefetch_max_bytes=prefetch_memory,
@@ -307,6 +331,11 @@ class Loader:
         #: ``repeats`` which repeat of its image each is (else empty).
         self.sample_indices = []
         self.sample_repeats = []
+        #: What the daemon drew for the batch yielded last (device backend):
+        #: ``(rects, mix)``, rects ``[(position, top, left, height, width,
+        #: noise, noise_key)]``, mix None or ``(kind, lambda, (top, left,
+        #: height, width), label_smoothing, num_classes)``.
+        self.erase_mix = ([], None)
 
     def _open(self, args, backend, normalize, depth):
         """Opens the stream of `args` as self._native, on `backend`."""
@@ -409,6 +438,8 @@ class Loader:
             self.batches += 1
             self.sample_indices = batch.sample_indices
             self.sample_repeats = batch.repeats
+            if self.backend == "device":
+                self.erase_mix = batch.erase_mix
             # The frame keeps no reference to what it yields (no local names
             # it): the slot is the consumer's to free.
             box = [batch]
@@ -454,7 +485,13 @@ class Loader:
     def _to_tensors(self, batch):
         import torch
 
-        labels = torch.tensor(batch.labels, dtype=torch.int64)
+        if self.backend == "device" and batch.num_classes > 0:
+            # Mixed: float soft labels [n, num_classes].
+            labels = torch.frombuffer(bytearray(batch.soft_labels),
+                                      dtype=torch.float32).view(
+                                          -1, batch.num_classes)
+        else:
+            labels = torch.tensor(batch.labels, dtype=torch.int64)
         if self.backend == "device":
             # The DeviceLoader's output slot, final dtype and layout; the
             # capsule hands the batch to the tensor, whose deleter releases

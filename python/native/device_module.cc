@@ -155,7 +155,11 @@ std::unique_ptr<DeviceFetchingLoader> MakeDeviceLoader(
 
 }  // namespace
 
+void BindEraseMix(py::module_& m);                     // erase_mix_module.cc
+py::object EraseMixOf(const client::BatchInfo& batch);  // erase_mix_module.cc
+
 void BindDeviceLoader(py::module_& m) {
+  BindEraseMix(m);
   py::class_<PyDeviceBatch> batch(
       m, "NativeDeviceBatch",
       "One batch in its final dtype and layout, leasing an output slot of a "
@@ -169,6 +173,25 @@ void BindDeviceLoader(py::module_& m) {
                              [](PyDeviceBatch& self) {
                                return cuda::DTypeName(self.get().batch().dtype);
                              })
+      .def_property_readonly(
+          "erase_mix",
+          [](PyDeviceBatch& self) { return EraseMixOf(self.get().batch()); },
+          "What the daemon drew for this batch: ([(position, top, left, "
+          "height, width, noise, noise_key)], None or (kind, lambda, (top, "
+          "left, height, width), label_smoothing, num_classes)).")
+      .def_property_readonly(
+          "num_classes",
+          [](PyDeviceBatch& self) { return self.get().batch().num_classes; },
+          "Columns of soft_labels; 0 without a mix in the plan.")
+      .def_property_readonly(
+          "soft_labels",
+          [](PyDeviceBatch& self) {
+            const std::vector<float>& soft = self.get().batch().soft_labels;
+            return py::bytes(reinterpret_cast<const char*>(soft.data()),
+                             soft.size() * sizeof(float));
+          },
+          "With a mix in the plan: the soft labels, [n, num_classes] "
+          "float32 in native byte order; empty bytes otherwise.")
       .def("to_dlpack", &ToDlpack, py::arg("device_id") = 0,
            "A DLPack capsule that takes the batch over: the slot is released "
            "when the tensor made from it is freed. The batch object is "

@@ -238,14 +238,25 @@ def test_reference_recipe_sizes_and_interpolation():
             recipe.eval["interpolation"]) == (224, 232, "bicubic")
 
 
-def test_reference_recipe_names_what_the_script_keeps():
+def test_reference_recipe_covers_the_batch_level_flags():
     recipe = A.reference_recipe(reference_args(
-        random_erase=0.1, mixup_alpha=0.2, cutmix_alpha=1.0))
-    assert len(recipe.notes) == 3
-    assert recipe.notes[0].startswith("random_erase 0.1: ")
-    assert "RandomErasing(p=0.1)" in recipe.notes[0]
-    assert recipe.notes[1].startswith("mixup_alpha 0.2: ")
-    assert recipe.notes[2].startswith("cutmix_alpha 1.0: ")
+        random_erase=0.1, mixup_alpha=0.2, cutmix_alpha=1.0,
+        label_smoothing=0.1), num_classes=1000)
+    assert recipe.train["erasing"] == A.RandomErasing(p=0.1)
+    assert recipe.train["mix"] == A.MixupCutmix(
+        mixup_alpha=0.2, cutmix_alpha=1.0, label_smoothing=0.1,
+        num_classes=1000)
+    assert str(recipe.train["mix"]) == (
+        "mix { mixup_alpha: 0.2 cutmix_alpha: 1 label_smoothing: 0.1 "
+        "num_classes: 1000 }")
+    assert len(recipe.notes) == 1
+    assert "without label_smoothing" in recipe.notes[0]
+    with pytest.raises(ValueError, match="num_classes"):
+        A.reference_recipe(reference_args(mixup_alpha=0.2))
+    # Smoothing alone stays with the loss, as in the reference.
+    alone = A.reference_recipe(reference_args(label_smoothing=0.1))
+    assert "mix" not in alone.train
+    assert "CrossEntropyLoss(label_smoothing=0.1)" in alone.notes[0]
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -25,9 +25,11 @@ std::vector<CachedShard> Example() {
   a.size = 123456;
   a.validator = LocalValidator(1700000000123456789);
   a.image_extensions = "webp;jpg";
-  a.index.samples = {{"x/000001.jpg", 512, 1000, 3},
+  a.index.samples = {{"x/000001.jpg", 512, 1000, 3, {{"txt", 1600, 20}}},
                      {"000002.png", 2048, 7, 0},
-                     {"000003", 0, 0, 5, /*has_image=*/false}};
+                     {"000003", 0, 0, 5, {}, /*has_image=*/false}};
+  a.index.unlabeled = {{"000004.jpg", 4096, 900, kNoLabel,
+                        {{"json", 5120, 30}, {"txt", 5632, 12}}}};
   a.index.skipped_no_class = 2;
   a.index.skipped_example = "key 'y': no cls member";
   CachedShard b;
@@ -57,6 +59,14 @@ TEST(IndexCacheTest, RoundTrip) {
   EXPECT_EQ(a.index.samples[0].offset, 512u);
   EXPECT_EQ(a.index.samples[0].size, 1000u);
   EXPECT_EQ(a.index.samples[0].label, 3);
+  ASSERT_EQ(a.index.samples[0].others.size(), 1u);
+  EXPECT_EQ(a.index.samples[0].others[0].extension, "txt");
+  EXPECT_EQ(a.index.samples[0].others[0].offset, 1600u);
+  EXPECT_EQ(a.index.samples[0].others[0].size, 20u);
+  ASSERT_EQ(a.index.unlabeled.size(), 1u);
+  EXPECT_EQ(a.index.unlabeled[0].label, kNoLabel);
+  ASSERT_EQ(a.index.unlabeled[0].others.size(), 2u);
+  EXPECT_EQ(a.index.unlabeled[0].others[1].extension, "txt");
   EXPECT_EQ(a.index.skipped_no_class, 2u);
   EXPECT_EQ(a.index.skipped_example, "key 'y': no cls member");
   EXPECT_EQ((*read)[1].index.damage, "'b.tar': bad header checksum at offset 0");

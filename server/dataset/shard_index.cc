@@ -194,7 +194,7 @@ absl::StatusOr<ShardIndex> IndexShard(
       }
     } else if (extension == "cls" && !group.cls.has_value()) {
       group.cls = std::move(member);
-    } else if (!IsImageExtension(extension) && extension != "cls" &&
+    } else if (extension != "cls" &&
                extension.size() <= kMaxExtensionBytes &&
                group.others.size() < kMaxOtherMembers &&
                std::none_of(group.others.begin(), group.others.end(),

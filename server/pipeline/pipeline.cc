@@ -245,10 +245,12 @@ absl::Status Pipeline::BuildBatch(
   const common::ShardSpec shard = plan->ShardFor(epoch);
   std::shared_ptr<const std::vector<uint64_t>> order =
       orders_.Get(shard, epoch);
-  std::vector<uint64_t> sample_indices =
+  // Entries of the epoch's order: with repeats, the sample and which
+  // repeat (common/sampler.h); the entry keys a sample's draws.
+  const std::vector<uint64_t> entries =
       BatchIndicesFromOrder(shard, *order, batch_index);
-  const size_t n = sample_indices.size();
-  // Entries of an order with repeats: the sample and which repeat.
+  const size_t n = entries.size();
+  std::vector<uint64_t> sample_indices = entries;
   std::vector<uint32_t> repeats;
   if (shard.repeats > 1) {
     repeats.reserve(n);
@@ -288,6 +290,8 @@ absl::Status Pipeline::BuildBatch(
             : -1);
   }
   batch.shape = plan->shape(n);
+  batch.erased = plan->Erased(epoch, entries);
+  batch.mix = plan->Mix(epoch, batch_index);
   batch.pixels = *std::move(pixels);
   job->substitutions.resize(n);
   if (!plan->fields.fields.empty()) job->fields.resize(n);

@@ -54,6 +54,9 @@ struct BatchMetadata {
   std::string field_data;
   std::vector<uint32_t> field_sizes;
   std::vector<batchd::v1::FieldCounts> field_counts;
+  // BatchHeader.erased and .mix (ResolvedPlan::Erased, ::Mix).
+  std::vector<batchd::v1::ErasedRegion> erased;
+  std::optional<batchd::v1::BatchMix> mix;
   absl::Time finished;  // when the last sample was written
 };
 

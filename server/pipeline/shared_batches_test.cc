@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,8 +48,9 @@ std::shared_ptr<const Dataset> TinyDataset() {
   return *dataset;
 }
 
-std::shared_ptr<const ResolvedPlan> Plan(uint64_t seed,
-                                         const std::string& job = "j") {
+std::shared_ptr<const ResolvedPlan> Plan(
+    uint64_t seed, const std::string& job = "j",
+    const std::function<void(batchd::v1::Pipeline&)>& change = nullptr) {
   batchd::v1::Plan plan;
   plan.set_dataset("tiny");
   plan.set_batch_size(4);
@@ -56,6 +58,7 @@ std::shared_ptr<const ResolvedPlan> Plan(uint64_t seed,
   plan.set_shuffle(true);
   plan.set_job(job);
   plan.mutable_pipeline()->mutable_train()->set_size(32);
+  if (change) change(*plan.mutable_pipeline());
   absl::StatusOr<std::shared_ptr<const ResolvedPlan>> resolved =
       ResolvePlan(plan, {{"tiny", TinyDataset()}}, PlanLimits{});
   EXPECT_TRUE(resolved.ok()) << resolved.status();
@@ -188,6 +191,53 @@ TEST_F(SharedBatchesTest, DifferentPlansNeverShare) {
   EXPECT_NE(batch_a, batch_b);
   EXPECT_NE(Bytes(*batch_a), Bytes(*batch_b));
   EXPECT_EQ(shared.counts().size(), 2u);
+}
+
+// Pipeline.erasing and Pipeline.mix leave the pixels alone but change the
+// batch the trainer gets (its header's erased rectangles and mix): plans
+// that differ only there never share a build, and a shared build carries
+// its plan's parameters to every stream.
+TEST_F(SharedBatchesTest, ErasingAndMixSplitTheSharing) {
+  auto erase = [](batchd::v1::Pipeline& p) {
+    p.mutable_erasing()->set_p(1.0f);
+  };
+  auto erase_mix = [](batchd::v1::Pipeline& p) {
+    p.mutable_erasing()->set_p(1.0f);
+    p.mutable_mix()->set_cutmix_alpha(1.0f);
+    p.mutable_mix()->set_num_classes(2);
+  };
+  SharedBatches shared(&pipeline_, {.retention_bytes = 1 << 20});
+  for (const auto& change :
+       std::vector<std::function<void(batchd::v1::Pipeline&)>>{
+           nullptr, erase, erase_mix}) {
+    shared.StreamOpened(*Plan(7, "a", change));
+    shared.StreamOpened(*Plan(7, "b", change));
+  }
+  Received plain, erased, erased_a, erased_b;
+  EXPECT_OK(shared.Get(Plan(7), 0, 0, NotCancelled(), plain.Callback(), {}));
+  EXPECT_OK(shared.Get(Plan(7, "a", erase), 0, 0, NotCancelled(),
+                       erased.Callback(), {}));
+  EXPECT_OK(shared.Get(Plan(7, "a", erase_mix), 0, 0, NotCancelled(),
+                       erased_a.Callback(), {}));
+  std::shared_ptr<const BuiltBatch> first = erased_a.Wait();
+  EXPECT_OK(shared.Get(Plan(7, "b", erase_mix), 0, 0, NotCancelled(),
+                       erased_b.Callback(), {}));
+  std::shared_ptr<const BuiltBatch> batch_plain = plain.Wait();
+  std::shared_ptr<const BuiltBatch> batch_erased = erased.Wait();
+  std::shared_ptr<const BuiltBatch> second = erased_b.Wait();
+  // Three plans, three builds; the daemon's pixels are the same.
+  EXPECT_EQ(shared.counts().size(), 3u);
+  EXPECT_NE(batch_plain, batch_erased);
+  EXPECT_EQ(Bytes(*batch_plain), Bytes(*batch_erased));
+  EXPECT_TRUE(batch_plain->erased.empty());
+  EXPECT_FALSE(batch_plain->mix.has_value());
+  EXPECT_EQ(batch_erased->erased.size(), 4u);  // p = 1
+  EXPECT_FALSE(batch_erased->mix.has_value());
+  // Two jobs of one plan share the build, rectangles and mix included.
+  EXPECT_EQ(first, second);
+  ASSERT_TRUE(second->mix.has_value());
+  EXPECT_EQ(second->mix->kind(), batchd::v1::BatchMix::KIND_CUTMIX);
+  EXPECT_EQ(second->erased.size(), 4u);
 }
 
 // Past the retention a batch is dropped oldest first; asked again it is

@@ -118,6 +118,37 @@ std::vector<augment::OpCall> ResolvedPlan::AugmentCalls(
   return augment.Draw(rng, width, height);
 }
 
+std::vector<batchd::v1::ErasedRegion> ResolvedPlan::Erased(
+    uint64_t epoch, const std::vector<uint64_t>& entries) const {
+  std::vector<batchd::v1::ErasedRegion> erased;
+  if (!erasing.has_value()) return erased;
+  const int side = output_size();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    common::SampleRandom rng(shard.seed, epoch, entries[i],
+                             common::RandomPurpose::kErasing);
+    common::SampleRandom noise_rng(shard.seed, epoch, entries[i],
+                                   common::RandomPurpose::kErasingNoise);
+    std::optional<batchd::v1::ErasedRegion> region =
+        DrawErasing(*erasing, /*height=*/side, /*width=*/side,
+                    static_cast<uint32_t>(i), rng, noise_rng);
+    if (region.has_value()) erased.push_back(*std::move(region));
+  }
+  return erased;
+}
+
+std::optional<batchd::v1::BatchMix> ResolvedPlan::Mix(
+    uint64_t epoch, uint64_t batch_index) const {
+  if (!mix.has_value()) return std::nullopt;
+  // batch_index < 2^32 and world_size <= 2^32 in any plan that fits the
+  // counter's 56 bits; the product is reduced to them regardless.
+  const uint64_t counter =
+      (batch_index * shard.world_size + shard.rank) & common::kMaxSampleIndex;
+  common::SampleRandom rng(shard.seed, epoch, counter,
+                           common::RandomPurpose::kBatchMix);
+  const int side = output_size();
+  return DrawMix(*mix, /*height=*/side, /*width=*/side, rng);
+}
+
 std::string PlanFingerprint(const ResolvedPlan& plan) {
   const common::ShardSpec& s = plan.shard;
   // Doubles in hex ("%a"): exact, so no two values print alike.
@@ -165,7 +196,13 @@ std::string PlanFingerprint(const ResolvedPlan& plan) {
           : absl::StrCat(" augment=[", plan.augment.fingerprint(), "]"),
       // Fields change the batch's header bytes: plans that differ in them
       // never share.
-      plan.fields.Fingerprint());
+      plan.fields.Fingerprint(),
+      plan.erasing.has_value()
+          ? absl::StrCat(" erasing=[", ErasingFingerprint(*plan.erasing), "]")
+          : "",
+      plan.mix.has_value()
+          ? absl::StrCat(" mix=[", MixFingerprint(*plan.mix), "]")
+          : "");
 }
 
 std::string FingerprintLabel(const std::string& fingerprint) {
@@ -373,6 +410,15 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
       ResolveFields(plan, *resolved->dataset, plan.batch_size());
   if (!fields.ok()) return fields.status();
   resolved->fields = *std::move(fields);
+  absl::StatusOr<std::optional<ErasingSpec>> erasing =
+      ResolveErasing(pipeline);
+  if (!erasing.ok()) return erasing.status();
+  resolved->erasing = *erasing;
+  absl::StatusOr<std::optional<MixSpec>> mix =
+      ResolveMix(pipeline, resolved->dataset->class_names().size(),
+                 plan.batch_size());
+  if (!mix.ok()) return mix.status();
+  resolved->mix = *mix;
   resolved->job = plan.job().empty() ? "default" : plan.job();
   if (absl::Status name = CheckJobName(resolved->job); !name.ok()) {
     return name;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "server/augment/op_call.h"
 #include "server/augment/policy.h"
 #include "server/plan/plan_fields.h"
+#include "server/plan/erase_mix.h"
 #include "server/plan/transform.h"
 
 namespace batchd::server {
@@ -58,6 +60,11 @@ struct ResolvedPlan {
   augment::AugmentPlan augment;
   // Plan.fields, missing_fields and label_field.
   PlanFields fields;
+  // Pipeline.erasing and Pipeline.mix (nullopt: none). They leave the
+  // daemon's pixels alone but change what the trainer gets, so they are in
+  // the fingerprint.
+  std::optional<ErasingSpec> erasing;
+  std::optional<MixSpec> mix;
   std::string job;
   // Every field above that decides a batch's bytes, in a canonical text
   // (PlanFingerprint): two plans with the same fingerprint get
@@ -99,6 +106,16 @@ struct ResolvedPlan {
   std::vector<augment::OpCall> AugmentCalls(uint64_t epoch,
                                             uint64_t sample_index, int width,
                                             int height) const;
+  // BatchHeader.erased of a batch of epoch-order `entries` (sample
+  // indices; with repeats, sample + repeat * N) in `epoch`: each sample's
+  // rectangle from its own kErasing stream. Empty without erasing.
+  std::vector<batchd::v1::ErasedRegion> Erased(
+      uint64_t epoch, const std::vector<uint64_t>& entries) const;
+  // BatchHeader.mix of batch `batch_index` of `epoch`, from the kBatchMix
+  // stream of counter batch_index * world_size + rank (so ranks draw
+  // apart). nullopt without mix.
+  std::optional<batchd::v1::BatchMix> Mix(uint64_t epoch,
+                                          uint64_t batch_index) const;
 };
 
 using DatasetMap = std::map<std::string, std::shared_ptr<const Dataset>>;

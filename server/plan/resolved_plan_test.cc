@@ -114,6 +114,23 @@ TEST(PlanFingerprintTest, EveryByteChangingFieldChangesIt) {
                  ->mutable_random_invert()
                  ->set_p(0.25f);
            }},
+          {"erasing",
+           [](auto& p) { p.mutable_pipeline()->mutable_erasing(); }},
+          {"an erasing field",
+           [](auto& p) {
+             p.mutable_pipeline()->mutable_erasing()->set_random_value(true);
+           }},
+          {"mix",
+           [](auto& p) {
+             p.mutable_pipeline()->mutable_mix()->set_mixup_alpha(0.2f);
+             p.mutable_pipeline()->mutable_mix()->set_num_classes(1);
+           }},
+          {"a mix field",
+           [](auto& p) {
+             p.mutable_pipeline()->mutable_mix()->set_mixup_alpha(0.2f);
+             p.mutable_pipeline()->mutable_mix()->set_num_classes(1);
+             p.mutable_pipeline()->mutable_mix()->set_label_smoothing(0.1f);
+           }},
       };
   for (const auto& [field, change] : changes) {
     batchd::v1::Plan plan = BasePlan();

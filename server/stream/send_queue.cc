@@ -67,6 +67,8 @@ std::optional<SendQueue::Popped> SendQueue::Pop() {
         *header->add_field_counts() = counts;
       }
     }
+    header->mutable_erased()->Assign(batch.erased.begin(), batch.erased.end());
+    if (batch.mix.has_value()) *header->mutable_mix() = *batch.mix;
     front.header_sent = true;
     popped.header_of = Key{batch.epoch, batch.batch_index};
     // In shared memory the pixels are already the client's: the header
