@@ -93,11 +93,6 @@ struct ShardCache::Entry {
   std::list<std::string>::iterator lru_position;  // when ready
 };
 
-struct ShardCache::RamEntry {
-  std::shared_ptr<const std::string> bytes;
-  std::list<std::string>::iterator lru_position;
-};
-
 std::string ShardCache::FileName(const ObjectInfo& shard) {
   uint64_t hash = 0xcbf29ce484222325ull;
   hash = Fnv1a64(shard.url, hash);
@@ -118,7 +113,7 @@ int PrefetchThreadsFor(int connections, int chunks_in_flight) {
 }
 
 ShardCache::ShardCache(ShardCacheOptions options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)), ram_(options_.ram_bytes) {
   stats_.disk_limit = options_.disk_bytes;
   stats_.ram_limit = options_.ram_bytes;
 }
@@ -241,7 +236,7 @@ ShardCacheStats ShardCache::stats() const {
   }
   stats.prefetches_in_flight = prefetch_queued_.size();
   stats.disk_bytes = disk_bytes_;
-  stats.ram_bytes = ram_bytes_;
+  stats.ram_bytes = ram_.bytes();
   stats.shards = lru_.size();
   return stats;
 }
@@ -595,33 +590,6 @@ absl::Status ShardCache::ReadFile(const std::string& name,
   return status;
 }
 
-std::shared_ptr<const std::string> ShardCache::RamLookup(
-    const std::string& name) {
-  auto it = ram_.find(name);
-  if (it == ram_.end()) return nullptr;
-  ram_lru_.splice(ram_lru_.begin(), ram_lru_, it->second->lru_position);
-  return it->second->bytes;
-}
-
-void ShardCache::RamInsert(const std::string& name,
-                           std::shared_ptr<const std::string> bytes) {
-  if (ram_.contains(name)) return;
-  const uint64_t size = bytes->size();
-  while (ram_bytes_ + size > options_.ram_bytes && !ram_lru_.empty()) {
-    auto old = ram_.find(ram_lru_.back());
-    ram_bytes_ -= old->second->bytes->size();
-    ram_.erase(old);
-    ram_lru_.pop_back();
-  }
-  if (ram_bytes_ + size > options_.ram_bytes) return;
-  ram_lru_.push_front(name);
-  auto entry = std::make_shared<RamEntry>();
-  entry->bytes = std::move(bytes);
-  entry->lru_position = ram_lru_.begin();
-  ram_.emplace(name, std::move(entry));
-  ram_bytes_ += size;
-}
-
 absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
                               const ObjectInfo& shard, uint64_t offset,
                               uint64_t size, uint8_t* dest,
@@ -632,13 +600,12 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
         "' are beyond its ", shard.size, " bytes"));
   }
   const std::string name = FileName(shard);
-  const bool ram_tier =
-      options_.ram_bytes > 0 && shard.size <= options_.ram_bytes / 4;
+  const bool ram_tier = ram_.Holds(shard.size);
   if (ram_tier) {
     std::shared_ptr<const std::string> bytes;
     {
       absl::MutexLock lock(&mu_);
-      bytes = RamLookup(name);
+      bytes = ram_.Lookup(name);
       if (bytes != nullptr) {
         ++stats_.hits;
         ++stats_.ram_hits;
@@ -694,7 +661,7 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
   --(*entry)->pins;
   if (status.ok()) stats_.served_bytes += size;
   if (status.ok() && ram_tier) {
-    RamInsert(name, std::make_shared<const std::string>(std::move(whole)));
+    ram_.Insert(name, std::make_shared<const std::string>(std::move(whole)));
   }
   return status;
 }

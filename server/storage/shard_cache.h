@@ -62,6 +62,7 @@
 #include "absl/time/time.h"
 #include "server/storage/object_store.h"
 #include "server/storage/shard_demand.h"
+#include "server/storage/shard_ram_tier.h"
 
 namespace batchd::server {
 
@@ -180,7 +181,6 @@ class ShardCache {
 
  private:
   struct Entry;
-  struct RamEntry;
   struct PrefetchTask {
     std::shared_ptr<ObjectStore> store;
     ObjectInfo shard;
@@ -251,12 +251,6 @@ class ShardCache {
   absl::Status ReadFile(const std::string& name, const ObjectInfo& shard,
                         uint64_t offset, uint64_t size, uint8_t* dest,
                         std::string* whole);
-  // The RAM copy of `name`, or nullptr.
-  std::shared_ptr<const std::string> RamLookup(const std::string& name)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RamInsert(const std::string& name,
-                 std::shared_ptr<const std::string> bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PrefetchLoop();
   bool forecasters_empty() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -280,11 +274,7 @@ class ShardCache {
   // same name is not admitted again until its old file is gone, or the
   // late unlink would delete the new one.
   absl::flat_hash_set<std::string> deleting_ ABSL_GUARDED_BY(mu_);
-  // RAM tier, most recently used first.
-  std::list<std::string> ram_lru_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::shared_ptr<RamEntry>> ram_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t ram_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  ShardRamTier ram_ ABSL_GUARDED_BY(mu_);
   std::deque<PrefetchTask> prefetch_queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> prefetch_queued_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
