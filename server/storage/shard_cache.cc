@@ -600,7 +600,7 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
         "' are beyond its ", shard.size, " bytes"));
   }
   const std::string name = FileName(shard);
-  const bool ram_tier = ram_.Holds(shard.size);
+  const bool ram_tier = ShardRamTier::Holds(options_.ram_bytes, shard.size);
   if (ram_tier) {
     std::shared_ptr<const std::string> bytes;
     {

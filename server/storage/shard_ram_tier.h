@@ -22,10 +22,10 @@ class ShardRamTier {
   explicit ShardRamTier(uint64_t capacity_bytes)
       : capacity_bytes_(capacity_bytes) {}
 
-  // Whether a shard of `size` bytes belongs in the tier: at most a quarter
-  // of it, so that a few shards fit.
-  bool Holds(uint64_t size) const {
-    return capacity_bytes_ > 0 && size <= capacity_bytes_ / 4;
+  // Whether a shard of `size` bytes belongs in a tier of
+  // `capacity_bytes`: at most a quarter of it, so that a few shards fit.
+  static bool Holds(uint64_t capacity_bytes, uint64_t size) {
+    return capacity_bytes > 0 && size <= capacity_bytes / 4;
   }
   // The bytes of shard `name`, now the most recently used; nullptr when
   // not held.

@@ -14,9 +14,9 @@ std::shared_ptr<const std::string> Bytes(size_t n, char c) {
 
 TEST(ShardRamTierTest, HoldsQuarterSizedShardsUnderItsBound) {
   ShardRamTier tier(/*capacity_bytes=*/400);
-  EXPECT_TRUE(tier.Holds(100));
-  EXPECT_FALSE(tier.Holds(101));
-  EXPECT_FALSE(ShardRamTier(0).Holds(1));
+  EXPECT_TRUE(ShardRamTier::Holds(400, 100));
+  EXPECT_FALSE(ShardRamTier::Holds(400, 101));
+  EXPECT_FALSE(ShardRamTier::Holds(0, 1));
 
   tier.Insert("a", Bytes(100, 'a'));
   tier.Insert("b", Bytes(100, 'b'));
