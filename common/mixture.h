@@ -44,7 +44,7 @@ namespace batchd::common {
 // The most sources a plan may mix (batchd.v1.Plan.sources).
 inline constexpr size_t kMaxMixtureSources = 64;
 // The longest epoch a mixture may ask for (Plan.samples_per_epoch).
-inline constexpr uint64_t kMaxMixtureEpochSamples = uint64_t{1} << 36;
+inline constexpr uint64_t kMaxMixtureEpochSamples = uint64_t{1} << 32;
 // Weights are quantized to this many units of the largest weight, so that
 // every client computes the same quotas in integers.
 inline constexpr uint64_t kWeightUnits = uint64_t{1} << 32;
