@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 import batchd
+from conftest import fnv1a64
 from batchd import mixture
 
 SIZE = 16
@@ -194,3 +195,34 @@ def test_bad_sources_are_refused(mix_daemons):
         loader.load_state_dict(dict(state, sources=[["small", 0.25, 0],
                                                     ["tiny", 0.75, 0]]))
     loader.close()
+
+
+def test_cpp_client_sources_flag_gives_the_loaders_bytes(mix_daemons,
+                                                         binaries, tmp_path):
+    dump = tmp_path / "dump.txt"
+    subprocess.run(
+        [binaries["client"], "--endpoint", mix_daemons[0].endpoint,
+         "--sources", "tiny:0.25,small:0.75", "--samples_per_epoch",
+         str(EPOCH), "--batch_size", str(BATCH), "--size", str(SIZE),
+         "--seed", str(SEED), "--layout", "nchw", "--dump", str(dump)],
+        check=True, stdout=subprocess.DEVNULL)
+    want = []
+    for line in dump.read_text().splitlines():
+        _, _, digest, *samples = line.split()
+        want.append((int(digest, 16),
+                     [tuple(map(int, s.split(":"))) for s in samples]))
+    loader = make_loader(mix_daemons[0].endpoint)
+    loader.set_epoch(0)
+    got = []
+    names = [s.dataset for s in loader.sources]
+    for images, _ in loader:
+        got.append((fnv1a64(images.numpy().tobytes()),
+                    [(names.index(s), i) for s, i in
+                     zip(loader.sample_sources, loader.sample_indices)]))
+    loader.close()
+    assert got == want
+    bad = subprocess.run([binaries["client"], "--endpoint",
+                          mix_daemons[0].endpoint, "--sources", "tiny"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0
+    assert "is not name:weight" in bad.stderr
