@@ -30,7 +30,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "batchd/v1/admin.pb.h"
@@ -55,6 +57,12 @@ ABSL_FLAG(double, batch_progress_timeout, 5.0,
           "seconds once it started arriving is asked of another daemon (its "
           "frozen stream is dropped); 0 turns it off");
 ABSL_FLAG(std::string, dataset, "", "dataset name (see --list)");
+ABSL_FLAG(std::string, sources, "",
+          "a weighted mixture instead of --dataset: name:weight,... "
+          "(docs/datasets.md, Mixtures)");
+ABSL_FLAG(uint64_t, samples_per_epoch, 0,
+          "with --sources: samples of an epoch; 0: the sources' sizes "
+          "summed");
 ABSL_FLAG(uint32_t, batch_size, 64, "samples per batch");
 ABSL_FLAG(uint32_t, epochs, 1, "epochs to stream");
 ABSL_FLAG(uint64_t, first_epoch, 0, "number of the first epoch");
@@ -157,11 +165,39 @@ double ProcessCpuSeconds() {
          1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 }
 
+// --sources "name:weight,...", into `plan`'s sources. The daemon checks
+// the names and the weights' range.
+absl::Status ParseSources(const std::string& flag, batchd::v1::Plan* plan) {
+  for (absl::string_view item : absl::StrSplit(flag, ',')) {
+    const size_t colon = item.rfind(':');
+    double weight = 0;
+    if (colon == absl::string_view::npos || colon == 0 ||
+        !absl::SimpleAtod(item.substr(colon + 1), &weight)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sources: '", item, "' is not name:weight (e.g. "
+          "--sources=laion:0.7,cc12m:0.3)"));
+    }
+    batchd::v1::MixtureSource* source = plan->add_sources();
+    source->set_dataset(std::string(item.substr(0, colon)));
+    source->set_weight(weight);
+  }
+  plan->set_samples_per_epoch(absl::GetFlag(FLAGS_samples_per_epoch));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
   batchd::v1::Plan plan;
   plan.set_dataset(absl::GetFlag(FLAGS_dataset));
-  if (plan.dataset().empty()) {
-    return absl::InvalidArgumentError("--dataset is required (see --list)");
+  const std::string sources = absl::GetFlag(FLAGS_sources);
+  if (!sources.empty()) {
+    if (!plan.dataset().empty()) {
+      return absl::InvalidArgumentError(
+          "give --dataset or --sources, not both");
+    }
+    if (absl::Status s = ParseSources(sources, &plan); !s.ok()) return s;
+  } else if (plan.dataset().empty()) {
+    return absl::InvalidArgumentError(
+        "--dataset (or --sources) is required (see --list)");
   }
   plan.set_batch_size(absl::GetFlag(FLAGS_batch_size));
   plan.set_seed(absl::GetFlag(FLAGS_seed));
@@ -299,6 +335,11 @@ int Run() {
 
   std::optional<ShardCoverage> expectation;
   uint64_t dataset_samples = 0;  // known with --verify
+  if (absl::GetFlag(FLAGS_verify) && plan->sources_size() > 0) {
+    absl::FPrintF(stderr, "error: --verify checks a plan of one dataset; "
+                  "drop it with --sources\n");
+    return kExitError;
+  }
   if (absl::GetFlag(FLAGS_verify)) {
     absl::StatusOr<batchd::v1::ListDatasetsResponse> datasets =
         ListDatasets(channel, targets.front(), *security, kRpcTimeout);
@@ -432,7 +473,10 @@ int Run() {
         dump << epoch << ' ' << batch->batch_index << ' '
              << absl::StrFormat("%016x", Fnv1a64(batch->data(), batch->size()));
         for (size_t i = 0; i < batch->sample_indices.size(); ++i) {
-          dump << ' ' << batch->sample_indices[i];
+          // With sources: "source:sample".
+          dump << ' ';
+          if (!batch->sources.empty()) dump << batch->sources[i] << ':';
+          dump << batch->sample_indices[i];
           // With repeats: "sample@repeat".
           if (!batch->repeats.empty()) dump << '@' << batch->repeats[i];
         }

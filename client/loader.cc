@@ -180,6 +180,7 @@ Batch LoaderCore::MakeBatch(SlotRing::Lease lease,
                               header.sample_indices().end());
   batch.labels.assign(header.labels().begin(), header.labels().end());
   batch.repeats.assign(header.repeats().begin(), header.repeats().end());
+  batch.sources.assign(header.sources().begin(), header.sources().end());
   batch.shape.assign(header.shape().begin(), header.shape().end());
   batch.layout = header.layout() == batchd::v1::LAYOUT_UNSPECIFIED
                      ? batchd::v1::LAYOUT_NHWC
@@ -385,6 +386,14 @@ LoaderState Loader::state() const {
   shard.world_size = std::max<uint32_t>(plan.world_size(), 1);
   shard.batch_size = plan.batch_size();
   shard.repeats = std::max<uint32_t>(plan.repeats(), 1);
+  if (plan.sources_size() > 0) {
+    // A mixture's epoch length is all the position needs.
+    auto mixture = std::make_shared<common::MixtureSpec>();
+    mixture->samples_per_epoch = plan.samples_per_epoch() > 0
+                                     ? plan.samples_per_epoch()
+                                     : shard.num_samples;
+    shard.mixture = std::move(mixture);
+  }
   if (plan.resume().position() > 0 && plan.resume().epoch() == epoch) {
     shard.start_position = plan.resume().position();
   }

@@ -79,6 +79,10 @@ struct BatchInfo {
   // With Plan.repeats > 1: which repeat of its image each sample is; empty
   // otherwise.
   std::vector<uint32_t> repeats;
+  // With Plan.sources: each sample's source (its number in Plan.sources);
+  // sample_indices are then indices in that source's dataset. Empty
+  // otherwise.
+  std::vector<uint32_t> sources;
   // Samples whose pixels come from another sample, if any.
   std::vector<batchd::v1::Substitution> substitutions;
   // The plan's fields (Plan.fields), sample by sample: field(i, j) is

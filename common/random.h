@@ -35,6 +35,8 @@ enum class RandomPurpose : uint8_t {
   kErasing = 20,       // a sample's RandomErasing rectangle
   kErasingNoise = 21,  // the key of its noise (RandomErasing random_value)
   kBatchMix = 22,      // a batch's MixUp/CutMix (indexed by batch, not sample)
+  kMixturePass = 23,        // a mixture source's pass (common/mixture.h)
+  kMixtureInterleave = 24,  // a mixture epoch's order of sources
 };
 
 // The largest sample index the counter layout can hold (56 bits).

@@ -33,6 +33,7 @@ constexpr uint64_t kRepeatedEpochMultiple = 256;
 }  // namespace
 
 uint64_t EpochLength(const ShardSpec& spec) {
+  if (spec.mixture != nullptr) return spec.mixture->samples_per_epoch;
   if (spec.repeats <= 1 || spec.num_samples < kRepeatedEpochMultiple) {
     return spec.num_samples;
   }
@@ -135,6 +136,9 @@ std::vector<uint64_t> ShardWindowOrder(
 }
 
 std::vector<uint64_t> EpochOrderFor(const ShardSpec& spec, uint64_t epoch) {
+  if (spec.mixture != nullptr) {
+    return MixtureOrder(*spec.mixture, spec.seed, spec.shuffle, epoch);
+  }
   std::vector<uint64_t> order =
       spec.shuffle && spec.shuffle_window_shards > 0 &&
               spec.shard_samples != nullptr
@@ -220,13 +224,13 @@ struct OrderSlot {
   std::shared_ptr<const std::vector<uint64_t>> order;  // set inside `once`
 };
 // (num_samples, seed, shuffle, effective window (0: per-sample), layout
-// (null unless windowed), epoch, repeats). The layout is keyed by address,
-// and the key holds it, so no other layout can take that address while the
-// key is cached.
+// (null unless windowed), epoch, repeats, mixture). The layout and the
+// mixture are keyed by address, and the key holds them, so no other can
+// take that address while the key is cached.
 using OrderKey =
     std::tuple<uint64_t, uint64_t, bool, uint32_t,
                std::shared_ptr<const std::vector<uint64_t>>, uint64_t,
-               uint32_t>;
+               uint32_t, std::shared_ptr<const MixtureSpec>>;
 }  // namespace
 
 struct EpochOrderCache::Impl {
@@ -263,15 +267,19 @@ std::shared_ptr<const std::vector<uint64_t>> EpochOrderCache::Get(
                         spec.shard_samples != nullptr;
   // Unshuffled orders do not depend on seed or epoch.
   const uint32_t repeats = std::max<uint32_t>(spec.repeats, 1);
-  OrderKey key{spec.num_samples, 0, false, 0, nullptr, 0, repeats};
-  if (windowed) {
+  OrderKey key{spec.num_samples, 0, false, 0, nullptr, 0, repeats, nullptr};
+  if (spec.mixture != nullptr) {
+    // A mixture's order moves with its cursors every epoch.
+    key = OrderKey{spec.num_samples, spec.seed, spec.shuffle, 0, nullptr,
+                   epoch, 1, spec.mixture};
+  } else if (windowed) {
     key = OrderKey{spec.num_samples, spec.seed, true,
                    EffectiveWindowShards(spec.shuffle_window_shards,
                                          *spec.shard_samples),
-                   spec.shard_samples, epoch, repeats};
+                   spec.shard_samples, epoch, repeats, nullptr};
   } else if (spec.shuffle) {
     key = OrderKey{spec.num_samples, spec.seed, true, 0, nullptr, epoch,
-                   repeats};
+                   repeats, nullptr};
   }
   std::shared_ptr<OrderSlot> slot;
   {

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/mixture.h"
 
 namespace batchd::common {
 
@@ -66,9 +67,17 @@ struct ShardSpec {
   // Repeated augmentation: each sample of the order R times in a row; 1
   // (or 0): none. <= kMaxRepeats.
   uint32_t repeats = 1;
+  // A weighted mixture of datasets (common/mixture.h), or null. With one,
+  // num_samples is the sources' total T, the epoch's order is
+  // MixtureOrder's (entries naming (source, sample, occurrence)), its
+  // length samples_per_epoch, and repeats and shuffle_window_shards are
+  // unused. Shared and never modified; its address names it in
+  // EpochOrderCache.
+  std::shared_ptr<const MixtureSpec> mixture;
 };
 
-// The entries of one epoch's order: N, or with repeats R > 1 torchvision's
+// The entries of one epoch's order: a mixture's samples_per_epoch; N, or
+// with repeats R > 1 torchvision's
 // RASampler length, N rounded down to a multiple of 256 (N itself below
 // 256, where RASampler would yield nothing).
 uint64_t EpochLength(const ShardSpec& spec);
@@ -141,7 +150,8 @@ std::vector<uint64_t> ShardWindowOrder(
 
 // The epoch order `spec` asks for: ShardWindowOrder with shuffle and
 // shuffle_window_shards > 0 (and a layout), else EpochOrder; with repeats,
-// each entry R times in a row (i + r * N), cut to EpochLength.
+// each entry R times in a row (i + r * N), cut to EpochLength; with a
+// mixture, MixtureOrder.
 std::vector<uint64_t> EpochOrderFor(const ShardSpec& spec, uint64_t epoch);
 
 // The window that decides ShardWindowOrder's result: min(window_shards,

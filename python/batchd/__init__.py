@@ -38,7 +38,8 @@ from .connection import list_datasets  # noqa: E402
 from .loader import IMAGENET_NORMALIZE, Loader  # noqa: E402
 from .augment import reference_recipe  # noqa: E402
 from .state import merge_states  # noqa: E402
+from .mixture import Source  # noqa: E402
 
 __all__ = ["Loader", "Diagnosis", "BatchdError", "augment", "errors",
            "list_datasets", "merge_states", "reference_recipe",
-           "IMAGENET_NORMALIZE", "VERDICTS"]
+           "IMAGENET_NORMALIZE", "VERDICTS", "Source"]

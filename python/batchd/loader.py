@@ -13,6 +13,7 @@ from . import augment as _augment
 from . import erase_mix as _erase_mix
 from . import connection as _connection
 from . import fields as _fields
+from . import mixture as _mixture
 from . import output as _output
 from . import timeline as _timeline
 from .diagnosis import Diagnosis
@@ -191,7 +192,8 @@ class Loader:
     be reached.
     """
 
-    def __init__(self, endpoint, dataset, batch_size, *,
+    def __init__(self, endpoint, dataset=None, batch_size=None, *,
+                 sources=None, samples_per_epoch=0,
                  mode=_DEFAULTS.mode, size=_DEFAULTS.size, scale=None,
                  ratio=None, flip=None, resize_shorter=None,
                  interpolation=_DEFAULTS.interpolation, augment=None,
@@ -216,6 +218,11 @@ class Loader:
         import torch
 
         self._native = None
+        if batch_size is None:
+            raise TypeError("Loader needs batch_size")
+        if (dataset is None) == (sources is None):
+            raise ValueError("give a dataset or sources (a weighted mixture "
+                             "of datasets), not both and not neither")
         if not isinstance(endpoint, str):
             endpoint = ",".join(endpoint)
         if report is None:
@@ -251,7 +258,20 @@ class Loader:
         self.layout = layout
         self.rank = rank
         self.world_size = world_size
-        self.dataset = dataset
+        # A mixture (Plan.sources): the datasets and weights in effect, and
+        # where the sources stand: at `_cursors` at `_cursors_epoch`.
+        self.sources = (None if sources is None else
+                        _mixture.parse_sources(sources))
+        if (isinstance(samples_per_epoch, bool) or
+                not isinstance(samples_per_epoch, int) or
+                not 0 <= samples_per_epoch <= 2**32):
+            raise ValueError(f"samples_per_epoch must be an int in "
+                             f"0..2^32 (0: the sources' sizes summed), not "
+                             f"{samples_per_epoch!r}")
+        self.samples_per_epoch = samples_per_epoch
+        self._cursors = None if sources is None else [0] * len(self.sources)
+        self._cursors_epoch = 0
+        self.dataset = "" if dataset is None else dataset
         self.batch_size = batch_size
         self.seed = seed
         self.shuffle = shuffle
@@ -282,7 +302,7 @@ class Loader:
             backend = "device"
 
         args = LoaderArgs(
-            endpoint=endpoint, dataset=dataset, batch_size=batch_size,
+            endpoint=endpoint, dataset=self.dataset, batch_size=batch_size,
             seed=seed, shuffle=shuffle,
             shuffle_window_shards=shuffle_window_shards, repeats=repeats,
             drop_last=drop_last, rank=rank,
@@ -314,6 +334,7 @@ class Loader:
         self._open_native = lambda args: self._open(args, backend, normalize,
                                                     depth)
         self._args = args
+        self._set_plan_sources()
         self._open_native(args)
         self.endpoint = endpoint
         # The epoch (and first batch) the next __iter__ starts.
@@ -331,6 +352,9 @@ class Loader:
         #: ``repeats`` which repeat of its image each is (else empty).
         self.sample_indices = []
         self.sample_repeats = []
+        #: With ``sources``: the dataset each sample of the batch yielded
+        #: last came from (``sample_indices`` are then indices in it).
+        self.sample_sources = []
         #: What the daemon drew for the batch yielded last (device backend):
         #: ``(rects, mix)``, rects ``[(position, top, left, height, width,
         #: noise, noise_key)]``, mix None or ``(kind, lambda, (top, left,
@@ -356,8 +380,12 @@ class Loader:
         # epoch's global order, and the elastic resume the stream was
         # opened with.
         self._length = self._native.batches_per_epoch
-        self._samples = _epoch_length(self._native.dataset_samples,
-                                      self.repeats)
+        if self.sources is not None:
+            self._samples = (self.samples_per_epoch or
+                             self._native.dataset_samples)
+        else:
+            self._samples = _epoch_length(self._native.dataset_samples,
+                                          self.repeats)
         self._resume = (args.resume_epoch, args.resume_position)
         self._resumed_length = self._native.resumed_epoch_batches
 
@@ -438,6 +466,9 @@ class Loader:
             self.batches += 1
             self.sample_indices = batch.sample_indices
             self.sample_repeats = batch.repeats
+            if self.sources is not None:
+                self.sample_sources = [self.sources[s].dataset
+                                       for s in batch.sources]
             if self.backend == "device":
                 self.erase_mix = batch.erase_mix
             # The frame keeps no reference to what it yields (no local names
@@ -518,6 +549,80 @@ class Loader:
         return _fields.batch_output(self.batch_format, images, labels,
                                     self._fields, values)
 
+    # -- Mixtures -----------------------------------------------------------
+
+    def _set_plan_sources(self):
+        """The plan's sources from self.sources and their cursors."""
+        if self.sources is None:
+            return
+        self._args.sources = [(s.dataset, s.weight, c)
+                              for s, c in zip(self.sources, self._cursors)]
+        self._args.samples_per_epoch = self.samples_per_epoch
+        self._args.sources_epoch = self._cursors_epoch
+
+    def _source_cursors(self, epoch):
+        """Each source's cursor at the start of `epoch` under the plan."""
+        return _mixture.cursors_at([s.weight for s in self.sources],
+                                   self._cursors, self._cursors_epoch,
+                                   self._samples, epoch)
+
+    def set_weights(self, weights, epoch=None):
+        """Changes the mixture's weights from the start of `epoch` on,
+        without restarting the job or the daemons: each source's stream
+        continues where the old weights left it at that epoch.
+
+        `weights`: one number per source in the order of ``sources``, a
+        dict ``{dataset: weight}`` naming every source, or a list of
+        ``(dataset, weight)`` with the same datasets in the same order.
+        `epoch` defaults to the epoch the next iteration starts: the
+        current one if no iteration of it has begun, else the next (call
+        it between epochs, before or after :meth:`set_epoch`).
+
+        Raises ValueError on a loader without sources, weights that do not
+        name the sources, a weight not finite or <= 0, or an epoch
+        already under way or before the weights last set.
+        """
+        if self.sources is None:
+            raise ValueError("set_weights needs a Loader over sources (a "
+                             "weighted mixture)")
+        names = [s.dataset for s in self.sources]
+        if isinstance(weights, dict):
+            if sorted(weights) != sorted(names):
+                raise ValueError(f"set_weights names {sorted(weights)}; "
+                                 f"the sources are {names}")
+            weights = [(name, weights[name]) for name in names]
+        else:
+            weights = list(weights)
+            if not all(isinstance(w, (tuple, list, _mixture.Source))
+                       for w in weights):
+                if len(weights) != len(names):
+                    raise ValueError(f"set_weights got {len(weights)} "
+                                     f"weights for the {len(names)} "
+                                     f"sources {names}")
+                weights = list(zip(names, weights))
+        new = _mixture.parse_sources(weights)
+        if [s.dataset for s in new] != names:
+            raise ValueError(f"set_weights needs one weight for each of "
+                             f"the sources {names}, in that order")
+        started = self._position is not None and self._position[0] == \
+            self._epoch and self._position[1] > 0
+        if epoch is None:
+            epoch = self._epoch + 1 if started else self._epoch
+        epoch = _check_epoch(epoch)
+        if epoch < self._cursors_epoch or (started and epoch <= self._epoch):
+            raise ValueError(f"set_weights for epoch {epoch}: the weights "
+                             f"can change at an epoch not yet started "
+                             f"(epoch {self._epoch} is "
+                             f"{'under way' if started else 'next'}, the "
+                             f"weights were last set at epoch "
+                             f"{self._cursors_epoch})")
+        self._cursors = self._source_cursors(epoch)
+        self._cursors_epoch = epoch
+        self.sources = new
+        self._set_plan_sources()
+        self.close()
+        self._open_native(self._args)
+
     # -- Checkpoints --------------------------------------------------------
 
     def state_dict(self):
@@ -543,7 +648,7 @@ class Loader:
         position = _global_position(self._samples, start, next_batch,
                                     self._batches_in(epoch), self.batch_size,
                                     self.world_size)
-        return {
+        state = {
             "version": _STATE_VERSION,
             "epoch": epoch,
             "next_batch": next_batch,
@@ -561,6 +666,14 @@ class Loader:
             "world_size": self.world_size,
             "batches_per_epoch": self._length,
         }
+        if self.sources is not None:
+            # Where each source stands at the start of the epoch: with the
+            # position, what a resume needs (the weights may have changed
+            # since the job started, so the plan alone cannot say).
+            state["sources"] = [
+                [s.dataset, s.weight, c]
+                for s, c in zip(self.sources, self._source_cursors(epoch))]
+        return state
 
     def load_state_dict(self, state):
         """Makes the next iteration start where ``state`` was taken, and
@@ -589,23 +702,47 @@ class Loader:
                          "shuffle": self.shuffle,
                          "shuffle_window_shards": self.shuffle_window_shards,
                          "repeats": self.repeats,
-                         "samples": self._samples},
+                         "samples": self._samples,
+                         **({} if self.sources is None else
+                            {"sources": [s.dataset for s in self.sources]})},
             batch_size=self.batch_size, world_size=self.world_size,
             drop_last=self.drop_last)
         line = (f"resuming epoch {epoch} at sample {position:,} of "
                 f"{self._samples:,} on {self.world_size} ranks, was "
                 f"{old_world}")
-        self._seek(epoch, position)
+        reopen = False
+        if self.sources is not None:
+            state_sources = _mixture.check_state_sources(state["sources"])
+            weights = [w for _, w, _ in state_sources]
+            cursors = [c for _, _, c in state_sources]
+            if (weights != [s.weight for s in self.sources] or
+                    cursors != self._source_cursors(epoch)):
+                self.sources = [_mixture.Source(d, w)
+                                for d, w, _ in state_sources]
+                self._cursors, self._cursors_epoch = cursors, epoch
+                self._set_plan_sources()
+                reopen = True
+        self._seek(epoch, position, reopen)
         _logger.info("%s", line)
         return line
 
-    def _seek(self, epoch, position):
+    def _seek(self, epoch, position, reopen=False):
         """Next iteration: `epoch` from global position `position`, through
         the open stream when a batch boundary of its plan falls there, else
-        through a stream reopened with an elastic resume."""
+        (or with `reopen`: the plan's sources changed) through a stream
+        reopened with an elastic resume."""
         start = self._resume[1] if epoch == self._resume[0] else 0
         step = self.batch_size * self.world_size
-        if position == self._samples:
+        if reopen:
+            self.close()
+            self._args.resume_epoch = epoch
+            self._args.resume_position = (
+                position if position < self._samples else 0)
+            self._open_native(self._args)
+            self._epoch, self._start = epoch, (
+                0 if position < self._samples else
+                self._batches_in(epoch))
+        elif position == self._samples:
             self._epoch, self._start = epoch, self._batches_in(epoch)
         elif position >= start and (position - start) % step == 0:
             self._epoch, self._start = epoch, (position - start) // step

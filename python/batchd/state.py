@@ -82,7 +82,10 @@ def check_state(state):
       world_size at most 2^32-1)
     - rank: 0..world_size-1, or None (a merged state)
     - seed: 0..2^64-1; shuffle_window_shards: 0..2^32-1; repeats: 0..16
-    - shuffle, drop_last: bool; dataset: str
+    - shuffle, drop_last: bool; dataset: str ("" for a mixture)
+    - sources (a mixture's): [[dataset, weight, cursor]], 1..64 entries,
+      each dataset a non-empty str named once, weight finite and > 0,
+      cursor 0..2^62 (the source's cursor at the start of ``epoch``)
 
     Raises TypeError (not a dict; a field of the wrong type) or ValueError
     (unknown version, missing keys, a field out of range), naming the
@@ -138,6 +141,9 @@ def check_state(state):
                                             0, UINT32_MAX)
     if "repeats" in state:
         out["repeats"] = _int(state, "repeats", 0, MAX_REPEATS)
+    if "sources" in state:
+        from .mixture import check_state_sources
+        out["sources"] = check_state_sources(state["sources"])
     if "batches_per_epoch" in state:
         out["batches_per_epoch"] = _int(state, "batches_per_epoch", 0,
                                         UINT64_MAX, ">= 0")
@@ -188,6 +194,14 @@ def resume_point(state, plan, batch_size, world_size, drop_last):
     for key, value in plan.items():
         # Version 1 states hold neither shuffle nor samples, older
         # version 2 states no shuffle_window_shards.
+        if key == "sources":
+            # A mixture's datasets must match; weights and cursors are the
+            # state's (the loader takes them over).
+            names = [d for d, _, _ in state.get("sources", [])]
+            if names != value:
+                raise ValueError(f"state_dict is for sources {names!r}, "
+                                 f"this loader has {value!r}")
+            continue
         if key in state and state[key] != value:
             raise ValueError(f"state_dict is for {key}={state[key]!r}, "
                              f"this loader has {key}={value!r}")
@@ -249,12 +263,15 @@ def merge_states(states):
     keys = ("version", "epoch", "epoch_start", "position", "samples",
             "dataset",
             "batch_size", "seed", "shuffle", "shuffle_window_shards",
-            "repeats", "drop_last", "world_size")
+            "repeats", "drop_last", "world_size", "sources")
     first = states[0]
     for key in keys:
         values = collections.defaultdict(list)
         for state in states:
-            values[state.get(key)].append(state.get("rank"))
+            value = state.get(key)
+            if isinstance(value, list):  # sources: hashable, compared whole
+                value = tuple(map(tuple, value))
+            values[value].append(state.get("rank"))
         if len(values) > 1:
             detail = "; ".join(f"ranks {sorted(ranks)} have {value!r}"
                                for value, ranks in values.items())

@@ -76,6 +76,16 @@ absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args) {
         args.missing_fields, "'"));
   }
   plan.set_label_field(args.label_field);
+  for (const auto& [dataset, weight, cursor] : args.sources) {
+    batchd::v1::MixtureSource* source = plan.add_sources();
+    source->set_dataset(dataset);
+    source->set_weight(weight);
+    source->set_cursor(cursor);
+  }
+  if (!args.sources.empty()) {
+    plan.set_samples_per_epoch(args.samples_per_epoch);
+    plan.set_sources_epoch(args.sources_epoch);
+  }
   if (args.resume_position > 0) {
     plan.mutable_resume()->set_epoch(args.resume_epoch);
     plan.mutable_resume()->set_position(args.resume_position);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 #include <utility>
 
@@ -86,6 +87,12 @@ struct LoaderArgs {
   std::vector<std::pair<std::string, uint32_t>> sample_fields;
   std::string missing_fields = "empty";
   std::string label_field;
+  // batchd.v1.Plan.sources, instead of `dataset`: (dataset, weight,
+  // cursor) each; samples_per_epoch (0: the sources' sizes summed) and
+  // sources_epoch (the epoch the cursors stand at).
+  std::vector<std::tuple<std::string, double, uint64_t>> sources;
+  uint64_t samples_per_epoch = 0;
+  uint64_t sources_epoch = 0;
 
   // ---- The loader: client::LoaderOptions's fields, durations in seconds --
   uint32_t prefetch = LoaderDefaults().prefetch;

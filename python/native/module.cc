@@ -182,6 +182,14 @@ void BindLoaderArgs(py::module_& m) {
         "a sample without a field: 'empty' or 'substitute'");
   field("label_field", &LoaderArgs::label_field,
         "'' (cls), 'json:<key>' or 'none'");
+  field("sources", &LoaderArgs::sources,
+        "a weighted mixture instead of dataset: [(dataset, weight, "
+        "cursor)]");
+  field("samples_per_epoch", &LoaderArgs::samples_per_epoch,
+        "with sources: samples of an epoch; 0: the sources' sizes summed");
+  field("sources_epoch", &LoaderArgs::sources_epoch,
+        "with sources: the epoch at which the sources stand at their "
+        "cursors");
   field("prefetch", &LoaderArgs::prefetch, "ring slots requested");
   field("auto_prefetch", &LoaderArgs::auto_prefetch,
         "grow the ring while waits are bursty");

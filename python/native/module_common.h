@@ -266,6 +266,10 @@ void BindBatchCommon(py::class_<PyBatch<BatchT>>& cls) {
           "repeats", [](P& self) { return self.get().batch().repeats; },
           "With Plan.repeats: which repeat of its image each sample is; "
           "empty otherwise.")
+      .def_property_readonly(
+          "sources", [](P& self) { return self.get().batch().sources; },
+          "With Plan.sources: each sample's source (its number in the "
+          "plan's sources); empty otherwise.")
       .def_property_readonly("shape",
                              [](P& self) {
                                const auto& shape = self.get().batch().shape;

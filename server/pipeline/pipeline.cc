@@ -65,9 +65,10 @@ void HwcToChw(const uint8_t* hwc, int size, uint8_t* chw) {
 
 // What a substitution for missing fields says: the fields `index` lacks.
 std::string MissingFieldDetail(const ResolvedPlan& plan, uint64_t index) {
+  const ResolvedPlan::SampleRef ref = plan.At(index);
   std::string missing;
-  for (const PlanField& field : plan.fields.fields) {
-    if (field.key || plan.dataset->FindMember(index, field.extension)) {
+  for (const PlanField& field : ref.fields->fields) {
+    if (field.key || ref.dataset->FindMember(ref.index, field.extension)) {
       continue;
     }
     absl::StrAppend(&missing, missing.empty() ? "" : ", ", field.name);
@@ -145,6 +146,10 @@ struct Pipeline::BatchJob {
   // With the plan's fields: each position's, read with its sample (or its
   // substitute's); set by that position's task only.
   std::vector<SampleFields> fields;
+  // Each position's plan sample number (ResolvedPlan::At) and its entry of
+  // the epoch's order, which keys its random draws.
+  std::vector<uint64_t> samples;
+  std::vector<uint64_t> entries;
   std::atomic<size_t> remaining{0};
   // When BuildBatch accepted the batch: the start of its assemble stage.
   std::chrono::steady_clock::time_point started;
@@ -188,10 +193,11 @@ void Pipeline::RecordRead(uint64_t nanos) {
 
 absl::StatusOr<FileBytes> Pipeline::ReadBytes(const ResolvedPlan& plan,
                                               uint64_t index) {
-  const Dataset& dataset = *plan.dataset;
-  if (read_cache_ == nullptr) return dataset.ReadSample(index);
-  return read_cache_->Read({dataset.name(), index},
-                           [&] { return dataset.ReadSample(index); });
+  const ResolvedPlan::SampleRef ref = plan.At(index);
+  const Dataset& dataset = *ref.dataset;
+  if (read_cache_ == nullptr) return dataset.ReadSample(ref.index);
+  return read_cache_->Read({dataset.name(), ref.index},
+                           [&] { return dataset.ReadSample(ref.index); });
 }
 
 // One reader of a dataset's shard demand: a rank of a plan. The
@@ -208,7 +214,7 @@ void Pipeline::PrefetchAfter(const ResolvedPlan& plan,
                              const common::ShardSpec& shard,
                              std::shared_ptr<const std::vector<uint64_t>> order,
                              uint64_t batch_index) {
-  if (!plan.dataset->prefetches()) return;
+  if (plan.dataset == nullptr || !plan.dataset->prefetches()) return;
   if (options_.prefetch_batches <= 0) return;
   // Batches are a pure function of (plan, epoch, index): the next ones'
   // samples are known now. Bounded: a few batches, and the cache bounds
@@ -250,15 +256,29 @@ absl::Status Pipeline::BuildBatch(
   const std::vector<uint64_t> entries =
       BatchIndicesFromOrder(shard, *order, batch_index);
   const size_t n = entries.size();
-  std::vector<uint64_t> sample_indices = entries;
+  std::vector<uint64_t> samples = entries;
+  std::vector<uint64_t> sample_indices;
   std::vector<uint32_t> repeats;
-  if (shard.repeats > 1) {
+  std::vector<uint32_t> sources;
+  if (shard.mixture != nullptr) {
+    // A mixture's entries name (source, sample, occurrence): the plan's
+    // sample number is the entry less its occurrence (common/mixture.h).
+    sample_indices.reserve(n);
+    sources.reserve(n);
+    for (uint64_t& sample : samples) {
+      sample %= shard.num_samples;
+      const ResolvedPlan::SampleRef ref = plan->At(sample);
+      sample_indices.push_back(ref.index);
+      sources.push_back(ref.source);
+    }
+  } else if (shard.repeats > 1) {
     repeats.reserve(n);
-    for (uint64_t& entry : sample_indices) {
+    for (uint64_t& entry : samples) {
       repeats.push_back(common::RepeatOf(entry, shard.num_samples));
       entry = common::SampleOf(entry, shard.num_samples);
     }
   }
+  if (shard.mixture == nullptr) sample_indices = samples;
   // Uninitialised on purpose: every byte is written by a sample task.
   const uint64_t bytes = plan->batch_bytes(n);
   absl::StatusOr<BatchBuffer> pixels;
@@ -281,18 +301,23 @@ absl::Status Pipeline::BuildBatch(
   batch.batch_index = batch_index;
   batch.sample_indices = std::move(sample_indices);
   batch.repeats = std::move(repeats);
+  batch.sources = std::move(sources);
   batch.labels.reserve(n);
-  for (uint64_t index : batch.sample_indices) {
+  for (uint64_t sample : samples) {
     // A json label is read with the sample (ReadFieldsAndLabel).
-    batch.labels.push_back(
-        plan->fields.label_source == LabelSource::kDataset
-            ? plan->dataset->sample(index).label
-            : -1);
+    if (plan->fields.label_source != LabelSource::kDataset) {
+      batch.labels.push_back(-1);
+      continue;
+    }
+    const ResolvedPlan::SampleRef ref = plan->At(sample);
+    batch.labels.push_back(ref.dataset->sample(ref.index).label);
   }
   batch.shape = plan->shape(n);
   batch.erased = plan->Erased(epoch, entries);
   batch.mix = plan->Mix(epoch, batch_index);
   batch.pixels = *std::move(pixels);
+  job->samples = std::move(samples);
+  job->entries = entries;
   job->substitutions.resize(n);
   if (!plan->fields.fields.empty()) job->fields.resize(n);
   job->remaining = n;
@@ -300,7 +325,7 @@ absl::Status Pipeline::BuildBatch(
   job->plan = std::move(plan);
   job->cancelled = std::move(cancelled);
   job->done = std::move(done);
-  if (job->plan->dataset->prefetches()) {
+  if (job->plan->dataset != nullptr && job->plan->dataset->prefetches()) {
     job->shard = shard;
     job->order = order;
     // Before any of its samples is read (ReadSample publishes each batch's
@@ -339,7 +364,7 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
                                job->order, batch_index);
     PrefetchAfter(plan, job->shard, job->order, batch_index);
   }
-  const uint64_t index = job->batch->sample_indices[position];
+  const uint64_t index = job->samples[position];
   const std::string job_name = job->plan->job;
   // The fields and a json label are read with the image, on the reader.
   // A failed read substitutes the sample as a failed image read does.
@@ -353,8 +378,9 @@ void Pipeline::ReadSample(std::shared_ptr<BatchJob> job, size_t position) {
   if (job->plan->decoded_max_side > 0 && decoded_cache_ != nullptr &&
       read_error == SampleError::kNone) {
     // A cached capped image needs no file: straight to the workers.
+    const ResolvedPlan::SampleRef ref = job->plan->At(index);
     std::shared_ptr<const CappedImage> image = decoded_cache_->Lookup(
-        {job->plan->dataset->name(), index, job->plan->decoded_max_side});
+        {ref.dataset->name(), ref.index, job->plan->decoded_max_side});
     if (image != nullptr) {
       workers_.Submit(job_name, [this, job = std::move(job), position,
                                  image = std::move(image)]() mutable {
@@ -402,7 +428,8 @@ absl::Status Pipeline::ReadFieldsAndLabel(BatchJob& job, size_t position,
 DecodeResult Pipeline::ReadFailure(const ResolvedPlan& plan, uint64_t index,
                                    const absl::Status& status) {
   DecodeResult result;
-  result.error = plan.dataset->sample(index).has_image
+  const ResolvedPlan::SampleRef ref = plan.At(index);
+  result.error = ref.dataset->sample(ref.index).has_image
                      ? SampleError::kReadError
                      : SampleError::kNoImage;
   result.detail = std::string(status.message());
@@ -412,8 +439,9 @@ DecodeResult Pipeline::ReadFailure(const ResolvedPlan& plan, uint64_t index,
 void Pipeline::CountContentMismatch(const ResolvedPlan& plan, uint64_t index,
                                     const FileBytes& bytes) {
   if (options_.metrics == nullptr) return;
+  const ResolvedPlan::SampleRef ref = plan.At(index);
   const std::optional<ContentKind> named =
-      KindFromName(plan.dataset->sample(index).path);
+      KindFromName(ref.dataset->sample(ref.index).path);
   if (!named.has_value()) return;
   const ContentKind content = SniffContent(bytes.bytes());
   // An empty file is EMPTY_FILE whatever its name.
@@ -453,8 +481,9 @@ DecodedSample Pipeline::CappedImageOf(const ResolvedPlan& plan,
     return sample;
   };
   if (decoded_cache_ == nullptr) return decode();
+  const ResolvedPlan::SampleRef ref = plan.At(sample_index);
   return decoded_cache_->Get(
-      {plan.dataset->name(), sample_index, plan.decoded_max_side}, decode);
+      {ref.dataset->name(), ref.index, plan.decoded_max_side}, decode);
 }
 
 DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
@@ -567,12 +596,10 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
   }
   const ResolvedPlan& plan = *job->plan;
   BuiltBatch& batch = *job->batch;
-  const uint64_t index = batch.sample_indices[position];
-  // Repeat r of sample i draws as entry i + r * N (common/sampler.h).
-  const uint64_t repeat_offset =
-      batch.repeats.empty()
-          ? 0
-          : uint64_t{batch.repeats[position]} * plan.shard.num_samples;
+  const uint64_t index = job->samples[position];
+  // Repeat r of sample i draws as entry i + r * N (common/sampler.h), a
+  // mixture's occurrence o as i + o * T (common/mixture.h).
+  const uint64_t repeat_offset = job->entries[position] - index;
   uint8_t* out = batch.pixels.data() + position * plan.sample_bytes();
 
   // MISSING_FIELD_SUBSTITUTE: a sample without a requested field is
@@ -600,20 +627,24 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
     if (options_.metrics != nullptr) {
       options_.metrics->SampleSubstituted(reason);
     }
+    // Substitutes come from the sample's own dataset; the indices sent
+    // are that dataset's (a mixture's plan sample numbers less `first`).
+    const ResolvedPlan::SampleRef ref = plan.At(index);
+    const uint64_t first = index - ref.index;
     batchd::v1::Substitution sub;
     sub.set_position(static_cast<uint32_t>(position));
-    sub.set_original_index(index);
-    sub.set_substitute_index(index);
+    sub.set_original_index(ref.index);
+    sub.set_substitute_index(ref.index);
     sub.set_reason(reason);
     sub.set_detail(result.ok() ? MissingFieldDetail(plan, index)
                                : result.detail.substr(0, 200));
     common::SampleRandom rng(plan.shard.seed, batch.epoch, index,
                              common::RandomPurpose::kSubstitute);
     bool found = false;
-    const uint64_t n = plan.dataset->size();
+    const uint64_t n = ref.dataset->size();
     for (int attempt = 0; attempt < options_.max_substitute_attempts && n > 1;
          ++attempt) {
-      const uint64_t candidate = rng.UniformInt(n);
+      const uint64_t candidate = first + rng.UniformInt(n);
       if (candidate == index) continue;
       if (plan.fields.substitute_missing && !HasAllFields(plan, candidate)) {
         continue;
@@ -631,7 +662,7 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
         if (!fields.ok()) continue;
         job->fields[position] = *std::move(fields);
       }
-      sub.set_substitute_index(candidate);
+      sub.set_substitute_index(candidate - first);
       found = true;
       break;
     }

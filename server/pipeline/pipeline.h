@@ -46,6 +46,9 @@ struct BatchMetadata {
   // With Plan.repeats > 1: which repeat of its sample each one is; empty
   // otherwise (batchd.v1.BatchHeader.repeats).
   std::vector<uint32_t> repeats;
+  // With Plan.sources: each sample's source; sample_indices are then
+  // indices in its dataset (batchd.v1.BatchHeader.sources). Empty otherwise.
+  std::vector<uint32_t> sources;
   std::vector<int32_t> labels;
   std::vector<uint64_t> shape;
   std::vector<batchd::v1::Substitution> substitutions;
@@ -195,7 +198,7 @@ class Pipeline {
   // writes them as CHW planes there. REQUIRES: plan.augment is not empty.
   void AugmentSample(const ResolvedPlan& plan, uint64_t epoch,
                      uint64_t entry, uint8_t* hwc, uint8_t* chw);
-  // What a failed read of `index` gives: kNoImage for a tar shard key
+  // What a failed read of plan sample `index` (ResolvedPlan::At) gives: kNoImage for a tar shard key
   // without an image member, kReadError otherwise, with `status`'s message.
   static DecodeResult ReadFailure(const ResolvedPlan& plan, uint64_t index,
                                   const absl::Status& status);

@@ -44,10 +44,11 @@ size_t FieldCutLength(absl::string_view prefix, uint64_t member_size,
   return prefix.size();
 }
 
-bool HasAllFields(const ResolvedPlan& plan, uint64_t index) {
-  for (const PlanField& field : plan.fields.fields) {
+bool HasAllFields(const ResolvedPlan& plan, uint64_t sample) {
+  const ResolvedPlan::SampleRef ref = plan.At(sample);
+  for (const PlanField& field : ref.fields->fields) {
     if (field.key) continue;
-    if (plan.dataset->FindMember(index, field.extension) == nullptr) {
+    if (ref.dataset->FindMember(ref.index, field.extension) == nullptr) {
       return false;
     }
   }
@@ -55,15 +56,17 @@ bool HasAllFields(const ResolvedPlan& plan, uint64_t index) {
 }
 
 absl::StatusOr<SampleFields> ReadSampleFields(const ResolvedPlan& plan,
-                                              uint64_t index) {
-  const Dataset& dataset = *plan.dataset;
+                                              uint64_t sample) {
+  const ResolvedPlan::SampleRef ref = plan.At(sample);
+  const Dataset& dataset = *ref.dataset;
+  const uint64_t index = ref.index;
   SampleFields out;
-  const size_t n = plan.fields.fields.size();
+  const size_t n = ref.fields->fields.size();
   out.values.resize(n);
   out.cut.resize(n);
   out.missing.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    const PlanField& field = plan.fields.fields[i];
+    const PlanField& field = ref.fields->fields[i];
     if (field.key) {
       const std::string key = dataset.Key(index);
       const size_t keep = FieldCutLength(key, key.size(), field.max_bytes);
@@ -111,23 +114,25 @@ int32_t JsonLabel(absl::string_view json, const std::string& key) {
 }
 
 absl::StatusOr<int32_t> SampleLabel(const ResolvedPlan& plan,
-                                    uint64_t index) {
-  switch (plan.fields.label_source) {
+                                    uint64_t sample) {
+  const ResolvedPlan::SampleRef ref = plan.At(sample);
+  const uint64_t index = ref.index;
+  switch (ref.fields->label_source) {
     case LabelSource::kDataset:
-      return plan.dataset->sample(index).label;
+      return ref.dataset->sample(index).label;
     case LabelSource::kNone:
       return -1;
     case LabelSource::kJson:
       break;
   }
   const SampleMember* json =
-      plan.dataset->FindMember(index, plan.fields.label_json_extension);
+      ref.dataset->FindMember(index, ref.fields->label_json_extension);
   if (json == nullptr) return -1;
   if (json->size > kMaxLabelJsonBytes) return -1;
   absl::StatusOr<FileBytes> bytes =
-      plan.dataset->ReadMember(index, *json, kMaxLabelJsonBytes);
+      ref.dataset->ReadMember(index, *json, kMaxLabelJsonBytes);
   if (!bytes.ok()) return bytes.status();
-  return JsonLabel(bytes->text(), plan.fields.label_json_key);
+  return JsonLabel(bytes->text(), ref.fields->label_json_key);
 }
 
 }  // namespace batchd::server

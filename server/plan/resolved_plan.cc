@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/plan/plan_sources.h"
 
 namespace batchd::server {
 namespace {
@@ -171,8 +172,19 @@ std::string PlanFingerprint(const ResolvedPlan& plan) {
           ? common::EffectiveWindowShards(s.shuffle_window_shards,
                                           *s.shard_samples)
           : 0;
+  std::string dataset;
+  if (plan.dataset != nullptr) {
+    dataset = plan.dataset->name();
+  } else {
+    // A mixture: its datasets and everything that decides its orders.
+    for (const ResolvedPlan::Source& source : plan.sources) {
+      absl::StrAppend(&dataset, dataset.empty() ? "" : "+",
+                      source.dataset->name());
+    }
+    absl::StrAppend(&dataset, " ", common::MixtureText(*s.mixture));
+  }
   return absl::StrCat(
-      "dataset=", plan.dataset->name(), " samples=", s.num_samples,
+      "dataset=", dataset, " samples=", s.num_samples,
       " seed=", s.seed, " shuffle=", s.shuffle, " window_shards=", window,
       // Written only when set, so that plans without repeats keep their
       // labels.
@@ -205,6 +217,18 @@ std::string PlanFingerprint(const ResolvedPlan& plan) {
           : "");
 }
 
+ResolvedPlan::SampleRef ResolvedPlan::At(uint64_t sample) const {
+  if (sources.empty()) return SampleRef{dataset.get(), &fields, sample, 0};
+  // The last source whose first sample number is <= sample.
+  const auto it = std::upper_bound(
+      sources.begin(), sources.end(), sample,
+      [](uint64_t s, const Source& source) { return s < source.offset; });
+  const Source& source = *std::prev(it);
+  return SampleRef{source.dataset.get(), &source.fields,
+                   sample - source.offset,
+                   static_cast<uint32_t>(it - sources.begin() - 1)};
+}
+
 std::string FingerprintLabel(const std::string& fingerprint) {
   uint64_t hash = 0xcbf29ce484222325;  // FNV-1a, 64-bit
   for (unsigned char c : fingerprint) {
@@ -235,12 +259,29 @@ absl::Status CheckJobName(const std::string& job) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The classes a plan's labels range over: its dataset's, or the most of
+// any of its sources.
+size_t ClassCount(const ResolvedPlan& plan) {
+  if (plan.dataset != nullptr) return plan.dataset->class_names().size();
+  size_t classes = 0;
+  for (const ResolvedPlan::Source& source : plan.sources) {
+    classes = std::max(classes, source.dataset->class_names().size());
+  }
+  return classes;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
     const batchd::v1::Plan& plan, const DatasetMap& datasets,
     const PlanLimits& limits) {
   auto resolved = std::make_shared<ResolvedPlan>();
   auto it = datasets.find(plan.dataset());
-  if (it == datasets.end()) {
+  if (plan.sources_size() > 0) {
+    // Checked below, after batch_size and rank.
+  } else if (it == datasets.end()) {
     std::vector<std::string> names;
     for (const auto& [name, dataset] : datasets) names.push_back(name);
     return Invalid(absl::StrCat("unknown dataset '", plan.dataset(),
@@ -248,7 +289,7 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
                                 names.empty() ? "(none)"
                                               : absl::StrJoin(names, ", ")));
   }
-  resolved->dataset = it->second;
+  if (plan.sources_size() == 0) resolved->dataset = it->second;
   if (plan.batch_size() == 0 || plan.batch_size() > limits.max_batch_size) {
     return Invalid(absl::StrCat("batch_size is ", plan.batch_size(),
                                 "; it must be 1..", limits.max_batch_size));
@@ -259,11 +300,13 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
                                 " is out of range for world_size ", world_size,
                                 "; it must be 0..", world_size - 1));
   }
-  if (resolved->dataset->size() > common::kMaxSampleIndex) {
+  if (resolved->dataset != nullptr &&
+      resolved->dataset->size() > common::kMaxSampleIndex) {
     return Invalid("dataset is too large (more than 2^56 samples)");
   }
   resolved->shard = common::ShardSpec{
-      .num_samples = resolved->dataset->size(),
+      .num_samples = resolved->dataset != nullptr ? resolved->dataset->size()
+                                                  : 0,
       .seed = plan.seed(),
       .shuffle = plan.shuffle(),
       .drop_last = plan.drop_last(),
@@ -271,7 +314,13 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
       .world_size = world_size,
       .batch_size = plan.batch_size(),
   };
-  if (const uint32_t window = plan.shuffle_window_shards(); window > 0) {
+  if (plan.sources_size() > 0) {
+    if (absl::Status s = ResolveSources(plan, datasets, resolved.get());
+        !s.ok()) {
+      return s;
+    }
+  } else if (const uint32_t window = plan.shuffle_window_shards();
+             window > 0) {
     const std::vector<uint64_t>& layout = *resolved->dataset->shard_samples();
     if (!plan.shuffle()) {
       return Invalid(absl::StrCat(
@@ -406,16 +455,22 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
                                    resolved->output_size());
   if (!augment.ok()) return augment.status();
   resolved->augment = *std::move(augment);
-  absl::StatusOr<PlanFields> fields =
-      ResolveFields(plan, *resolved->dataset, plan.batch_size());
-  if (!fields.ok()) return fields.status();
-  resolved->fields = *std::move(fields);
+  if (resolved->dataset != nullptr) {
+    absl::StatusOr<PlanFields> fields =
+        ResolveFields(plan, *resolved->dataset, plan.batch_size());
+    if (!fields.ok()) return fields.status();
+    resolved->fields = *std::move(fields);
+  } else {
+    // What every source's fields share (names, bounds, policies); the
+    // member numbers are each source's own (At).
+    resolved->fields = resolved->sources.front().fields;
+  }
   absl::StatusOr<std::optional<ErasingSpec>> erasing =
       ResolveErasing(pipeline);
   if (!erasing.ok()) return erasing.status();
   resolved->erasing = *erasing;
   absl::StatusOr<std::optional<MixSpec>> mix =
-      ResolveMix(pipeline, resolved->dataset->class_names().size(),
+      ResolveMix(pipeline, ClassCount(*resolved),
                  plan.batch_size());
   if (!mix.ok()) return mix.status();
   resolved->mix = *mix;

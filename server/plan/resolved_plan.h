@@ -38,7 +38,17 @@ struct PlanLimits {
 };
 
 struct ResolvedPlan {
+  // The plan's dataset; null with sources (reach samples through At).
   std::shared_ptr<const Dataset> dataset;
+  // Plan.sources (server/plan/plan_sources.h): each source's dataset, its
+  // fields resolved against it, and its first sample number (the sources'
+  // datasets concatenated in order). Empty for a plan of one dataset.
+  struct Source {
+    std::shared_ptr<const Dataset> dataset;
+    PlanFields fields;
+    uint64_t offset = 0;
+  };
+  std::vector<Source> sources;
   // The shard of a whole epoch.
   common::ShardSpec shard;
   // Plan.resume: epoch resume_epoch starts at shard position
@@ -84,6 +94,16 @@ struct ResolvedPlan {
   uint64_t batch_bytes(uint64_t samples) const {
     return samples * sample_bytes();
   }
+  // A sample number of the plan (a dataset index, or with sources a
+  // number in their concatenation): its dataset, the fields resolved
+  // against it, its index there and its source (0 without sources).
+  struct SampleRef {
+    const Dataset* dataset = nullptr;
+    const PlanFields* fields = nullptr;
+    uint64_t index = 0;
+    uint32_t source = 0;
+  };
+  SampleRef At(uint64_t sample) const;
   PixelLayout pixel_layout() const {
     return layout == batchd::v1::LAYOUT_NCHW ? PixelLayout::kCHW
                                              : PixelLayout::kHWC;

@@ -50,6 +50,8 @@ std::optional<SendQueue::Popped> SendQueue::Pop() {
                                              batch.sample_indices.end());
     header->mutable_repeats()->Assign(batch.repeats.begin(),
                                       batch.repeats.end());
+    header->mutable_sources()->Assign(batch.sources.begin(),
+                                      batch.sources.end());
     header->mutable_labels()->Assign(batch.labels.begin(), batch.labels.end());
     header->mutable_shape()->Assign(batch.shape.begin(), batch.shape.end());
     header->set_dtype(batchd::v1::DTYPE_UINT8);
