@@ -3,7 +3,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/augment_options.h"
-#include "google/protobuf/text_format.h"
 
 namespace batchd::python {
 
@@ -122,22 +121,9 @@ absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args) {
       !status.ok()) {
     return status;
   }
-  if (!args.views.empty()) {
-    batchd::v1::Plan views;
-    google::protobuf::TextFormat::Parser parser;
-    if (!parser.ParseFromString(args.views, &views)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "views is not text-format Plan.views entries: '",
-          args.views.substr(0, 200), "'"));
-    }
-    batchd::v1::Plan rest = views;
-    rest.clear_views();
-    if (rest.ByteSizeLong() != 0) {
-      return absl::InvalidArgumentError(
-          "views may hold only `views { ... }` entries");
-    }
-    *plan.mutable_views() = views.views();
-    pipeline->clear_transform();
+  if (absl::Status status = client::ParseViewList(args.views, &plan);
+      !status.ok()) {
+    return status;
   }
   return options;
 }
