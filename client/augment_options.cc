@@ -200,4 +200,30 @@ absl::Status ApplyAugmentOptions(const AugmentOptions& options,
   return ParseAugmentList(options.augment, pipeline);
 }
 
+absl::Status ParseViewList(absl::string_view text, batchd::v1::Plan* plan) {
+  if (text.empty()) return absl::OkStatus();
+  batchd::v1::Plan parsed;
+  google::protobuf::TextFormat::Parser parser;
+  FirstError error;
+  parser.RecordErrorsTo(&error);
+  if (!parser.ParseFromString(std::string(text), &parsed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("views: ", error.message().empty()
+                                    ? std::string("not a text-format list")
+                                    : error.message()));
+  }
+  batchd::v1::Plan rest = parsed;
+  rest.clear_views();
+  std::vector<const google::protobuf::FieldDescriptor*> others;
+  rest.GetReflection()->ListFields(rest, &others);
+  if (!others.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "views: only `views { ... }` entries may be given here, not '",
+        others.front()->name(), "'"));
+  }
+  *plan->mutable_views() = parsed.views();
+  plan->mutable_pipeline()->clear_transform();
+  return absl::OkStatus();
+}
+
 }  // namespace batchd::client

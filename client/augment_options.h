@@ -92,6 +92,13 @@ absl::StatusOr<batchd::v1::Augment> ReferencePolicy(absl::string_view name,
 absl::Status ParseAugmentList(absl::string_view text,
                               batchd::v1::Pipeline* pipeline);
 
+// Sets `plan`'s views (Plan.views) from `text`: text-format `views { ...
+// }` entries only ("" leaves the plan alone). With views the pipeline's
+// transform is cleared: each group has its own crop. INVALID_ARGUMENT
+// with the parser's line, column and message, or naming the other field
+// the text sets; the daemon checks the groups' ranges.
+absl::Status ParseViewList(absl::string_view text, batchd::v1::Plan* plan);
+
 }  // namespace batchd::client
 
 #endif  // BATCHD_CLIENT_AUGMENT_OPTIONS_H_

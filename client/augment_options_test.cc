@@ -197,5 +197,28 @@ TEST(AugmentOptionsTest, ReferenceFlagsAndTextSetErasingAndMix) {
                        HasSubstr("random_erase")));
 }
 
+TEST(ParseViewListTest, SetsTheViewsAndClearsTheCrop) {
+  batchd::v1::Plan plan;
+  plan.mutable_pipeline()->mutable_train()->set_size(224);
+  ASSERT_TRUE(ParseViewList("views { count: 2 crop { size: 224 } }\n"
+                            "views { count: 6 crop { size: 96 } }",
+                            &plan)
+                  .ok());
+  ASSERT_EQ(plan.views_size(), 2);
+  EXPECT_EQ(plan.views(1).count(), 6u);
+  EXPECT_EQ(plan.views(1).crop().size(), 96u);
+  EXPECT_FALSE(plan.pipeline().has_train());
+  batchd::v1::Plan untouched;
+  untouched.mutable_pipeline()->mutable_train()->set_size(224);
+  EXPECT_TRUE(ParseViewList("", &untouched).ok());
+  EXPECT_TRUE(untouched.pipeline().has_train());
+  EXPECT_THAT(ParseViewList("seed: 3", &plan),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("only `views { ... }` entries")));
+  EXPECT_THAT(ParseViewList("views { count: ", &plan),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("views: ")));
+}
+
 }  // namespace
 }  // namespace batchd::client

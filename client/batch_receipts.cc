@@ -65,6 +65,29 @@ absl::Status BatchReceipts::CheckHeader(int daemon,
         header.field_counts_size(), " fields and ",
         header.field_data().size(), " bytes of field data"));
   }
+  // The views tile the pixels: each where the previous ended, the last
+  // ending at total_bytes.
+  uint64_t view_end = 0;
+  for (const batchd::v1::ViewShape& view : header.views()) {
+    uint64_t elements = view.shape_size() > 0 ? 1 : 0;
+    for (uint64_t dim : view.shape()) {
+      if (dim != 0 && elements > std::numeric_limits<uint64_t>::max() / dim) {
+        return absl::InternalError("view shape overflows");
+      }
+      elements *= dim;
+    }
+    if (view.offset() != view_end) {
+      return absl::InternalError(absl::StrCat(
+          BatchName(key), " has a view at offset ", view.offset(),
+          " where the previous one ends at ", view_end));
+    }
+    view_end += elements;
+  }
+  if (header.views_size() > 0 && view_end != header.total_bytes()) {
+    return absl::InternalError(absl::StrCat(
+        BatchName(key), " has views of ", view_end, " bytes but ",
+        header.total_bytes(), " bytes of pixels"));
+  }
   if (header.shape_size() > 0) {
     uint64_t elements = 1;
     for (uint64_t dim : header.shape()) {

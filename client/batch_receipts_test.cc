@@ -154,6 +154,37 @@ TEST(BatchReceiptsTest, HeaderProtocolErrors) {
                        "is incomplete"));
 }
 
+// Plan.views: the views' blocks tile the pixels, in order.
+TEST(BatchReceiptsTest, ViewsMustTileThePixels) {
+  BatchReceipts receipts;
+  const int d = receipts.Add();
+  auto add_view = [](batchd::v1::BatchHeader& header, uint64_t offset,
+                     uint64_t n, uint64_t side) {
+    batchd::v1::ViewShape* view = header.add_views();
+    for (uint64_t dim : {n, side, side, uint64_t{3}}) view->add_shape(dim);
+    view->set_offset(offset);
+  };
+  // 2 samples: 2 views of 4x4 (96 bytes each), 1 of 2x2 (24 bytes).
+  batchd::v1::BatchHeader header = Header(0, 1, 216);
+  header.add_shape(216);
+  add_view(header, 0, 2, 4);
+  add_view(header, 96, 2, 4);
+  add_view(header, 192, 2, 2);
+  EXPECT_TRUE(Check(receipts, d, header).ok());
+  batchd::v1::BatchHeader gap = header;
+  gap.mutable_views(1)->set_offset(100);
+  EXPECT_THAT(Check(receipts, d, gap),
+              StatusIs(absl::StatusCode::kInternal,
+                       "batch 1 of epoch 0 has a view at offset 100 where the "
+                       "previous one ends at 96"));
+  batchd::v1::BatchHeader short_views = header;
+  short_views.mutable_views()->RemoveLast();
+  EXPECT_THAT(Check(receipts, d, short_views),
+              StatusIs(absl::StatusCode::kInternal,
+                       "batch 1 of epoch 0 has views of 192 bytes but 216 "
+                       "bytes of pixels"));
+}
+
 TEST(BatchReceiptsTest, ChunkProtocolErrors) {
   BatchReceipts receipts;
   const int d = receipts.Add();

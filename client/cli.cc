@@ -84,6 +84,11 @@ ABSL_FLAG(uint32_t, ra_magnitude, batchd::client::kDefaultRaMagnitude,
           "RandAugment's magnitude with --auto_augment=ra, 0..30");
 ABSL_FLAG(uint32_t, augmix_severity, batchd::client::kDefaultAugmixSeverity,
           "AugMix's severity with --auto_augment=augmix, 1..10");
+ABSL_FLAG(std::string, views, "",
+          "a multi-view plan: text-format Plan.views entries (docs/augment.md, "
+          "\"Views\"), e.g. 'views { count: 2 crop { size: 224 } }'; each "
+          "sample is decoded once and cut into every view; replaces --size "
+          "and the crop");
 ABSL_FLAG(std::string, augment, "",
           "augmentation ops after --auto_augment's policy, in order, as "
           "text-format Pipeline.augment entries (docs/augment.md), e.g. "
@@ -244,6 +249,10 @@ absl::StatusOr<batchd::v1::Plan> PlanFromFlags() {
           ApplyAugmentOptions(augment, plan.mutable_pipeline());
       !status.ok()) {
     // The message starts with the option's name, the flag's.
+    return absl::InvalidArgumentError(absl::StrCat("--", status.message()));
+  }
+  if (absl::Status status = ParseViewList(absl::GetFlag(FLAGS_views), &plan);
+      !status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", status.message()));
   }
   return plan;

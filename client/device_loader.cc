@@ -240,6 +240,14 @@ absl::StatusOr<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "depth must be 1..", kMaxDepth, ", got ", options.depth));
   }
+  if (options.loader.plan.views_size() > 0) {
+    // Normalising each view needs one set of parameters per view shape;
+    // the host path (Loader) hands each view over as it is.
+    return absl::InvalidArgumentError(
+        "the plan has views (Plan.views), which the DeviceLoader does not "
+        "split yet: use a Loader (Python: backend='host'), whose Batch gives "
+        "each view's pixels and shape");
+  }
   const batchd::v1::Pipeline& pipeline = options.loader.plan.pipeline();
   if ((pipeline.has_erasing() || pipeline.has_mix()) &&
       options.normalize.dtype == cuda::DType::kUint8) {

@@ -190,6 +190,7 @@ Batch LoaderCore::MakeBatch(SlotRing::Lease lease,
   SetFields(lease.header, &batch);
   batch.erased.assign(header.erased().begin(), header.erased().end());
   if (header.has_mix()) batch.mix = header.mix();
+  batch.views.assign(header.views().begin(), header.views().end());
   batch.core_ = std::move(self);
   batch.slot_ = lease.slot;
   batch.data_ = lease.data;

@@ -104,6 +104,12 @@ struct BatchInfo {
   // plain Loader hands them over with the raw pixels.
   std::vector<batchd::v1::ErasedRegion> erased;
   std::optional<batchd::v1::BatchMix> mix;
+
+  // With Plan.views: each view's shape ([n, H, W, 3] or [n, 3, H, W]) and
+  // the byte offset of its pixels within the batch's, in the plan's group
+  // order (BatchHeader.views; checked to tile the pixels exactly); empty
+  // without views, when `shape` is the images' shape.
+  std::vector<batchd::v1::ViewShape> views;
 };
 
 // One batch, leasing a slot of the loader's ring. The pixel bytes stay valid
@@ -120,6 +126,11 @@ class Batch : public BatchInfo {
   // The batch's pixels, uint8, `size()` bytes; nullptr for an empty Batch.
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
+  // View `view`'s pixels (REQUIRES: view < views.size()), views[view]
+  // .shape() bytes.
+  const uint8_t* view_data(size_t view) const {
+    return data_ + views[view].offset();
+  }
 
   Batch() = default;
   Batch(Batch&& other) noexcept;

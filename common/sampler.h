@@ -24,7 +24,11 @@
 //   consecutive ranks, so one sample's repeats land on different ranks
 //   where the world has R ranks or more. Repeat r of sample i is the entry
 //   i + r * N (SampleOf, RepeatOf): each repeat is its own (sample, repeat)
-//   pair for exactly-once, and draws its own augmentation.
+//   pair for exactly-once, and draws its own augmentation;
+// - with views (batchd.v1.Plan.views), view v of entry e draws as the entry
+//   e + v * N * R (ViewEntry): view 0 is the entry itself, so a plan's
+//   first view draws what the same plan without views draws, and no two
+//   (entry, view) pairs share a draw. SampleOf still names the sample.
 //
 // Pure functions; thread-safe. EpochOrderCache is thread-safe too.
 #ifndef BATCHD_COMMON_SAMPLER_H_
@@ -88,6 +92,16 @@ inline uint64_t SampleOf(uint64_t entry, uint64_t num_samples) {
 }
 inline uint32_t RepeatOf(uint64_t entry, uint64_t num_samples) {
   return static_cast<uint32_t>(entry / num_samples);
+}
+
+// The most views a plan may ask for, over all its groups
+// (batchd.v1.Plan.views).
+inline constexpr uint32_t kMaxViews = 16;
+// The entry whose draws view `view` of epoch-order entry `entry` takes:
+// entry + view * N * R. REQUIRES: entry < N * R, view < kMaxViews.
+inline uint64_t ViewEntry(uint64_t entry, uint32_t view, uint64_t num_samples,
+                          uint32_t repeats) {
+  return entry + uint64_t{view} * num_samples * (repeats == 0 ? 1 : repeats);
 }
 
 // Batches in each epoch of a plan: `per_epoch`, except `resumed` in the

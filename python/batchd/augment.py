@@ -32,7 +32,8 @@ __all__ = ["Op", "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix",
            "ColorJitter", "RandomGrayscale", "GaussianBlur", "RandomSolarize",
            "RandomPosterize", "RandomAutocontrast", "RandomEqualize",
            "RandomInvert", "RandomVerticalFlip", "RandomRotation",
-           "RandomAffine", "RandomErasing", "MixupCutmix", "Recipe",
+           "RandomAffine", "RandomErasing", "MixupCutmix", "ViewGroup",
+           "Recipe",
            "reference_recipe", "REFERENCE_POLICIES", "to_text"]
 
 
@@ -674,3 +675,8 @@ def reference_recipe(args, num_classes=None):
 # without the package) this module has the per-sample ops only.
 if __package__:
     from .erase_mix import MixupCutmix, RandomErasing  # noqa: E402,F401
+
+
+# Multi-view plans live in their own module; re-exported here beside the
+# ops they take (defined last: batchd.views uses the checks above).
+from batchd.views import ViewGroup  # noqa: E402

@@ -16,6 +16,7 @@ from . import fields as _fields
 from . import mixture as _mixture
 from . import output as _output
 from . import timeline as _timeline
+from . import views as _views
 from .diagnosis import Diagnosis
 from .diagnosis import log_line as _log_diagnosis
 from ._native import LoaderArgs, NativeLoader
@@ -77,6 +78,14 @@ class Loader:
         CPU with the same results. Both need ``normalize`` (or a float
         ``dtype``) and run on the ``"device"`` backend (chosen for them
         under ``"auto"``).
+      views: a list of :class:`batchd.augment.ViewGroup`, or None: each
+        sample is decoded once and cut into every group's views, each its
+        own crop, flip and ops (SimCLR: one group of 2; DINO: 2 at 224 and
+        6 at 96). Batches are then ``(views, labels)`` with ``views`` a
+        list of tensors, one per view in group order, each
+        ``[B, 3, size, size]`` (normalised as one-view batches are). The
+        groups replace size, scale, ratio, flip, interpolation and augment;
+        views run on the host backend (docs/augment.md, "Views").
       layout: ``"nchw"`` (default, what torch models take) or ``"nhwc"``.
       decoded_max_side: 0 (default) decodes each crop from the file. N > 0
         decodes each image whole with its longer side capped at N pixels
@@ -197,7 +206,7 @@ class Loader:
                  mode=_DEFAULTS.mode, size=_DEFAULTS.size, scale=None,
                  ratio=None, flip=None, resize_shorter=None,
                  interpolation=_DEFAULTS.interpolation, augment=None,
-                 erasing=None, mix=None, layout=_DEFAULTS.layout,
+                 erasing=None, mix=None, views=None, layout=_DEFAULTS.layout,
                  decoded_max_side=_DEFAULTS.decoded_max_side,
                  seed=_DEFAULTS.seed, shuffle=_DEFAULTS.shuffle,
                  shuffle_window_shards=_DEFAULTS.shuffle_window_shards,
@@ -291,6 +300,22 @@ class Loader:
         augment_text = "\n".join(
             text for text in (_augment.to_text(augment or []),
                               _erase_mix.plan_text(erasing, mix)) if text)
+        views_text = _views.to_text(views)
+        #: With views: the ViewGroups; each batch's images are a list of
+        #: tensors, one per view in group order.
+        self.views = list(views) if views_text else []
+        if self.views:
+            if augment or erasing is not None or mix is not None:
+                raise ValueError("with views, give each ViewGroup its own "
+                                 "augment; erasing and mix do not work with "
+                                 "views")
+            if mode != "train":
+                raise ValueError("views are training crops: mode must be "
+                                 "'train'")
+            if backend == "device":
+                raise ValueError("views are split on the host path: use "
+                                 "backend='host' or 'auto'")
+            backend = "host"
         if erasing is not None or mix is not None:
             if self._output.float_dtype is None:
                 raise ValueError("erasing and mix work on the normalised "
@@ -311,7 +336,7 @@ class Loader:
             ratio=None if ratio is None else tuple(ratio), flip=flip,
             resize_shorter=resize_shorter or 0,
             interpolation=getattr(interpolation, "value", interpolation),
-            augment=augment_text, layout=layout,
+            augment=augment_text, views=views_text, layout=layout,
             decoded_max_side=decoded_max_side,
             prefetch=prefetch, auto_prefetch=auto_prefetch,
             auto_prefetch_max_bytes=prefetch_memory,
@@ -539,6 +564,18 @@ class Loader:
             return images, labels
         # Wraps the slot: the tensor's storage holds `batch`, which holds
         # the slot until the storage is freed.
+        if self.views:
+            flat = torch.frombuffer(batch, dtype=torch.uint8)
+            images = []
+            for pixels in _views.split(flat, batch.views):
+                view, converted = self._output.convert(pixels, labels)
+                images.append(view)
+            labels = converted
+            if self._fields or self.batch_format == "dict":
+                self.field_counts = batch.field_counts
+                return _fields.batch_output(self.batch_format, images, labels,
+                                            self._fields, batch.field_values)
+            return images, labels
         if not self._fields and self.batch_format == "tuple":
             pixels = torch.frombuffer(batch, dtype=torch.uint8).view(
                 batch.shape)

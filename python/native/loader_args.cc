@@ -131,6 +131,10 @@ absl::StatusOr<client::LoaderOptions> ToLoaderOptions(const LoaderArgs& args) {
       !status.ok()) {
     return status;
   }
+  if (absl::Status status = client::ParseViewList(args.views, &plan);
+      !status.ok()) {
+    return status;
+  }
   return options;
 }
 

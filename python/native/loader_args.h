@@ -77,6 +77,11 @@ struct LoaderArgs {
   // them); client::ApplyAugmentOptions sets them.
   std::string interpolation = "bilinear";
   std::string augment;
+  // batchd.v1.Plan.views as text-format `views { ... }` entries
+  // (batchd.augment.ViewGroup writes them); "" for none. With views the
+  // pipeline's crop (mode, size, scale, ratio, flip) is not sent: each
+  // group has its own.
+  std::string views;
   // An elastic resume (batchd.v1.Plan.resume): epoch resume_epoch starts
   // at position resume_position of its global order; 0: no resume.
   uint64_t resume_epoch = 0;

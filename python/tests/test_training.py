@@ -135,3 +135,23 @@ def test_clip_example_runs(binaries, tmp_path):
     assert lines[0] == "CLIP on cpu, 32x32, batch 8, 3 steps"
     assert CLIP_LINE.match(lines[1]), lines[1]
     assert len(list((tmp_path / "shards").glob("*.tar"))) == 1
+
+
+def test_simclr_example_runs(binaries, tmp_path):
+    """examples/train_simclr.py: two views per image from one decode, the
+    NT-Xent loss on a small ResNet-style CNN, a few steps on the CPU."""
+    build = pathlib.Path(binaries["daemon"]).parents[1]
+    out = subprocess.run(
+        [sys.executable, str(SOURCE_DIR / "examples" / "train_simclr.py"),
+         "--images", str(tmp_path / "images"), "--build", str(build),
+         "--count", "32", "--batch-size", "8", "--steps", "3",
+         "--daemon-workers", "1"],
+        env=python_env(), capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "SimCLR on cpu, 2 views of 32x32, batch 8, 3 steps"
+    losses = [float(re.match(r"^step \d: loss (\d+\.\d{4})$", line).group(1))
+              for line in lines[1:4]]
+    # NT-Xent of 16 views starts near log(15) = 2.7; finite and positive.
+    assert all(0 < loss < 10 for loss in losses), losses
+    assert re.match(r"^3 steps in \d+\.\d s$", lines[4]), lines[4]

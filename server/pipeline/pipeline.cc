@@ -315,6 +315,7 @@ absl::Status Pipeline::BuildBatch(
   batch.shape = plan->shape(n);
   batch.erased = plan->Erased(epoch, entries);
   batch.mix = plan->Mix(epoch, batch_index);
+  batch.views = plan->ViewShapes(n);
   batch.pixels = *std::move(pixels);
   job->samples = std::move(samples);
   job->entries = entries;
@@ -450,40 +451,102 @@ void Pipeline::CountContentMismatch(const ResolvedPlan& plan, uint64_t index,
                                     ContentKindName(content));
 }
 
+DecodedSample Pipeline::DecodeImage(const ResolvedPlan& plan,
+                                   uint64_t sample_index,
+                                   const FileBytes* bytes, int max_side) {
+  DecodedSample sample;
+  FileBytes read_bytes;
+  if (bytes == nullptr) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<FileBytes> file = ReadBytes(plan, sample_index);
+    RecordRead(NanosSince(start));
+    if (!file.ok()) {
+      sample.result = ReadFailure(plan, sample_index, file.status());
+      return sample;
+    }
+    read_bytes = *std::move(file);
+    bytes = &read_bytes;
+  }
+  auto image = std::make_shared<CappedImage>();
+  DecodeTimings timings;
+  sample.result = DecodeCapped(ThreadDecoder(options_.decode_limits),
+                               bytes->bytes(), max_side, image.get(),
+                               &timings);
+  decode_nanos_ += static_cast<uint64_t>(timings.decode_seconds * 1e9);
+  if (options_.metrics != nullptr) {
+    options_.metrics->decode_seconds().Observe(timings.decode_seconds);
+  }
+  if (sample.result.ok()) sample.image = std::move(image);
+  return sample;
+}
+
 DecodedSample Pipeline::CappedImageOf(const ResolvedPlan& plan,
                                      uint64_t sample_index,
                                      const FileBytes* bytes) {
   auto decode = [&]() -> DecodedSample {
-    DecodedSample sample;
-    FileBytes read_bytes;
-    if (bytes == nullptr) {
-      const auto start = std::chrono::steady_clock::now();
-      absl::StatusOr<FileBytes> file = ReadBytes(plan, sample_index);
-      RecordRead(NanosSince(start));
-      if (!file.ok()) {
-        sample.result = ReadFailure(plan, sample_index, file.status());
-        return sample;
-      }
-      read_bytes = *std::move(file);
-      bytes = &read_bytes;
-    }
-    auto image = std::make_shared<CappedImage>();
-    DecodeTimings timings;
-    sample.result = DecodeCapped(ThreadDecoder(options_.decode_limits),
-                                 bytes->bytes(),
-                                 static_cast<int>(plan.decoded_max_side),
-                                 image.get(), &timings);
-    decode_nanos_ += static_cast<uint64_t>(timings.decode_seconds * 1e9);
-    if (options_.metrics != nullptr) {
-      options_.metrics->decode_seconds().Observe(timings.decode_seconds);
-    }
-    if (sample.result.ok()) sample.image = std::move(image);
-    return sample;
+    return DecodeImage(plan, sample_index, bytes,
+                       static_cast<int>(plan.decoded_max_side));
   };
   if (decoded_cache_ == nullptr) return decode();
   const ResolvedPlan::SampleRef ref = plan.At(sample_index);
   return decoded_cache_->Get(
       {ref.dataset->name(), ref.index, plan.decoded_max_side}, decode);
+}
+
+DecodeResult Pipeline::DecodeViews(const ResolvedPlan& plan, uint64_t epoch,
+                                   uint64_t entry, const FileBytes* bytes,
+                                   std::shared_ptr<const CappedImage> image,
+                                   BuiltBatch& batch, size_t position) {
+  if (image == nullptr) {
+    const uint64_t sample_index =
+        common::SampleOf(entry, plan.shard.num_samples);
+    // Decode once, cut every view from it: the capped image (through the
+    // decoded cache), or without a cap the whole image at full size, since
+    // the views' windows together may cover any part of it.
+    DecodedSample sample =
+        plan.decoded_max_side > 0
+            ? CappedImageOf(plan, sample_index, bytes)
+            : DecodeImage(plan, sample_index, bytes,
+                          static_cast<int>(kMaxDecodedSide));
+    if (!sample.result.ok()) return sample.result;
+    image = std::move(sample.image);
+  }
+  const uint64_t samples = batch.sample_indices.size();
+  const bool planes = plan.pixel_layout() == PixelLayout::kCHW;
+  DecodeResult result;
+  for (uint32_t view = 0; view < plan.view_count(); ++view) {
+    uint8_t* out = batch.pixels.data() + plan.view_offset(view, samples) +
+                   position * plan.view_bytes(view);
+    // The ops work on HWC pixels: an NCHW view with ops is cut into a
+    // scratch sample first, and written as planes once augmented.
+    const bool ops = plan.view_has_ops(view);
+    uint8_t* cut = ops && planes ? ThreadHwcSample(plan.view_bytes(view)) : out;
+    const auto start = std::chrono::steady_clock::now();
+    result = TransformCapped(
+        ThreadResizer(), *image,
+        [&](int width, int height) {
+          return plan.ViewCrop(epoch, entry, view, width, height);
+        },
+        ops ? PixelLayout::kHWC : plan.pixel_layout(), cut);
+    const uint64_t nanos = NanosSince(start);
+    transform_nanos_ += nanos;
+    if (options_.metrics != nullptr) {
+      options_.metrics->transform_seconds().Observe(nanos * 1e-9);
+    }
+    if (!result.ok()) return result;
+    if (ops) AugmentSample(plan, epoch, entry, cut, planes ? out : nullptr, view);
+  }
+  return result;
+}
+
+void Pipeline::ZeroSample(const ResolvedPlan& plan, BuiltBatch& batch,
+                          size_t position) {
+  const uint64_t samples = batch.sample_indices.size();
+  for (uint32_t view = 0; view < plan.view_count(); ++view) {
+    std::memset(batch.pixels.data() + plan.view_offset(view, samples) +
+                    position * plan.view_bytes(view),
+                0, plan.view_bytes(view));
+  }
 }
 
 DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
@@ -507,11 +570,12 @@ DecodeResult Pipeline::DecodeOne(const ResolvedPlan& plan, uint64_t epoch,
 }
 
 void Pipeline::AugmentSample(const ResolvedPlan& plan, uint64_t epoch,
-                             uint64_t entry, uint8_t* hwc, uint8_t* chw) {
+                             uint64_t entry, uint8_t* hwc, uint8_t* chw,
+                             uint32_t view) {
   const auto start = std::chrono::steady_clock::now();
-  const int size = plan.output_size();
+  const int size = plan.view_size(view);
   const std::vector<augment::OpCall> calls =
-      plan.AugmentCalls(epoch, entry, size, size);
+      plan.ViewAugmentCalls(epoch, entry, view, size, size);
   const uint64_t sample_index =
       common::SampleOf(entry, plan.shard.num_samples);
   if (options_.log_augment_sample >= 0 &&
@@ -600,7 +664,17 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
   // Repeat r of sample i draws as entry i + r * N (common/sampler.h), a
   // mixture's occurrence o as i + o * T (common/mixture.h).
   const uint64_t repeat_offset = job->entries[position] - index;
+  // Without views the sample's pixels are contiguous at `out`; with views
+  // DecodeViews places each view.
   uint8_t* out = batch.pixels.data() + position * plan.sample_bytes();
+  auto decode = [&](uint64_t entry, const FileBytes* from,
+                    std::shared_ptr<const CappedImage> decoded) {
+    return plan.views.empty()
+               ? DecodeOne(plan, batch.epoch, entry, from, std::move(decoded),
+                           out)
+               : DecodeViews(plan, batch.epoch, entry, from,
+                             std::move(decoded), batch, position);
+  };
 
   // MISSING_FIELD_SUBSTITUTE: a sample without a requested field is
   // replaced whole, as a bad image is.
@@ -608,9 +682,8 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
       plan.fields.substitute_missing && !HasAllFields(plan, index);
   DecodeResult result{read_error, std::move(read_detail)};
   if (read_error == SampleError::kNone && !lacks_fields) {
-    result = DecodeOne(plan, batch.epoch, index + repeat_offset,
-                       image != nullptr ? nullptr : &bytes, std::move(image),
-                       out);
+    result = decode(index + repeat_offset,
+                    image != nullptr ? nullptr : &bytes, std::move(image));
   }
   samples_decoded_.fetch_add(1, std::memory_order_relaxed);
   if (result.damage != SampleError::kNone && options_.metrics != nullptr) {
@@ -649,9 +722,7 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
       if (plan.fields.substitute_missing && !HasAllFields(plan, candidate)) {
         continue;
       }
-      if (!DecodeOne(plan, batch.epoch, candidate + repeat_offset, nullptr,
-                     nullptr, out)
-               .ok()) {
+      if (!decode(candidate + repeat_offset, nullptr, nullptr).ok()) {
         continue;
       }
       // The fields follow the pixels: a substitute's caption with its
@@ -666,7 +737,7 @@ void Pipeline::DecodeSample(std::shared_ptr<BatchJob> job, size_t position,
       found = true;
       break;
     }
-    if (!found) std::memset(out, 0, plan.sample_bytes());
+    if (!found) ZeroSample(plan, batch, position);
     job->substitutions[position] = std::move(sub);
   }
   FinishSample(job);

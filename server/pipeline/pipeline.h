@@ -60,6 +60,8 @@ struct BatchMetadata {
   // BatchHeader.erased and .mix (ResolvedPlan::Erased, ::Mix).
   std::vector<batchd::v1::ErasedRegion> erased;
   std::optional<batchd::v1::BatchMix> mix;
+  // BatchHeader.views (ResolvedPlan::ViewShapes); empty without views.
+  std::vector<batchd::v1::ViewShape> views;
   absl::Time finished;  // when the last sample was written
 };
 
@@ -188,6 +190,16 @@ class Pipeline {
                          uint64_t entry, const FileBytes* bytes,
                          std::shared_ptr<const CappedImage> image,
                          uint8_t* out);
+  // DecodeOne for a plan with views: the sample decoded once (the capped
+  // image, cached or not, or the whole file at full size) and each view
+  // cut from it into its place in `batch` at `position`.
+  DecodeResult DecodeViews(const ResolvedPlan& plan, uint64_t epoch,
+                           uint64_t entry, const FileBytes* bytes,
+                           std::shared_ptr<const CappedImage> image,
+                           BuiltBatch& batch, size_t position);
+  // Writes zeros to every view of `position` in `batch`.
+  static void ZeroSample(const ResolvedPlan& plan, BuiltBatch& batch,
+                         size_t position);
   // DecodeOne's crop, resize and flip, written in `layout`.
   DecodeResult DecodeCrop(const ResolvedPlan& plan, uint64_t epoch,
                           uint64_t entry, const FileBytes* bytes,
@@ -197,7 +209,8 @@ class Pipeline {
   // (the sample's HWC pixels, in place), then, when `chw` is not null,
   // writes them as CHW planes there. REQUIRES: plan.augment is not empty.
   void AugmentSample(const ResolvedPlan& plan, uint64_t epoch,
-                     uint64_t entry, uint8_t* hwc, uint8_t* chw);
+                     uint64_t entry, uint8_t* hwc, uint8_t* chw,
+                     uint32_t view = 0);
   // What a failed read of plan sample `index` (ResolvedPlan::At) gives: kNoImage for a tar shard key
   // without an image member, kReadError otherwise, with `status`'s message.
   static DecodeResult ReadFailure(const ResolvedPlan& plan, uint64_t index,
@@ -207,6 +220,10 @@ class Pipeline {
   // substitute's read.
   void CountContentMismatch(const ResolvedPlan& plan, uint64_t index,
                             const FileBytes& bytes);
+  // `sample_index` decoded whole, its longer side capped at `max_side`
+  // (server/decode/capped_image.h); reads the file when `bytes` is null.
+  DecodedSample DecodeImage(const ResolvedPlan& plan, uint64_t sample_index,
+                            const FileBytes* bytes, int max_side);
   // The capped image of `sample_index` (plan.decoded_max_side > 0), through
   // the decoded cache if any; reads the file when `bytes` is null.
   DecodedSample CappedImageOf(const ResolvedPlan& plan, uint64_t sample_index,

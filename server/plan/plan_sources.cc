@@ -34,10 +34,11 @@ absl::Status ResolveSources(const batchd::v1::Plan& plan,
                                 " entries; a mixture has 1..",
                                 common::kMaxMixtureSources));
   }
-  if (plan.repeats() > 1 || plan.shuffle_window_shards() > 0) {
+  if (plan.repeats() > 1 || plan.shuffle_window_shards() > 0 ||
+      plan.views_size() > 0) {
     return Invalid(
-        "sources: a mixture is not offered with repeats > 1 or "
-        "shuffle_window_shards; leave them at 0");
+        "sources: a mixture is not offered with repeats > 1, "
+        "shuffle_window_shards or views; leave them unset");
   }
   auto mixture = std::make_shared<common::MixtureSpec>();
   std::vector<double> weights;

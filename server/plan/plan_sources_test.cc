@@ -120,6 +120,9 @@ TEST(PlanSourcesTest, BadSourcesAreRefusedNamingTheField) {
   plan.set_repeats(2);
   ExpectInvalid(plan, "repeats");
   plan = MixPlan();
+  plan.add_views()->set_count(2);
+  ExpectInvalid(plan, "views");
+  plan = MixPlan();
   plan.set_samples_per_epoch((uint64_t{1} << 32) + 1);
   ExpectInvalid(plan, "samples_per_epoch is");
   plan = MixPlan();

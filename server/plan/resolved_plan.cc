@@ -17,49 +17,12 @@ absl::Status Invalid(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }
 
-// Returns `value` if set, else `fallback`.
-double OrDefault(bool has, float value, double fallback) {
-  return has ? static_cast<double>(value) : fallback;
-}
-
 absl::Status CheckSize(const char* field, uint32_t size,
                        const PlanLimits& limits) {
   if (size == 0 || size > static_cast<uint32_t>(limits.max_output_size)) {
     return Invalid(absl::StrCat(field, " is ", size, "; it must be 1..",
                                 limits.max_output_size,
                                 " (output side in pixels, e.g. 224)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ResolveTrain(const batchd::v1::RandomResizedCrop& in,
-                          const PlanLimits& limits, TrainTransform* out) {
-  if (absl::Status s = CheckSize("pipeline.train.size", in.size(), limits);
-      !s.ok()) {
-    return s;
-  }
-  out->size = static_cast<int>(in.size());
-  out->scale_min = OrDefault(in.has_scale_min(), in.scale_min(), 0.08);
-  out->scale_max = OrDefault(in.has_scale_max(), in.scale_max(), 1.0);
-  out->ratio_min = OrDefault(in.has_ratio_min(), in.ratio_min(), 3.0 / 4.0);
-  out->ratio_max = OrDefault(in.has_ratio_max(), in.ratio_max(), 4.0 / 3.0);
-  out->flip_probability =
-      OrDefault(in.has_flip_probability(), in.flip_probability(), 0.5);
-  if (!(out->scale_min > 0 && out->scale_min <= out->scale_max &&
-        out->scale_max <= 1)) {
-    return Invalid(absl::StrCat(
-        "pipeline.train scale range [", out->scale_min, ", ", out->scale_max,
-        "] is invalid; it needs 0 < scale_min <= scale_max <= 1"));
-  }
-  if (!(out->ratio_min > 0 && out->ratio_min <= out->ratio_max &&
-        std::isfinite(out->ratio_max))) {
-    return Invalid(absl::StrCat(
-        "pipeline.train ratio range [", out->ratio_min, ", ", out->ratio_max,
-        "] is invalid; it needs 0 < ratio_min <= ratio_max"));
-  }
-  if (!(out->flip_probability >= 0 && out->flip_probability <= 1)) {
-    return Invalid(absl::StrCat("pipeline.train.flip_probability is ",
-                                out->flip_probability, "; it must be 0..1"));
   }
   return absl::OkStatus();
 }
@@ -90,6 +53,7 @@ absl::Status ResolveEval(const batchd::v1::ResizeCenterCrop& in,
 }  // namespace
 
 std::vector<uint64_t> ResolvedPlan::shape(uint64_t samples) const {
+  if (!views.empty()) return {batch_bytes(samples)};
   const uint64_t side = static_cast<uint64_t>(output_size());
   if (layout == batchd::v1::LAYOUT_NCHW) return {samples, 3, side, side};
   return {samples, side, side, 3};
@@ -109,6 +73,51 @@ CropSpec ResolvedPlan::Crop(uint64_t epoch, uint64_t sample_index, int width,
                     ? ResizeFilter::kBicubic
                     : ResizeFilter::kBilinear;
   return crop;
+}
+
+std::vector<batchd::v1::ViewShape> ResolvedPlan::ViewShapes(
+    uint64_t samples) const {
+  std::vector<batchd::v1::ViewShape> shapes;
+  if (views.empty()) return shapes;
+  for (uint32_t v = 0; v < view_count(); ++v) {
+    batchd::v1::ViewShape& view = shapes.emplace_back();
+    const uint64_t side = static_cast<uint64_t>(view_size(v));
+    const std::vector<uint64_t> shape =
+        layout == batchd::v1::LAYOUT_NCHW
+            ? std::vector<uint64_t>{samples, 3, side, side}
+            : std::vector<uint64_t>{samples, side, side, 3};
+    view.mutable_shape()->Assign(shape.begin(), shape.end());
+    view.set_offset(view_offset(v, samples));
+  }
+  return shapes;
+}
+
+CropSpec ResolvedPlan::ViewCrop(uint64_t epoch, uint64_t entry, uint32_t view,
+                                int width, int height) const {
+  if (views.empty()) return Crop(epoch, entry, width, height);
+  const ViewGroupSpec& group = views.group(view);
+  common::SampleRandom rng(
+      shard.seed, epoch,
+      common::ViewEntry(entry, view, shard.num_samples, shard.repeats),
+      common::RandomPurpose::kAugment);
+  CropSpec crop = RandomResizedCropSpec(width, height, group.transform, rng);
+  crop.filter = group.interpolation == augment::Interpolation::kBicubic
+                    ? ResizeFilter::kBicubic
+                    : ResizeFilter::kBilinear;
+  return crop;
+}
+
+std::vector<augment::OpCall> ResolvedPlan::ViewAugmentCalls(
+    uint64_t epoch, uint64_t entry, uint32_t view, int width,
+    int height) const {
+  if (views.empty()) return AugmentCalls(epoch, entry, width, height);
+  const augment::AugmentPlan& ops = views.group(view).augment;
+  if (ops.empty()) return {};
+  common::SampleRandom rng(
+      shard.seed, epoch,
+      common::ViewEntry(entry, view, shard.num_samples, shard.repeats),
+      common::RandomPurpose::kAugmentOps);
+  return ops.Draw(rng, width, height);
 }
 
 std::vector<augment::OpCall> ResolvedPlan::AugmentCalls(
@@ -214,7 +223,8 @@ std::string PlanFingerprint(const ResolvedPlan& plan) {
           : "",
       plan.mix.has_value()
           ? absl::StrCat(" mix=[", MixFingerprint(*plan.mix), "]")
-          : "");
+          : "",
+      plan.views.Fingerprint());
 }
 
 ResolvedPlan::SampleRef ResolvedPlan::At(uint64_t sample) const {
@@ -386,11 +396,29 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
     }
   }
   const batchd::v1::Pipeline& pipeline = plan.pipeline();
-  switch (pipeline.transform_case()) {
+  if (plan.views_size() > 0) {
+    absl::StatusOr<PlanViews> views =
+        ResolveViews(plan, limits.max_output_size);
+    if (!views.ok()) return views.status();
+    resolved->views = *std::move(views);
+    // Every view's draw keys an entry below N * R * views.
+    const uint64_t entries = resolved->shard.num_samples *
+                             resolved->shard.repeats *
+                             resolved->view_count();
+    if (entries > common::kMaxSampleIndex) {
+      return Invalid("views: the dataset is too large for this many views "
+                     "(samples x repeats x views above 2^56)");
+    }
+    resolved->train_transform = resolved->views.groups[0].transform;
+  }
+  switch (plan.views_size() > 0 ? batchd::v1::Pipeline::kTrain
+                                : pipeline.transform_case()) {
     case batchd::v1::Pipeline::kTrain:
       resolved->train = true;
-      if (absl::Status s = ResolveTrain(pipeline.train(), limits,
-                                        &resolved->train_transform);
+      if (plan.views_size() > 0) break;
+      if (absl::Status s =
+              ResolveTrain(pipeline.train(), "pipeline.train",
+                           limits.max_output_size, &resolved->train_transform);
           !s.ok()) {
         return s;
       }
@@ -423,7 +451,11 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
   }
   if (pipeline.decoded_max_side() > 0) {
     const uint32_t cap = pipeline.decoded_max_side();
-    const uint32_t size = static_cast<uint32_t>(resolved->output_size());
+    // At least the largest output: every view is cut from the capped image.
+    uint32_t size = 0;
+    for (uint32_t v = 0; v < resolved->view_count(); ++v) {
+      size = std::max(size, static_cast<uint32_t>(resolved->view_size(v)));
+    }
     if (cap < size || cap > kMaxDecodedSide) {
       return Invalid(absl::StrCat(
           "pipeline.decoded_max_side is ", cap, "; it must be 0 (off) or ",
@@ -432,24 +464,11 @@ absl::StatusOr<std::shared_ptr<const ResolvedPlan>> ResolvePlan(
     }
     resolved->decoded_max_side = cap;
   }
-  switch (pipeline.interpolation()) {
-    case batchd::v1::INTERPOLATION_UNSPECIFIED:
-    case batchd::v1::INTERPOLATION_BILINEAR:
-      resolved->interpolation = augment::Interpolation::kBilinear;
-      break;
-    case batchd::v1::INTERPOLATION_BICUBIC:
-      resolved->interpolation = augment::Interpolation::kBicubic;
-      break;
-    case batchd::v1::INTERPOLATION_NEAREST:
-      return Invalid(
-          "pipeline.interpolation: INTERPOLATION_NEAREST is not offered for "
-          "the crop's resize (it aliases badly when shrinking); use "
-          "INTERPOLATION_BILINEAR (the default) or INTERPOLATION_BICUBIC");
-    default:
-      return Invalid(absl::StrCat(
-          "pipeline.interpolation: ", static_cast<int>(pipeline.interpolation()),
-          " is unknown; use INTERPOLATION_BILINEAR or INTERPOLATION_BICUBIC"));
-  }
+  absl::StatusOr<augment::Interpolation> interpolation =
+      ResolveCropInterpolation(pipeline.interpolation(),
+                               "pipeline.interpolation");
+  if (!interpolation.ok()) return interpolation.status();
+  resolved->interpolation = *interpolation;
   absl::StatusOr<augment::AugmentPlan> augment =
       augment::AugmentPlan::Create(pipeline.augment(), "pipeline.augment",
                                    resolved->output_size());

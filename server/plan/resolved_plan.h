@@ -25,6 +25,7 @@
 #include "server/plan/plan_fields.h"
 #include "server/plan/erase_mix.h"
 #include "server/plan/transform.h"
+#include "server/plan/views.h"
 
 namespace batchd::server {
 
@@ -75,6 +76,9 @@ struct ResolvedPlan {
   // the fingerprint.
   std::optional<ErasingSpec> erasing;
   std::optional<MixSpec> mix;
+  // Plan.views (empty: one view, the pipeline's transform). With views,
+  // `train_transform` is view 0's, so output_size() is view 0's side.
+  PlanViews views;
   std::string job;
   // Every field above that decides a batch's bytes, in a canonical text
   // (PlanFingerprint): two plans with the same fingerprint get
@@ -86,9 +90,32 @@ struct ResolvedPlan {
   int output_size() const {
     return train ? train_transform.size : eval_transform.size;
   }
-  // Pixel bytes of one sample: size * size * 3 (uint8 RGB).
+  // Views of each sample: Plan.views' total, or 1.
+  uint32_t view_count() const {
+    return views.empty() ? 1
+                         : static_cast<uint32_t>(views.group_of_view.size());
+  }
+  // Output side of view `view`, pixels.
+  int view_size(uint32_t view) const {
+    return views.empty() ? output_size() : views.group(view).transform.size;
+  }
+  // Pixel bytes of one sample's view `view`: side * side * 3 (uint8 RGB).
+  uint64_t view_bytes(uint32_t view) const {
+    const uint64_t side = static_cast<uint64_t>(view_size(view));
+    return 3 * side * side;
+  }
+  // Pixel bytes of one sample, all its views.
   uint64_t sample_bytes() const {
-    return uint64_t{3} * output_size() * output_size();
+    uint64_t bytes = 0;
+    for (uint32_t v = 0; v < view_count(); ++v) bytes += view_bytes(v);
+    return bytes;
+  }
+  // Where view `view` starts in a batch of `samples` samples: the views
+  // are view-major (all samples' view 0, then view 1, ...).
+  uint64_t view_offset(uint32_t view, uint64_t samples) const {
+    uint64_t offset = 0;
+    for (uint32_t v = 0; v < view; ++v) offset += samples * view_bytes(v);
+    return offset;
   }
   // Pixel bytes of a batch of `samples` samples.
   uint64_t batch_bytes(uint64_t samples) const {
@@ -115,8 +142,25 @@ struct ResolvedPlan {
     if (epoch == resume_epoch) s.start_position = resume_position;
     return s;
   }
-  // Shape of a batch of `samples` samples in the plan's layout.
+  // Shape of a batch of `samples` samples in the plan's layout; with views
+  // the flat [bytes] (each view's shape is in ViewShapes).
   std::vector<uint64_t> shape(uint64_t samples) const;
+  // BatchHeader.views of a batch of `samples` samples; empty without views.
+  std::vector<batchd::v1::ViewShape> ViewShapes(uint64_t samples) const;
+  // The crop of view `view` of epoch-order entry `entry` (its own draw,
+  // common::ViewEntry) for an image of width x height; view 0 of a plan
+  // without views is Crop(epoch, entry, ...).
+  CropSpec ViewCrop(uint64_t epoch, uint64_t entry, uint32_t view, int width,
+                    int height) const;
+  // The augmentation calls of view `view` of `entry`, as ViewCrop; empty
+  // when the view has no ops.
+  std::vector<augment::OpCall> ViewAugmentCalls(uint64_t epoch,
+                                                uint64_t entry, uint32_t view,
+                                                int width, int height) const;
+  // Whether view `view` has augmentation ops.
+  bool view_has_ops(uint32_t view) const {
+    return views.empty() ? !augment.empty() : !views.group(view).augment.empty();
+  }
   // The crop of `sample_index` in `epoch` for an image of width x height.
   CropSpec Crop(uint64_t epoch, uint64_t sample_index, int width,
                 int height) const;

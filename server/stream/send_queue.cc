@@ -71,6 +71,7 @@ std::optional<SendQueue::Popped> SendQueue::Pop() {
     }
     header->mutable_erased()->Assign(batch.erased.begin(), batch.erased.end());
     if (batch.mix.has_value()) *header->mutable_mix() = *batch.mix;
+    header->mutable_views()->Assign(batch.views.begin(), batch.views.end());
     front.header_sent = true;
     popped.header_of = Key{batch.epoch, batch.batch_index};
     // In shared memory the pixels are already the client's: the header
