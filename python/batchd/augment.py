@@ -670,13 +670,11 @@ def reference_recipe(args, num_classes=None):
     return Recipe(train, evaluation, tuple(notes))
 
 
-# RandomErasing and MixUp/CutMix live in erase_mix.py (which uses the
-# checks above); loaded as a lone file (bench/augment.py reads the ops
-# without the package) this module has the per-sample ops only.
+# RandomErasing and MixUp/CutMix (erase_mix.py) and multi-view plans
+# (views.py) live in their own modules, which use the checks above, and
+# are re-exported here beside the ops they take. Loaded as a lone file
+# (bench/augment.py reads the ops without the package) this module has the
+# per-sample ops only.
 if __package__:
     from .erase_mix import MixupCutmix, RandomErasing  # noqa: E402,F401
-
-
-# Multi-view plans live in their own module; re-exported here beside the
-# ops they take (defined last: batchd.views uses the checks above).
-from batchd.views import ViewGroup  # noqa: E402
+    from .views import ViewGroup  # noqa: E402,F401
