@@ -19,10 +19,19 @@ testing/python) and stops it at the end. Runs on the CPU unless
 
 The augmentation flags are those of torchvision's classification reference
 (--auto-augment, --ra-magnitude, --augmix-severity, --interpolation,
---train-crop-size, --val-resize-size, --val-crop-size); both runs compute
-the same recipe: batchd through batchd.augment.reference_recipe, the
-DataLoader through the torchvision transforms the reference's presets
-build. --eval-steps adds an evaluation pass (resize, centre crop) to each
+--train-crop-size, --val-resize-size, --val-crop-size, --random-erase,
+--mixup-alpha, --cutmix-alpha, --label-smoothing, --ra-sampler,
+--ra-reps); both runs compute the same recipe: batchd through
+batchd.augment.reference_recipe, the DataLoader through the torchvision
+transforms the reference's presets build, with the reference's RASampler
+and its MixUp/CutMix collate written out here. The full ResNet-50
+recipe (IMAGENET1K_V2) at this example's scale:
+
+    /usr/bin/python3 examples/train_resnet.py --data data/demo \\
+        --build build --auto-augment ta_wide --train-crop-size 176 \\
+        --val-resize-size 232 --random-erase 0.1 --mixup-alpha 0.2 \\
+        --cutmix-alpha 1.0 --label-smoothing 0.1 --ra-sampler --ra-reps 4
+ --eval-steps adds an evaluation pass (resize, centre crop) to each
 run:
 
     /usr/bin/python3 examples/train_resnet.py --data data/demo \\
@@ -71,6 +80,17 @@ def parse_args(argv):
                    help="RandAugment's magnitude (--auto-augment ra)")
     p.add_argument("--augmix-severity", type=int, default=3,
                    help="AugMix's severity (--auto-augment augmix)")
+    p.add_argument("--random-erase", type=float, default=0.0,
+                   help="RandomErasing probability, after Normalize")
+    p.add_argument("--mixup-alpha", type=float, default=0.0,
+                   help="MixUp's Beta(alpha, alpha) (0: none)")
+    p.add_argument("--cutmix-alpha", type=float, default=0.0,
+                   help="CutMix's Beta(alpha, alpha) (0: none)")
+    p.add_argument("--label-smoothing", type=float, default=0.0)
+    p.add_argument("--ra-sampler", action="store_true",
+                   help="repeated augmentation (RASampler)")
+    p.add_argument("--ra-reps", type=int, default=3,
+                   help="repetitions of each image with --ra-sampler")
     p.add_argument("--eval-steps", type=int, default=0,
                    help="evaluation batches after training (0: none)")
     p.add_argument("--batch-size", type=int, default=32)
@@ -122,11 +142,12 @@ def start_daemon(args, data):
                   ["--workers", str(args.daemon_workers)])
 
 
-def batchd_batches(args, endpoint, dataset, train=True):
+def batchd_batches(args, endpoint, dataset, num_classes, train=True):
     """Batches of the reference recipe the flags name (normalised with
-    ImageNet's mean and std, as the reference's presets do)."""
+    ImageNet's mean and std, as the reference's presets do; erased, mixed
+    and repeated by the daemon's draws)."""
     import batchd
-    recipe = batchd.augment.reference_recipe(args)
+    recipe = batchd.augment.reference_recipe(args, num_classes=num_classes)
     loader = batchd.Loader(endpoint, dataset, args.batch_size,
                            **(recipe.train if train else recipe.eval),
                            shuffle=train, device=args.device,
@@ -165,20 +186,81 @@ def torchvision_transform(args, normalize, train=True):
             steps.append(transforms.AutoAugment(
                 transforms.AutoAugmentPolicy(args.auto_augment),
                 interpolation=policy))
-    return transforms.Compose(steps + [transforms.ToTensor(),
-                                       transforms.Normalize(*normalize)])
+    steps += [transforms.ToTensor(), transforms.Normalize(*normalize)]
+    if train and args.random_erase > 0:
+        steps.append(transforms.RandomErasing(p=args.random_erase))
+    return transforms.Compose(steps)
 
 
-def dataloader_batches(args, data, normalize, train=True):
+def ra_sampler_indices(size, reps, epoch, seed=0):
+    """The reference's RASampler on one rank: each index of a permutation
+    `reps` times in a row, cut to floor(size // 256 * 256) (all of it
+    below 256 images, as batchd does)."""
+    import torch
+    g = torch.Generator()
+    g.manual_seed(seed + epoch)
+    order = [i for i in torch.randperm(size, generator=g).tolist()
+             for _ in range(reps)]
+    keep = size // 256 * 256 if size >= 256 else size
+    return order[:keep]
+
+
+def mix_collate(args, num_classes):
+    """The reference's RandomChoice([RandomMixup, RandomCutmix]) after
+    default_collate (references/classification/transforms.py), written
+    from its definition: one of the two per batch, lambda from
+    Beta(alpha, alpha), the batch rolled by one, one-hot targets."""
+    import math
+    import random
+
+    import torch
+    from torch.utils.data import default_collate
+
+    def mix(batch):
+        images, labels = default_collate(batch)
+        target = torch.nn.functional.one_hot(labels, num_classes).float()
+        kinds = [k for k, a in (("mixup", args.mixup_alpha),
+                                ("cutmix", args.cutmix_alpha)) if a > 0]
+        kind = random.choice(kinds)
+        alpha = args.mixup_alpha if kind == "mixup" else args.cutmix_alpha
+        lam = float(torch._sample_dirichlet(torch.tensor([alpha, alpha]))[0])
+        rolled = images.roll(1, 0)
+        if kind == "mixup":
+            images = images * lam + rolled * (1 - lam)
+        else:
+            h, w = images.shape[-2:]
+            cx, cy = int(torch.randint(w, (1,))), int(torch.randint(h, (1,)))
+            ratio = math.sqrt(1.0 - lam)
+            rw, rh = int(ratio * w), int(ratio * h)
+            x1, y1 = max(cx - rw // 2, 0), max(cy - rh // 2, 0)
+            x2, y2 = min(cx + rw // 2, w), min(cy + rh // 2, h)
+            images = images.clone()
+            images[:, :, y1:y2, x1:x2] = rolled[:, :, y1:y2, x1:x2]
+            lam = 1.0 - (x2 - x1) * (y2 - y1) / (w * h)
+        return images, target * lam + target.roll(1, 0) * (1 - lam)
+    return mix
+
+
+def dataloader_batches(args, data, normalize, num_classes, train=True):
     import torch
     from torchvision import datasets
+    dataset = datasets.ImageFolder(str(data), transform=torchvision_transform(
+        args, normalize, train))
+    mixing = train and (args.mixup_alpha > 0 or args.cutmix_alpha > 0)
+    repeated = train and args.ra_sampler
+    sampler = None
+    if repeated:
+        sampler = ra_sampler_indices(len(dataset), args.ra_reps, epoch=0)
     loader = torch.utils.data.DataLoader(
-        datasets.ImageFolder(str(data), transform=torchvision_transform(
-            args, normalize, train)),
-        batch_size=args.batch_size, shuffle=train, drop_last=True,
-        num_workers=args.num_workers, pin_memory=args.pin_memory,
-        persistent_workers=args.num_workers > 0)
+        dataset, batch_size=args.batch_size, shuffle=train and not repeated,
+        sampler=sampler, drop_last=True, num_workers=args.num_workers,
+        pin_memory=args.pin_memory, persistent_workers=args.num_workers > 0,
+        collate_fn=mix_collate(args, num_classes) if mixing else None)
+    epoch = 0
     while True:
+        if repeated:
+            sampler[:] = ra_sampler_indices(len(dataset), args.ra_reps, epoch)
+        epoch += 1
         for images, labels in loader:
             yield (images.to(args.device, non_blocking=True),
                    labels.to(args.device, non_blocking=True))
@@ -192,7 +274,12 @@ def train(args, name, batches, num_classes):
     model = torchvision.models.resnet18(num_classes=num_classes)
     model.to(args.device).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    # As the reference: the loss smooths the labels, except batchd's mixed
+    # labels, which come smoothed (batchd.augment.reference_recipe notes).
+    mixed = args.mixup_alpha > 0 or args.cutmix_alpha > 0
+    loss_fn = torch.nn.CrossEntropyLoss(
+        label_smoothing=0.0 if mixed and name == "batchd"
+        else args.label_smoothing)
     sync = (torch.cuda.synchronize if args.device.startswith("cuda")
             else (lambda: None))
     waited = 0.0
@@ -269,12 +356,12 @@ def main(argv):
                 daemon = start_daemon(args, data)
                 endpoint, dataset = daemon.endpoint, "train"
             make = lambda train: batchd_batches(  # noqa: E731
-                args, endpoint, dataset, train)
+                args, endpoint, dataset, num_classes, train)
             label = f"batchd (prefetch {args.prefetch})"
         elif name == "dataloader":
             daemon = None
             make = lambda train: dataloader_batches(  # noqa: E731
-                args, data, normalize, train)
+                args, data, normalize, num_classes, train)
             label = (f"DataLoader (num_workers {args.num_workers}, "
                      f"pin_memory {args.pin_memory})")
         else:

@@ -590,8 +590,9 @@ def reference_recipe(args, num_classes=None):
     ``ra_magnitude`` (9), ``augmix_severity`` (3), ``interpolation``
     ("bilinear" or "bicubic"), ``train_crop_size`` (224),
     ``val_resize_size`` (256), ``val_crop_size`` (224), ``random_erase``
-    (0.0), ``mixup_alpha`` (0.0), ``cutmix_alpha`` (0.0) and
-    ``label_smoothing`` (0.0), each with the reference's default when
+    (0.0), ``mixup_alpha`` (0.0), ``cutmix_alpha`` (0.0),
+    ``label_smoothing`` (0.0), ``ra_sampler`` (False) and ``ra_reps`` (3),
+    each with the reference's default when
     missing. `num_classes` (the dataset's classes) is needed with
     ``mixup_alpha`` or ``cutmix_alpha``. Returns a :class:`Recipe`::
 
@@ -605,7 +606,9 @@ def reference_recipe(args, num_classes=None):
     flip (p 0.5), the policy, ImageNet's Normalize, then RandomErasing
     (``--random-erase``) and MixUp/CutMix (``--mixup-alpha``,
     ``--cutmix-alpha``, chosen with probability 1/2 each as the
-    reference's RandomChoice) with ``--label-smoothing`` in the soft labels.
+    reference's RandomChoice) with ``--label-smoothing`` in the soft labels;
+    ``--ra-sampler`` repeats each image ``--ra-reps`` times an epoch
+    (``repeats``, torchvision's RASampler).
     Eval: Resize (val_resize_size) then CenterCrop(val_crop_size), the
     same interpolation and Normalize. The reference hands the crop's
     interpolation to the policy; batchd's ops are nearest or bilinear, so
@@ -667,6 +670,8 @@ def reference_recipe(args, num_classes=None):
         notes.append(f"label_smoothing {label_smoothing}: give it to the loss "
                      f"(CrossEntropyLoss(label_smoothing="
                      f"{label_smoothing})), as the reference does")
+    if get("ra_sampler", False):
+        train["repeats"] = _integer(get("ra_reps", 3), "ra_reps", 1, 16)
     return Recipe(train, evaluation, tuple(notes))
 
 

@@ -257,6 +257,16 @@ def test_reference_recipe_covers_the_batch_level_flags():
     alone = A.reference_recipe(reference_args(label_smoothing=0.1))
     assert "mix" not in alone.train
     assert "CrossEntropyLoss(label_smoothing=0.1)" in alone.notes[0]
+    # --ra-sampler --ra-reps: repeated augmentation; --ra-reps alone is
+    # ignored, as in the reference.
+    assert A.reference_recipe(reference_args(
+        ra_sampler=True, ra_reps=4)).train["repeats"] == 4
+    assert A.reference_recipe(reference_args(
+        ra_sampler=True)).train["repeats"] == 3
+    assert "repeats" not in A.reference_recipe(
+        reference_args(ra_reps=4)).train
+    with pytest.raises(ValueError, match="ra_reps"):
+        A.reference_recipe(reference_args(ra_sampler=True, ra_reps=17))
 
 
 @pytest.mark.parametrize("flags, message", [

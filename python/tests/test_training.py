@@ -116,6 +116,28 @@ def test_resnet_example_applies_the_reference_recipe(binaries, dataset_dir):
     assert evals[0].startswith("batchd") and evals[1].startswith("DataLoader")
 
 
+def test_resnet_example_takes_the_full_reference_recipe(binaries,
+                                                     dataset_dir):
+    """The ResNet-50 recipe's batch-level flags (--random-erase,
+    --mixup-alpha, --cutmix-alpha, --label-smoothing, --ra-sampler
+    --ra-reps) reach both loaders and train."""
+    build = pathlib.Path(binaries["daemon"]).parents[1]
+    out = subprocess.run(
+        [sys.executable, str(SOURCE_DIR / "examples" / "train_resnet.py"),
+         "--data", str(dataset_dir), "--build", str(build), "--image-size",
+         "32", "--batch-size", "8", "--steps", "2", "--warmup", "0",
+         "--daemon-workers", "1", "--auto-augment", "ta_wide",
+         "--random-erase", "0.1", "--mixup-alpha", "0.2", "--cutmix-alpha",
+         "1.0", "--label-smoothing", "0.1", "--ra-sampler", "--ra-reps", "4"],
+        env=python_env(), capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 5, out.stdout
+    for i in (1, 3):
+        assert LINE.match(lines[i]), lines[i]
+    assert lines[1].startswith("batchd") and lines[3].startswith("DataLoader")
+
+
 CLIP_LINE = re.compile(r"^steps 3, epochs \d+, \d+\.\d pairs/s, loss "
                        r"\d+\.\d{4} -> \d+\.\d{4}$")
 
