@@ -622,25 +622,7 @@ class Loader:
         if self.sources is None:
             raise ValueError("set_weights needs a Loader over sources (a "
                              "weighted mixture)")
-        names = [s.dataset for s in self.sources]
-        if isinstance(weights, dict):
-            if sorted(weights) != sorted(names):
-                raise ValueError(f"set_weights names {sorted(weights)}; "
-                                 f"the sources are {names}")
-            weights = [(name, weights[name]) for name in names]
-        else:
-            weights = list(weights)
-            if not all(isinstance(w, (tuple, list, _mixture.Source))
-                       for w in weights):
-                if len(weights) != len(names):
-                    raise ValueError(f"set_weights got {len(weights)} "
-                                     f"weights for the {len(names)} "
-                                     f"sources {names}")
-                weights = list(zip(names, weights))
-        new = _mixture.parse_sources(weights)
-        if [s.dataset for s in new] != names:
-            raise ValueError(f"set_weights needs one weight for each of "
-                             f"the sources {names}, in that order")
+        new = _mixture.reweighted(self.sources, weights)
         started = self._position is not None and self._position[0] == \
             self._epoch and self._position[1] > 0
         if epoch is None:

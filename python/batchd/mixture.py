@@ -71,6 +71,33 @@ def parse_sources(sources):
     return out
 
 
+def reweighted(sources, weights):
+    """`sources` (parsed Sources) with new `weights`: one number per source
+    in their order, a dict {dataset: weight} naming every source, or a list
+    of (dataset, weight) with the same datasets in the same order.
+    ValueError naming what is wrong otherwise (Loader.set_weights)."""
+    names = [s.dataset for s in sources]
+    if isinstance(weights, dict):
+        if sorted(weights) != sorted(names):
+            raise ValueError(f"set_weights names {sorted(weights)}; "
+                             f"the sources are {names}")
+        weights = [(name, weights[name]) for name in names]
+    else:
+        weights = list(weights)
+        if not all(isinstance(w, (tuple, list, Source))
+                   for w in weights):
+            if len(weights) != len(names):
+                raise ValueError(f"set_weights got {len(weights)} "
+                                 f"weights for the {len(names)} "
+                                 f"sources {names}")
+            weights = list(zip(names, weights))
+    new = parse_sources(weights)
+    if [s.dataset for s in new] != names:
+        raise ValueError(f"set_weights needs one weight for each of "
+                         f"the sources {names}, in that order")
+    return new
+
+
 def quantize_weights(weights):
     """Each weight in 2^-32 units of the largest, at least 1
     (common::QuantizeWeights: the same double operations)."""
