@@ -43,43 +43,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "testing", "python"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 from batchd_testing.daemon import Daemon, daemon_binary  # noqa: E402
+from batchd_testing.photos import photo_image_folder  # noqa: E402
 
-PHOTOS = ["astronaut", "coffee", "chelsea", "rocket", "cat",
-          "hubble_deep_field", "immunohistochemistry", "retina"]
 BATCH = 64
 CAP = 448
-
-
-def make_photo_dataset(out, images):
-    done = os.path.join(out, ".complete")
-    if os.path.exists(done):
-        return
-    import numpy as np
-    import skimage.data
-    from PIL import Image
-    rng = random.Random(1)
-    sources = []
-    for name in PHOTOS:
-        pixels = getattr(skimage.data, name)()
-        if pixels.ndim == 2:
-            pixels = np.stack([pixels] * 3, axis=-1)
-        sources.append(Image.fromarray(pixels[..., :3]).convert("RGB"))
-    for i in range(images):
-        source = sources[i % len(sources)]
-        scale = rng.uniform(1.0, 1.6)
-        big = source.resize((max(700, int(source.width * scale)),
-                             max(520, int(source.height * scale))),
-                            Image.BICUBIC)
-        width, height = rng.randint(400, 640), rng.randint(300, 480)
-        x = rng.randint(0, big.width - width)
-        y = rng.randint(0, big.height - height)
-        image = big.crop((x, y, x + width, y + height))
-        directory = os.path.join(out, f"class_{i % 10:03d}")
-        os.makedirs(directory, exist_ok=True)
-        image.save(os.path.join(directory, f"img_{i:06d}.jpg"), "JPEG",
-                   quality=rng.randint(60, 95))
-    open(done, "w").close()
-
 
 def dino_groups():
     from batchd import augment as A
@@ -186,7 +153,7 @@ def main():
     if args.smoke:
         args.data += "-smoke"
         args.images, args.epochs, args.rounds = 64, 1, 1
-    make_photo_dataset(args.data, args.images)
+    photo_image_folder(args.data, args.images, format="JPEG")
     sys.path.insert(0, os.path.join(os.path.abspath(args.build), "python"))
     import batchd
 

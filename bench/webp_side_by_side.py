@@ -23,51 +23,13 @@ with the min-max, and the ratio of images/s and of CPU per image.
 """
 import argparse
 import os
-import random
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import side_by_side as sbs  # noqa: E402
-
-PHOTOS = ["astronaut", "coffee", "chelsea", "rocket", "cat",
-          "hubble_deep_field", "immunohistochemistry", "retina"]
-
-
-def make_webp_dataset(out, images):
-    """The ImageFolder of WebPs described above, made once."""
-    done = os.path.join(out, ".complete")
-    if os.path.exists(done):
-        return
-    import numpy as np
-    import skimage.data
-    from PIL import Image
-    rng = random.Random(1)
-    sources = []
-    for name in PHOTOS:
-        pixels = getattr(skimage.data, name)()
-        if pixels.ndim == 2:
-            pixels = np.stack([pixels] * 3, axis=-1)
-        sources.append(Image.fromarray(pixels[..., :3]).convert("RGB"))
-    for i in range(images):
-        source = sources[i % len(sources)]
-        # Upscaled first so that every crop is a real part of the photo.
-        scale = rng.uniform(1.0, 1.6)
-        big = source.resize((max(700, int(source.width * scale)),
-                             max(520, int(source.height * scale))),
-                            Image.BICUBIC)
-        width, height = rng.randint(400, 640), rng.randint(300, 480)
-        x, y = rng.randint(0, big.width - width), rng.randint(0, big.height - height)
-        image = big.crop((x, y, x + width, y + height))
-        if rng.random() < 0.5:
-            image = image.transpose(Image.FLIP_LEFT_RIGHT)
-        directory = os.path.join(out, f"class_{i % 10:03d}")
-        os.makedirs(directory, exist_ok=True)
-        image.save(os.path.join(directory, f"img_{i:06d}.webp"), "WEBP",
-                   quality=rng.randint(60, 95))
-    open(done, "w").close()
+from batchd_testing.photos import photo_image_folder  # noqa: E402
 
 
 def main():
@@ -82,7 +44,8 @@ def main():
     if args.smoke:
         args.images, args.epochs, args.repeats = 128, 1, 1
         args.data += "-smoke"
-    make_webp_dataset(args.data, args.images)
+    photo_image_folder(args.data, args.images, format="WEBP",
+                       mirror=True)
     configs = [
         ("batchd w=1, shared memory (WebP)",
          lambda: sbs.batchd(args.build, args.data, 1, "0", args.epochs)),
