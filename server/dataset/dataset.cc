@@ -14,6 +14,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -370,6 +371,24 @@ void Dataset::Prefetch(absl::Span<const uint64_t> indices) const {
     if (shard == kNotInShard || shard == last) continue;
     last = shard;
     shards_->Prefetch(shard);
+  }
+}
+
+void Dataset::PrefetchMembers(absl::Span<const uint64_t> indices) const {
+  if (shards_ == nullptr) return;
+  // By shard, in the order of first need: the image members, in order.
+  std::vector<std::pair<uint32_t, std::vector<MemberRange>>> by_shard;
+  absl::flat_hash_map<uint32_t, size_t> position;
+  for (uint64_t index : indices) {
+    if (index >= samples_.size()) continue;
+    const Sample& sample = samples_[index];
+    if (sample.shard == kNotInShard) continue;
+    auto [it, added] = position.try_emplace(sample.shard, by_shard.size());
+    if (added) by_shard.emplace_back(sample.shard, std::vector<MemberRange>());
+    by_shard[it->second].second.push_back({sample.offset, sample.size});
+  }
+  for (auto& [shard, members] : by_shard) {
+    shards_->PrefetchMembers(shard, std::move(members));
   }
 }
 

@@ -223,7 +223,12 @@ class Dataset {
   // background downloads of their shards (bounded by its shard cache); a
   // no-op otherwise. Never blocks. Indices >= size() are ignored.
   void Prefetch(absl::Span<const uint64_t> indices) const;
-  // Whether Prefetch does anything (a remote dataset with a shard cache).
+  // A hint that the image members of samples `indices` (a batch accepted
+  // for building) will be read in this order: a remote dataset fetches
+  // them ahead, many at once, where its shard cache reads their shards by
+  // member ranges (ShardCache::PrefetchMembers). Never blocks.
+  void PrefetchMembers(absl::Span<const uint64_t> indices) const;
+  // Whether Prefetch and PrefetchMembers do anything (a remote dataset with a shard cache).
   bool prefetches() const;
   // Tells the shard cache what `reader` (one rank of one plan) reads next:
   // batches `next_batch`, next_batch + 1, ... of `spec`'s shard of the

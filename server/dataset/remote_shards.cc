@@ -146,6 +146,16 @@ void RemoteShards::Prefetch(uint32_t shard) const {
                    ignores_range_.load(std::memory_order_relaxed));
 }
 
+void RemoteShards::PrefetchMembers(uint32_t shard,
+                                   std::vector<MemberRange> members) const {
+  if (cache_ == nullptr || shard >= shards_.size()) return;
+  if (change_logged_[shard].load(std::memory_order_relaxed) ||
+      ignores_range_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  cache_->PrefetchMembers(store_, shards_[shard], std::move(members));
+}
+
 absl::StatusOr<size_t> ObjectReadAt::Read(uint64_t offset, char* out,
                                           size_t size) {
   if (offset >= object_.size) return 0;

@@ -65,6 +65,8 @@ class RemoteShards : public ShardSource {
                                  absl::string_view member) const override;
   // Queues a background download through the cache; no-op without one.
   void Prefetch(uint32_t shard) const override;
+  void PrefetchMembers(uint32_t shard,
+                       std::vector<MemberRange> members) const override;
   bool prefetches() const override { return cache_ != nullptr; }
   void AttachDemand(const std::shared_ptr<ShardDemand>& demand) const override;
   void DetachDemand(const ShardDemand* demand) const override;

@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/dataset/dataset.h"
+#include "server/storage/range_prefetch.h"
 #include "server/storage/shard_demand.h"
 
 namespace batchd::server {
@@ -35,6 +37,11 @@ class ShardSource {
 
   // A hint that `shard` will be read soon; never blocks. Local files: no-op.
   virtual void Prefetch(uint32_t /*shard*/) const {}
+  // A hint that `members` of `shard` will be read soon, in that order (a
+  // batch accepted for building); never blocks. Remote shards read by
+  // ranges fetch them ahead. Local files: no-op.
+  virtual void PrefetchMembers(uint32_t /*shard*/,
+                               std::vector<MemberRange> /*members*/) const {}
   // Whether Prefetch does anything (callers skip computing hints if not).
   virtual bool prefetches() const { return false; }
   // What the plans will read of these shards (shard_demand.h), for the

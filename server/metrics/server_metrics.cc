@@ -357,6 +357,19 @@ void ServerMetrics::WriteStatus(const batchd::v1::ServerStatus& status,
                   static_cast<double>(cache.prefetches_dropped()));
     writer.Sample({{"result", "declined"}},
                   static_cast<double>(cache.prefetches_declined()));
+    writer.Begin("batchd_shard_cache_range_prefetches_total",
+                 "Member ranges fetched ahead for shards read by ranges, by "
+                 "result: queued, read (served from memory), unread (let "
+                 "go) or dropped (no room).",
+                 Type::kCounter);
+    writer.Sample({{"result", "queued"}},
+                  static_cast<double>(cache.range_prefetches()));
+    writer.Sample({{"result", "read"}},
+                  static_cast<double>(cache.range_prefetch_hits()));
+    writer.Sample({{"result", "unread"}},
+                  static_cast<double>(cache.range_prefetches_unread()));
+    writer.Sample({{"result", "dropped"}},
+                  static_cast<double>(cache.range_prefetches_dropped()));
     writer.Begin("batchd_shard_cache_fetch_choices_total",
                  "Misses decided by the plans' forecast: whole (download "
                  "the shard) or ranges (read the members; cheaper than the "

@@ -60,6 +60,10 @@ batchd::v1::ServerStatus CacheStatus() {
   cache.set_forecast_reads(4'096);
   cache.set_prefetches_in_flight(2);
   cache.set_prefetch_depth_reads(150);
+  cache.set_range_prefetches(120);
+  cache.set_range_prefetch_hits(110);
+  cache.set_range_prefetches_unread(4);
+  cache.set_range_prefetches_dropped(3);
   return status;
 }
 
@@ -88,6 +92,18 @@ TEST(ServerMetricsTest, ShardCacheSeriesGiveHitRateAndAmplification) {
       200);
   EXPECT_EQ(
       r.values.at("batchd_shard_cache_prefetches_total{result=declined}"), 7);
+  EXPECT_EQ(r.values.at(
+                "batchd_shard_cache_range_prefetches_total{result=queued}"),
+            120);
+  EXPECT_EQ(
+      r.values.at("batchd_shard_cache_range_prefetches_total{result=read}"),
+      110);
+  EXPECT_EQ(
+      r.values.at("batchd_shard_cache_range_prefetches_total{result=unread}"),
+      4);
+  EXPECT_EQ(r.values.at(
+                "batchd_shard_cache_range_prefetches_total{result=dropped}"),
+            3);
 
   // The documented formulas (docs/observability.md) over these series.
   double reads = 0;

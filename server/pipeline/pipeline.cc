@@ -334,6 +334,11 @@ absl::Status Pipeline::BuildBatch(
     // batch can be read before that).
     job->plan->dataset->PublishStart(ShardReaderName(*job->plan, shard), shard,
                                      order, batch_index);
+    // The batch's members, fetched ahead where their shards are read by
+    // ranges: the readers then find them instead of waiting a round trip
+    // each. This batch's, not the next ones': with several daemons serving
+    // a stream, the next batches may go to another.
+    job->plan->dataset->PrefetchMembers(job->samples);
   }
 
   const std::string& job_name = job->plan->job;

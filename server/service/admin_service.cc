@@ -147,6 +147,10 @@ batchd::v1::ServerStatus AdminServiceImpl::Status() {
     out->set_forecast_reads(c.forecast_reads);
     out->set_prefetches_in_flight(c.prefetches_in_flight);
     out->set_prefetch_depth_reads(c.prefetch_depth_reads);
+    out->set_range_prefetches(c.range_prefetches);
+    out->set_range_prefetch_hits(c.range_prefetch_hits);
+    out->set_range_prefetches_unread(c.range_prefetches_unread);
+    out->set_range_prefetches_dropped(c.range_prefetches_dropped);
   }
   if (const ObjectStoreCounters* store = pipeline_->store_counters()) {
     batchd::v1::ObjectStoreStatus* out = status.mutable_object_store();

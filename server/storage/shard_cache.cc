@@ -112,8 +112,21 @@ int PrefetchThreadsFor(int connections, int chunks_in_flight) {
   return std::clamp(connections / 2 / std::max(chunks_in_flight, 1), 1, 16);
 }
 
+int RangePrefetchThreadsFor(int connections) {
+  return std::clamp(connections / 2, 1, 32);
+}
+
 ShardCache::ShardCache(ShardCacheOptions options)
     : options_(std::move(options)), ram_(options_.ram_bytes) {
+  if (options_.range_prefetch_threads > 0) {
+    ranges_ = std::make_unique<RangePrefetch>(
+        RangePrefetchOptions{
+            .threads = options_.range_prefetch_threads,
+            .max_bytes = options_.range_prefetch_bytes,
+            .wanted = [this](const ObjectInfo& shard) {
+              return ReadByRanges(shard);
+            }});
+  }
   stats_.disk_limit = options_.disk_bytes;
   stats_.ram_limit = options_.ram_bytes;
 }
@@ -208,6 +221,7 @@ ShardCache::~ShardCache() {
     prefetch_queue_.clear();
   }
   for (std::thread& thread : prefetch_threads_) thread.join();
+  ranges_.reset();  // its threads ask ReadByRanges: before any member goes
 }
 
 std::string ShardCache::PathOf(const std::string& name) const {
@@ -235,6 +249,15 @@ ShardCacheStats ShardCache::stats() const {
     stats.forecast_reads += forecasted.forecast->reads();
   }
   stats.prefetches_in_flight = prefetch_queued_.size();
+  if (ranges_ != nullptr) {
+    const RangePrefetchStats r = ranges_->stats();
+    stats.range_prefetches = r.queued;
+    stats.range_prefetch_hits = r.taken;
+    stats.range_prefetches_unread = r.unread;
+    stats.range_prefetches_dropped = r.dropped;
+    stats.range_bytes += r.fetched_bytes;
+    stats.prefetches_in_flight += r.in_flight;
+  }
   stats.disk_bytes = disk_bytes_;
   stats.ram_bytes = ram_.bytes();
   stats.shards = lru_.size();
@@ -623,6 +646,16 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
     absl::MutexLock lock(&mu_);
     cached = entries_.contains(name);
   }
+  if (!cached && ranges_ != nullptr) {
+    // Fetched ahead because the shard is read by ranges: no request now.
+    if (std::optional<absl::Status> taken =
+            ranges_->Take(name, offset, size, dest)) {
+      absl::MutexLock lock(&mu_);
+      ++stats_.uncached_reads;
+      stats_.served_bytes += size;
+      return *taken;
+    }
+  }
   // A miss asks the plans' forecast (not under the lock: it may be
   // rebuilt); a hit needs none.
   const Outlook outlook = cached ? Outlook() : TakeOutlook();
@@ -729,6 +762,32 @@ void ShardCache::PrefetchLoop() {
     prefetch_queued_.erase(FileName(task.shard));
     if (entry.ok() && *entry == nullptr) ++stats_.prefetches_dropped;
   }
+}
+
+void ShardCache::PrefetchMembers(const std::shared_ptr<ObjectStore>& store,
+                                 const ObjectInfo& shard,
+                                 absl::Span<const MemberRange> members) {
+  if (ranges_ == nullptr || members.empty()) return;
+  const std::string name = FileName(shard);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || entries_.contains(name)) return;
+  }
+  ranges_->Fetch(store, shard, name, members);
+}
+
+bool ShardCache::ReadByRanges(const ObjectInfo& shard) const {
+  const std::string name = FileName(shard);
+  {
+    absl::MutexLock lock(&mu_);
+    if (entries_.contains(name)) return false;
+    if (shard.size > options_.disk_bytes) return true;
+  }
+  const Outlook outlook = TakeOutlook();
+  absl::MutexLock lock(&mu_);
+  return !entries_.contains(name) &&
+         ChooseFetchFor(outlook, name, /*when_next_read=*/true) ==
+             ShardFetch::kRanges;
 }
 
 }  // namespace batchd::server

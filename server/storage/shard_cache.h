@@ -31,7 +31,11 @@
 // With nothing queued, the same threads prefetch by the forecast: the
 // shards the plans need soonest that the cost model would download whole,
 // as far ahead as half the cache allows and never evicting a shard needed
-// sooner than the one fetched.
+// sooner than the one fetched. PrefetchMembers(shard, members) hands the
+// members of an accepted batch to a pool of range threads
+// (range_prefetch.h), which fetch them ahead, many at once, if the shard is
+// still to be read by ranges when their turn comes: ranged reads then
+// overlap their round trips instead of waiting for each in turn.
 //
 // Thread-safe. The lock covers the table only: downloads, reads, renames
 // and deletions happen outside it. The destructor cancels queued
@@ -61,6 +65,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/storage/object_store.h"
+#include "server/storage/range_prefetch.h"
 #include "server/storage/shard_demand.h"
 #include "server/storage/shard_ram_tier.h"
 
@@ -76,15 +81,23 @@ struct ShardCacheOptions {
   int chunks_in_flight = 4;                  // per download
   int prefetch_threads = 2;                  // 0: Prefetch does nothing
   size_t max_queued_prefetches = 64;
+  // Member ranges fetched ahead for shards read by ranges: requests at once,
+  // and the bytes held until read (range_prefetch.h). 0 threads: none.
+  int range_prefetch_threads = 0;
+  uint64_t range_prefetch_bytes = uint64_t{64} << 20;
   // How often an idle prefetch thread looks at the forecast.
   absl::Duration plan_interval = absl::Milliseconds(50);
 };
 
 // Prefetch threads for a store allowed `connections` requests in flight
 // (--remote-connections): half of them for downloads ahead, each download
-// holding `chunks_in_flight`; the other half stay for reads that miss.
+// holding `chunks_in_flight`; the other half stay for member ranges (reads
+// that miss, and the ranges fetched ahead for them).
 // At least 1, at most 16. 32 connections, 4 chunks: 4 threads.
 int PrefetchThreadsFor(int connections, int chunks_in_flight);
+// Threads fetching member ranges ahead (one request each) with the other
+// half of the `connections`: at least 1, at most 32. 32 connections: 16.
+int RangePrefetchThreadsFor(int connections);
 
 // Counters since Open (and the state now).
 struct ShardCacheStats {
@@ -113,6 +126,12 @@ struct ShardCacheStats {
   uint64_t evictions = 0;       // shards deleted from disk to make room
   uint64_t prefetches = 0;          // queued
   uint64_t prefetches_dropped = 0;  // queue full or no room
+  // Member ranges fetched ahead (range_prefetch.h): queued, read from
+  // memory, let go unread, and dropped for want of room.
+  uint64_t range_prefetches = 0;
+  uint64_t range_prefetch_hits = 0;
+  uint64_t range_prefetches_unread = 0;
+  uint64_t range_prefetches_dropped = 0;
   uint64_t disk_bytes = 0;      // held now (complete and downloading)
   uint64_t disk_limit = 0;
   uint64_t ram_bytes = 0;       // held now
@@ -156,6 +175,13 @@ class ShardCache {
   // downloaded, queued, too large or the queue is full. Never blocks.
   void Prefetch(const std::shared_ptr<ObjectStore>& store,
                 const ObjectInfo& shard, bool whole_object = false);
+  // Queues `members` of `shard` (reads soon to come, in order) to be
+  // fetched ahead by ranges, each when its turn comes if `shard` is then
+  // neither cached nor being downloaded and the cost model reads it by
+  // ranges (or it is larger than the cache). Never blocks.
+  void PrefetchMembers(const std::shared_ptr<ObjectStore>& store,
+                       const ObjectInfo& shard,
+                       absl::Span<const MemberRange> members);
 
   // True when `shard` is complete on disk now (tests, logs).
   bool Contains(const ObjectInfo& shard) const;
@@ -217,9 +243,14 @@ class ShardCache {
   bool ForecastReadsNone(const Outlook& outlook, const std::string& name) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How a miss of `name` should be fetched, by the cost model; nullopt
-  // when no forecast knows it or no plan is reading it.
+  // when no forecast knows it or no plan is reading it. `when_next_read`:
+  // as the cache will see it when its next read comes (the shards read
+  // only before then gone from the outlook), not as it sees it now: a
+  // shard read whole once the readers reach it may look like ranges while
+  // other shards' reads come first.
   std::optional<ShardFetch> ChooseFetchFor(const Outlook& outlook,
-                                           const std::string& name) const
+                                           const std::string& name,
+                                           bool when_next_read = false) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   explicit ShardCache(ShardCacheOptions options);
@@ -253,6 +284,9 @@ class ShardCache {
                         std::string* whole);
   void PrefetchLoop();
   bool forecasters_empty() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a member of `shard` fetched ahead now would be read by ranges
+  // (RangePrefetch's check before each fetch).
+  bool ReadByRanges(const ObjectInfo& shard) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
   const ShardCacheOptions options_;
@@ -287,6 +321,8 @@ class ShardCache {
   absl::flat_hash_map<std::string, std::pair<const Forecaster*, uint32_t>>
       forecast_shards_ ABSL_GUARDED_BY(mu_);
 
+  // Member ranges fetched ahead; null without range prefetch threads.
+  std::unique_ptr<RangePrefetch> ranges_;
   std::vector<std::thread> prefetch_threads_;
 };
 

@@ -77,22 +77,26 @@ uint64_t ShardCache::NextUse(const Outlook& outlook,
 }
 
 std::optional<ShardFetch> ShardCache::ChooseFetchFor(
-    const Outlook& outlook, const std::string& name) const {
+    const Outlook& outlook, const std::string& name,
+    bool when_next_read) const {
   auto known = forecast_shards_.find(name);
   if (known == forecast_shards_.end()) return std::nullopt;
   const auto& [forecaster, shard] = known->second;
   auto it = outlook.find(forecaster);
   if (it == outlook.end()) return std::nullopt;
   const ShardForecast& forecast = *it->second.forecast;
-  if (forecast.NextUse(shard) == ShardForecast::kNever) return std::nullopt;
+  const uint64_t next_use = forecast.NextUse(shard);
+  if (next_use == ShardForecast::kNever) return std::nullopt;
   // Reads past the point where a cache this size could no longer hold
   // every shard needed sooner would likely find the shard gone: only the
   // reads before it pay for a whole download.
-  const uint64_t horizon = forecast.HoldHorizon(
-      options_.disk_bytes,
+  const uint64_t from = when_next_read ? next_use : 0;
+  const uint64_t horizon = forecast.HoldHorizonFrom(
+      from, options_.disk_bytes,
       [forecaster = forecaster](uint32_t s) { return forecaster->sizes[s]; });
   return ChooseFetch(forecaster->sizes[shard],
-                     forecast.ReadsBefore(shard, horizon), forecaster->costs);
+                     forecast.ReadsBetween(shard, from, horizon),
+                     forecaster->costs);
 }
 
 bool ShardCache::ForecastReadsNone(const Outlook& outlook,

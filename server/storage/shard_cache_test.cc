@@ -578,6 +578,92 @@ TEST_F(ShardCacheTest, PrefetchOfAShardBetterReadByRangesIsDeclined) {
   EXPECT_FALSE(cache->Contains(infos[3]));
 }
 
+// The members of a shard the forecast reads by ranges are fetched ahead of
+// their reads: each read then takes its bytes from memory, and the store
+// sees one request per member, no more.
+TEST_F(ShardCacheTest, MembersOfAShardReadByRangesAreFetchedAhead) {
+  constexpr int kShards = 8;
+  const std::vector<ObjectInfo> infos = PutShards(kShards);
+  ShardCacheOptions options = Options(2 * kShardBytes);
+  options.prefetch_threads = 1;
+  options.range_prefetch_threads = 4;
+  ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(options));
+  const std::vector<uint64_t> order = common::EpochOrder(
+      kShards * ForecastReads::kMembers, /*seed=*/5, /*shuffle=*/true, 0);
+  ForecastReads plan(*cache, store_, infos, order, ForecastReads::kCosts);
+  common::ShardSpec spec;
+  spec.num_samples = order.size();
+  plan.demand()->Publish(
+      "job/0", spec, std::make_shared<const std::vector<uint64_t>>(order), 0);
+  // The first reads of shard 3 in the order, as the next batches read them.
+  std::vector<MemberRange> members;
+  for (uint64_t sample : order) {
+    if (sample / ForecastReads::kMembers != 3) continue;
+    members.push_back({(sample % ForecastReads::kMembers) *
+                           ForecastReads::kMemberBytes,
+                       ForecastReads::kMemberBytes});
+    if (members.size() == 6) break;
+  }
+  cache->PrefetchMembers(store_, infos[3], members);
+  for (int i = 0; i < 1000 && cache->stats().prefetches_in_flight > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(cache->stats().range_prefetches, 6u);
+  EXPECT_EQ(store_->reads(), 6u);
+  for (const MemberRange& member : members) {
+    std::string got(member.size, '\0');
+    ASSERT_OK(cache->Read(store_, infos[3], member.offset, member.size,
+                          reinterpret_cast<uint8_t*>(got.data())));
+    EXPECT_EQ(got, RandomBytes(kShardBytes, 3).substr(member.offset,
+                                                      member.size));
+  }
+  const ShardCacheStats stats = cache->stats();
+  EXPECT_EQ(stats.range_prefetch_hits, 6u);
+  EXPECT_EQ(store_->reads(), 6u);  // the reads asked nothing more
+  EXPECT_EQ(stats.range_bytes, 6 * ForecastReads::kMemberBytes);
+  EXPECT_EQ(stats.served_bytes, 6 * ForecastReads::kMemberBytes);
+  EXPECT_FALSE(cache->Contains(infos[3]));
+}
+
+// Members of a shard read whole once the readers reach it (shard by shard:
+// all its members in a row) are not fetched by ranges, though seen from
+// now, with another shard's reads first and room for one shard, its reads
+// would come after it left the cache: the read downloads it whole.
+TEST_F(ShardCacheTest, MembersOfAShardReadWholeAreNotFetchedByRanges) {
+  constexpr int kShards = 4;
+  const std::vector<ObjectInfo> infos = PutShards(kShards);
+  common::ShardSpec spec;
+  spec.num_samples = kShards * ForecastReads::kMembers;
+  spec.shuffle = true;
+  spec.shuffle_window_shards = 1;
+  spec.shard_samples = std::make_shared<const std::vector<uint64_t>>(
+      kShards, ForecastReads::kMembers);
+  ShardCacheOptions options = Options(kShardBytes);
+  options.range_prefetch_threads = 4;
+  ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(options));
+  const std::vector<uint64_t> order = common::EpochOrderFor(spec, 0);
+  ForecastReads plan(*cache, store_, infos, order, ForecastReads::kCosts);
+  common::ShardSpec reader;
+  reader.num_samples = order.size();
+  plan.demand()->Publish(
+      "job/0", reader, std::make_shared<const std::vector<uint64_t>>(order),
+      0);
+  const uint32_t second = order[ForecastReads::kMembers] / ForecastReads::kMembers;
+  ASSERT_NE(second, order[0] / ForecastReads::kMembers);
+  cache->PrefetchMembers(store_, infos[second],
+                         {{0, ForecastReads::kMemberBytes},
+                          {ForecastReads::kMemberBytes,
+                           ForecastReads::kMemberBytes}});
+  for (int i = 0; i < 1000 && cache->stats().prefetches_in_flight > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(cache->stats().range_prefetches, 2u);
+  EXPECT_EQ(store_->reads(), 0u);  // declined when their turn came
+  plan.ReadAll(*cache, store_, infos);
+  EXPECT_EQ(store_->bytes_read(), kShards * kShardBytes);
+  EXPECT_EQ(cache->stats().range_prefetch_hits, 0u);
+}
+
 // With nothing queued, the prefetch threads fetch ahead by the forecast:
 // shard by shard, the next shards the plan reads arrive before their reads,
 // up to half the cache.

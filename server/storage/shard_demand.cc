@@ -74,6 +74,36 @@ ShardReads ShardForecast::ReadsBefore(uint32_t shard, uint64_t before) const {
   return {count, uses.cumulative_bytes[count - 1]};
 }
 
+ShardReads ShardForecast::ReadsBetween(uint32_t shard, uint64_t from,
+                                       uint64_t before) const {
+  const ShardReads all = ReadsBefore(shard, before);
+  const ShardReads earlier = ReadsBefore(shard, from);
+  return {all.count - earlier.count, all.bytes - earlier.bytes};
+}
+
+uint64_t ShardForecast::HoldHorizonFrom(
+    uint64_t from, uint64_t capacity,
+    const std::function<uint64_t(uint32_t)>& shard_bytes) const {
+  if (from == 0) return HoldHorizon(capacity, shard_bytes);
+  // (first read at or after `from`, shard), soonest first.
+  std::vector<std::pair<uint32_t, uint32_t>> by_use;
+  by_use.reserve(uses_.size());
+  for (const auto& [shard, uses] : uses_) {
+    auto first = std::lower_bound(
+        uses.distance.begin(), uses.distance.end(),
+        static_cast<uint32_t>(std::min<uint64_t>(
+            from, std::numeric_limits<uint32_t>::max())));
+    if (first != uses.distance.end()) by_use.emplace_back(*first, shard);
+  }
+  std::sort(by_use.begin(), by_use.end());
+  uint64_t held = 0;
+  for (const auto& [distance, shard] : by_use) {
+    held += shard_bytes(shard);
+    if (held > capacity) return distance;
+  }
+  return kNever;
+}
+
 uint64_t ShardForecast::HoldHorizon(
     uint64_t capacity,
     const std::function<uint64_t(uint32_t)>& shard_bytes) const {

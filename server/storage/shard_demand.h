@@ -96,6 +96,9 @@ class ShardForecast {
   uint64_t NextKnownUse(uint32_t shard) const;
   // The reads of `shard` at a distance below `before`.
   ShardReads ReadsBefore(uint32_t shard, uint64_t before) const;
+  // The reads of `shard` at a distance in [`from`, `before`).
+  ShardReads ReadsBetween(uint32_t shard, uint64_t from,
+                          uint64_t before) const;
   // The distance before which a cache of `capacity` bytes can hold every
   // shard read, keeping the shards needed soonest: shards in order of next
   // use, summing shard_bytes(shard) until the sum passes `capacity`; the
@@ -105,6 +108,13 @@ class ShardForecast {
   uint64_t HoldHorizon(uint64_t capacity,
                        const std::function<uint64_t(uint32_t)>& shard_bytes)
       const ABSL_LOCKS_EXCLUDED(memo_mu_);
+  // HoldHorizon as it will be once the readers have advanced `from` reads:
+  // the shards by their first read at or after `from` (those read only
+  // before it are gone by then). HoldHorizonFrom(0, ...) == HoldHorizon.
+  // Not remembered: O(shards log shards).
+  uint64_t HoldHorizonFrom(
+      uint64_t from, uint64_t capacity,
+      const std::function<uint64_t(uint32_t)>& shard_bytes) const;
   // Shards in order of next use, the soonest first.
   const std::vector<uint32_t>& ShardsByNextUse() const { return by_use_; }
 

@@ -585,5 +585,28 @@ TEST(ShardDemandTest, ReadersBeyondTheBoundDropTheLeastRecentlyAdvanced) {
   EXPECT_LE(demand.ForecastNow()->reads(), ShardDemand::kMaxForecastReads);
 }
 
+// Seen from a later point, the shards read only before it are gone: the
+// horizon is that of the shards read from then on.
+TEST(ShardForecastTest, HoldHorizonFromALaterPointForgetsEarlierShards) {
+  // Shard 0 at distances 0-3, shard 1 at 4-7, shard 2 at 8-11; 10 bytes each.
+  std::vector<ShardForecast::Read> reads;
+  for (uint32_t d = 0; d < 12; ++d) reads.push_back({d / 4, d, 10});
+  const ShardForecast forecast(reads);
+  auto bytes = [](uint32_t) { return uint64_t{100}; };
+  // Room for one shard: from now, shard 1 comes after shard 0 and is past
+  // the horizon; from its first read, it is the first held.
+  EXPECT_EQ(forecast.HoldHorizon(100, bytes), 4u);
+  EXPECT_EQ(forecast.HoldHorizonFrom(0, 100, bytes), 4u);
+  EXPECT_EQ(forecast.HoldHorizonFrom(4, 100, bytes), 8u);
+  EXPECT_EQ(forecast.HoldHorizonFrom(6, 100, bytes), 8u);
+  EXPECT_EQ(forecast.HoldHorizonFrom(8, 100, bytes), ShardForecast::kNever);
+  EXPECT_EQ(forecast.HoldHorizonFrom(12, 100, bytes), ShardForecast::kNever);
+  const ShardReads between = forecast.ReadsBetween(1, 4, 8);
+  EXPECT_EQ(between.count, 4u);
+  EXPECT_EQ(between.bytes, 40u);
+  EXPECT_EQ(forecast.ReadsBetween(1, 6, 8).count, 2u);
+  EXPECT_EQ(forecast.ReadsBetween(1, 0, 4).count, 0u);
+}
+
 }  // namespace
 }  // namespace batchd::server
