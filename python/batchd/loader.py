@@ -539,52 +539,12 @@ class Loader:
                 f"(or depth). ({error.message})") from None
 
     def _to_tensors(self, batch):
-        import torch
-
-        if self.backend == "device" and batch.num_classes > 0:
-            # Mixed: float soft labels [n, num_classes].
-            labels = torch.frombuffer(bytearray(batch.soft_labels),
-                                      dtype=torch.float32).view(
-                                          -1, batch.num_classes)
-        else:
-            labels = torch.tensor(batch.labels, dtype=torch.int64)
-        if self.backend == "device":
-            # The DeviceLoader's output slot, final dtype and layout; the
-            # capsule hands the batch to the tensor, whose deleter releases
-            # the slot (after the work queued on the consumer stream).
-            index = self.device.index or 0
-            from torch.utils.dlpack import from_dlpack
-            images = from_dlpack(batch.to_dlpack(index))
-            if self.device.type == "cuda":
-                labels = labels.to(self.device, non_blocking=True)
-            if self._fields or self.batch_format == "dict":
-                self.field_counts = batch.field_counts
-                return _fields.batch_output(self.batch_format, images, labels,
-                                            self._fields, batch.field_values)
-            return images, labels
-        # Wraps the slot: the tensor's storage holds `batch`, which holds
-        # the slot until the storage is freed.
-        if self.views:
-            flat = torch.frombuffer(batch, dtype=torch.uint8)
-            images = []
-            for pixels in _views.split(flat, batch.views):
-                view, converted = self._output.convert(pixels, labels)
-                images.append(view)
-            labels = converted
-            if self._fields or self.batch_format == "dict":
-                self.field_counts = batch.field_counts
-                return _fields.batch_output(self.batch_format, images, labels,
-                                            self._fields, batch.field_values)
-            return images, labels
-        if not self._fields and self.batch_format == "tuple":
-            pixels = torch.frombuffer(batch, dtype=torch.uint8).view(
-                batch.shape)
-            return self._output.convert(pixels, labels)
-        values, self.field_counts = batch.field_values, batch.field_counts
-        pixels = torch.frombuffer(batch, dtype=torch.uint8).view(batch.shape)
-        images, labels = self._output.convert(pixels, labels)
-        return _fields.batch_output(self.batch_format, images, labels,
-                                    self._fields, values)
+        out, counts = _output.to_tensors(batch, self._output, self.backend,
+                                         self._fields, self.batch_format,
+                                         self.views)
+        if counts is not None:
+            self.field_counts = counts
+        return out
 
     # -- Mixtures -----------------------------------------------------------
 
