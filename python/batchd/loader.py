@@ -267,10 +267,7 @@ class Loader:
         self.layout = layout
         self.rank = rank
         self.world_size = world_size
-        # A mixture (Plan.sources): the datasets and weights in effect, and
-        # where the sources stand: at `_cursors` at `_cursors_epoch`.
-        self.sources = (None if sources is None else
-                        _mixture.parse_sources(sources))
+        sources = None if sources is None else _mixture.parse_sources(sources)
         if (isinstance(samples_per_epoch, bool) or
                 not isinstance(samples_per_epoch, int) or
                 not 0 <= samples_per_epoch <= 2**32):
@@ -278,8 +275,9 @@ class Loader:
                              f"0..2^32 (0: the sources' sizes summed), not "
                              f"{samples_per_epoch!r}")
         self.samples_per_epoch = samples_per_epoch
-        self._cursors = None if sources is None else [0] * len(self.sources)
-        self._cursors_epoch = 0
+        # A mixture (Plan.sources): its weights and where its sources stand.
+        self._mixture = (None if sources is None else
+                         _mixture.Mixture(sources, samples_per_epoch))
         self.dataset = "" if dataset is None else dataset
         self.batch_size = batch_size
         self.seed = seed
@@ -359,7 +357,8 @@ class Loader:
         self._open_native = lambda args: self._open(args, backend, normalize,
                                                     depth)
         self._args = args
-        self._set_plan_sources()
+        if self._mixture is not None:
+            self._mixture.set_plan(args)
         self._open_native(args)
         self.endpoint = endpoint
         # The epoch (and first batch) the next __iter__ starts.
@@ -548,20 +547,11 @@ class Loader:
 
     # -- Mixtures -----------------------------------------------------------
 
-    def _set_plan_sources(self):
-        """The plan's sources from self.sources and their cursors."""
-        if self.sources is None:
-            return
-        self._args.sources = [(s.dataset, s.weight, c)
-                              for s, c in zip(self.sources, self._cursors)]
-        self._args.samples_per_epoch = self.samples_per_epoch
-        self._args.sources_epoch = self._cursors_epoch
-
-    def _source_cursors(self, epoch):
-        """Each source's cursor at the start of `epoch` under the plan."""
-        return _mixture.cursors_at([s.weight for s in self.sources],
-                                   self._cursors, self._cursors_epoch,
-                                   self._samples, epoch)
+    @property
+    def sources(self):
+        """The mixture's sources (:class:`batchd.Source`), with the weights
+        in effect; None without ``sources``."""
+        return None if self._mixture is None else self._mixture.sources
 
     def set_weights(self, weights, epoch=None):
         """Changes the mixture's weights from the start of `epoch` on,
@@ -579,26 +569,14 @@ class Loader:
         name the sources, a weight not finite or <= 0, or an epoch
         already under way or before the weights last set.
         """
-        if self.sources is None:
+        if self._mixture is None:
             raise ValueError("set_weights needs a Loader over sources (a "
                              "weighted mixture)")
-        new = _mixture.reweighted(self.sources, weights)
         started = self._position is not None and self._position[0] == \
             self._epoch and self._position[1] > 0
-        if epoch is None:
-            epoch = self._epoch + 1 if started else self._epoch
-        epoch = _check_epoch(epoch)
-        if epoch < self._cursors_epoch or (started and epoch <= self._epoch):
-            raise ValueError(f"set_weights for epoch {epoch}: the weights "
-                             f"can change at an epoch not yet started "
-                             f"(epoch {self._epoch} is "
-                             f"{'under way' if started else 'next'}, the "
-                             f"weights were last set at epoch "
-                             f"{self._cursors_epoch})")
-        self._cursors = self._source_cursors(epoch)
-        self._cursors_epoch = epoch
-        self.sources = new
-        self._set_plan_sources()
+        self._mixture.set_weights(weights, epoch, self._samples, self._epoch,
+                                  started)
+        self._mixture.set_plan(self._args)
         self.close()
         self._open_native(self._args)
 
@@ -645,13 +623,11 @@ class Loader:
             "world_size": self.world_size,
             "batches_per_epoch": self._length,
         }
-        if self.sources is not None:
+        if self._mixture is not None:
             # Where each source stands at the start of the epoch: with the
             # position, what a resume needs (the weights may have changed
             # since the job started, so the plan alone cannot say).
-            state["sources"] = [
-                [s.dataset, s.weight, c]
-                for s, c in zip(self.sources, self._source_cursors(epoch))]
+            state["sources"] = self._mixture.state(epoch, self._samples)
         return state
 
     def load_state_dict(self, state):
@@ -690,17 +666,10 @@ class Loader:
                 f"{self._samples:,} on {self.world_size} ranks, was "
                 f"{old_world}")
         reopen = False
-        if self.sources is not None:
-            state_sources = _mixture.check_state_sources(state["sources"])
-            weights = [w for _, w, _ in state_sources]
-            cursors = [c for _, _, c in state_sources]
-            if (weights != [s.weight for s in self.sources] or
-                    cursors != self._source_cursors(epoch)):
-                self.sources = [_mixture.Source(d, w)
-                                for d, w, _ in state_sources]
-                self._cursors, self._cursors_epoch = cursors, epoch
-                self._set_plan_sources()
-                reopen = True
+        if self._mixture is not None and self._mixture.load_state(
+                state["sources"], epoch, self._samples):
+            self._mixture.set_plan(self._args)
+            reopen = True
         self._seek(epoch, position, reopen)
         _logger.info("%s", line)
         return line
