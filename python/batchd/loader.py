@@ -4,12 +4,12 @@ Re-exported by the package (``batchd.Loader``); the package docstring says
 how to use it and what a yielded tensor's lifetime is.
 """
 
-import gc
 import logging
 import time
 
-from . import _native, errors
+from . import errors
 from . import augment as _augment
+from . import backend as _backend
 from . import erase_mix as _erase_mix
 from . import connection as _connection
 from . import fields as _fields
@@ -19,7 +19,7 @@ from . import timeline as _timeline
 from . import views as _views
 from .diagnosis import Diagnosis
 from .diagnosis import log_line as _log_diagnosis
-from ._native import LoaderArgs, NativeLoader
+from ._native import LoaderArgs
 from .state import STATE_VERSION as _STATE_VERSION
 from .state import check_epoch as _check_epoch
 from .state import epoch_length as _epoch_length
@@ -302,27 +302,8 @@ class Loader:
         #: With views: the ViewGroups; each batch's images are a list of
         #: tensors, one per view in group order.
         self.views = list(views) if views_text else []
-        if self.views:
-            if augment or erasing is not None or mix is not None:
-                raise ValueError("with views, give each ViewGroup its own "
-                                 "augment; erasing and mix do not work with "
-                                 "views")
-            if mode != "train":
-                raise ValueError("views are training crops: mode must be "
-                                 "'train'")
-            if backend == "device":
-                raise ValueError("views are split on the host path: use "
-                                 "backend='host' or 'auto'")
-            backend = "host"
-        if erasing is not None or mix is not None:
-            if self._output.float_dtype is None:
-                raise ValueError("erasing and mix work on the normalised "
-                                 "tensor: give normalize (or a float dtype)")
-            if backend == "host":
-                raise ValueError("erasing and mix run in the device backend's "
-                                 "normalisation (on the GPU or the CPU): use "
-                                 "backend='device' or 'auto'")
-            backend = "device"
+        backend = _backend.for_plan(backend, self.views, augment, erasing, mix,
+                                    mode, self._output.float_dtype)
 
         args = LoaderArgs(
             endpoint=endpoint, dataset=self.dataset, batch_size=batch_size,
@@ -348,12 +329,7 @@ class Loader:
             batch_progress_timeout=batch_progress_timeout,
             security=_connection.security_args(
                 tls_ca, tls_cert, tls_key, tls_server_name, token_file))
-        if backend not in ("auto", "host", "device"):
-            raise ValueError(f"backend must be auto, host or device, not "
-                             f"{backend!r}")
-        if backend == "device" and not _native.HAVE_DEVICE_LOADER:
-            raise ValueError("backend='device': this build of batchd has no "
-                             "DeviceLoader")
+        _backend.check(backend)
         self._open_native = lambda args: self._open(args, backend, normalize,
                                                     depth)
         self._args = args
@@ -387,19 +363,11 @@ class Loader:
 
     def _open(self, args, backend, normalize, depth):
         """Opens the stream of `args` as self._native, on `backend`."""
+        # What stays if the open raises: closed, on "host".
         self._native = None
         self.backend = "host"
-        if backend == "device" or (backend == "auto" and
-                                   self.device.type == "cuda" and
-                                   _native.HAVE_DEVICE_LOADER):
-            native = self._open_device_loader(args, normalize, depth)
-            if backend == "device" or native.path == "cuda":
-                self._native = native
-                self.backend = "device"
-            else:
-                native.close()  # C++ sees no usable GPU: torch copies
-        if self._native is None:
-            self._native = NativeLoader(args)
+        self._native, self.backend = _backend.open_native(
+            args, backend, self._output, normalize, depth)
         # The plan's figures: batches of a whole epoch, the length of an
         # epoch's global order, and the elastic resume the stream was
         # opened with.
@@ -418,25 +386,6 @@ class Loader:
         if self._resume[1] > 0 and epoch == self._resume[0]:
             return self._resumed_length
         return self._length
-
-    def _open_device_loader(self, args, normalize, depth):
-        import torch
-
-        names = {torch.uint8: "uint8", torch.float32: "float32",
-                 torch.float16: "float16", torch.bfloat16: "bfloat16"}
-        out_dtype = self._output.float_dtype or torch.uint8
-        if out_dtype not in names:
-            raise ValueError(f"backend 'device' produces {list(names)}, not "
-                             f"{out_dtype}")
-        mean, std = ((), ()) if normalize is None else normalize
-        on_cuda = self.device.type == "cuda"
-        stream = (torch.cuda.current_stream(self.device).cuda_stream
-                  if on_cuda else 0)
-        options = {} if depth is None else {"depth": depth}
-        return _native.NativeDeviceLoader(
-            args, dtype=names[out_dtype], mean=[float(m) for m in mean],
-            std=[float(s) for s in std], consumer_stream=stream,
-            force_host=not on_cuda, **options)
 
     # -- DataLoader / DistributedSampler surface ---------------------------
 
@@ -481,7 +430,7 @@ class Loader:
                 raise RuntimeError("this iterator was replaced by a newer "
                                    "iter() of the same Loader")
             started = time.perf_counter()
-            batch = self._next_native(native)
+            batch = _backend.next_batch(native, self.backend, self._output)
             self.waited_s += time.perf_counter() - started
             if batch is None:
                 self._end_of_epoch(native)
@@ -509,33 +458,6 @@ class Loader:
         self._epoch_diagnosis = line
         if self._report is not None:
             self._report(line)
-
-    def _next_native(self, native):
-        if self.backend == "device":
-            import torch
-            stream = (torch.cuda.current_stream(self.device).cuda_stream
-                      if self.device.type == "cuda" else 0)
-            fetch = lambda: native.next(stream)  # noqa: E731
-        else:
-            fetch = native.next
-        try:
-            return fetch()
-        except errors.FailedPreconditionError:
-            if native.live_batches == 0:
-                raise
-        # Every slot is leased. Tensors caught in reference cycles may be
-        # unreachable already: collect them and try once more.
-        gc.collect()
-        self._output.reap(wait=True)
-        try:
-            return fetch()
-        except errors.FailedPreconditionError as error:
-            raise errors.FailedPreconditionError(
-                error.code,
-                f"all slots of the ring are held by live tensors from this "
-                f"loader ({native.live_batches}), so it cannot read ahead. "
-                f"Free them, .clone() the ones you keep, or raise prefetch "
-                f"(or depth). ({error.message})") from None
 
     def _to_tensors(self, batch):
         out, counts = _output.to_tensors(batch, self._output, self.backend,
