@@ -4,22 +4,19 @@ Re-exported by the package (``batchd.Loader``); the package docstring says
 how to use it and what a yielded tensor's lifetime is.
 """
 
-import gc
 import logging
 import time
 
-from . import _native, errors
 from . import augment as _augment
+from . import backend as _backend
 from . import erase_mix as _erase_mix
 from . import connection as _connection
 from . import fields as _fields
 from . import mixture as _mixture
 from . import output as _output
-from . import timeline as _timeline
+from . import reports as _reports
 from . import views as _views
-from .diagnosis import Diagnosis
-from .diagnosis import log_line as _log_diagnosis
-from ._native import LoaderArgs, NativeLoader
+from ._native import LoaderArgs
 from .state import STATE_VERSION as _STATE_VERSION
 from .state import check_epoch as _check_epoch
 from .state import epoch_length as _epoch_length
@@ -37,7 +34,7 @@ _logger = logging.getLogger("batchd")
 _DEFAULTS = LoaderArgs()
 
 
-class Loader:
+class Loader(_reports.LoaderReports):
     """Iterable over ``(images, labels)`` batches of one plan.
 
     Args:
@@ -234,14 +231,7 @@ class Loader:
                              "of datasets), not both and not neither")
         if not isinstance(endpoint, str):
             endpoint = ",".join(endpoint)
-        if report is None:
-            report = _log_diagnosis
-        elif report is False:
-            report = None
-        elif not callable(report):
-            raise ValueError("report must be a callable, None or False")
-        self._report = report
-        self._epoch_diagnosis = ""
+        self._set_report(report)
         if rank is None or world_size is None:
             default_rank, default_world_size = (
                 _connection.default_rank_world_size())
@@ -267,10 +257,7 @@ class Loader:
         self.layout = layout
         self.rank = rank
         self.world_size = world_size
-        # A mixture (Plan.sources): the datasets and weights in effect, and
-        # where the sources stand: at `_cursors` at `_cursors_epoch`.
-        self.sources = (None if sources is None else
-                        _mixture.parse_sources(sources))
+        sources = None if sources is None else _mixture.parse_sources(sources)
         if (isinstance(samples_per_epoch, bool) or
                 not isinstance(samples_per_epoch, int) or
                 not 0 <= samples_per_epoch <= 2**32):
@@ -278,8 +265,9 @@ class Loader:
                              f"0..2^32 (0: the sources' sizes summed), not "
                              f"{samples_per_epoch!r}")
         self.samples_per_epoch = samples_per_epoch
-        self._cursors = None if sources is None else [0] * len(self.sources)
-        self._cursors_epoch = 0
+        # A mixture (Plan.sources): its weights and where its sources stand.
+        self._mixture = (None if sources is None else
+                         _mixture.Mixture(sources, samples_per_epoch))
         self.dataset = "" if dataset is None else dataset
         self.batch_size = batch_size
         self.seed = seed
@@ -304,27 +292,8 @@ class Loader:
         #: With views: the ViewGroups; each batch's images are a list of
         #: tensors, one per view in group order.
         self.views = list(views) if views_text else []
-        if self.views:
-            if augment or erasing is not None or mix is not None:
-                raise ValueError("with views, give each ViewGroup its own "
-                                 "augment; erasing and mix do not work with "
-                                 "views")
-            if mode != "train":
-                raise ValueError("views are training crops: mode must be "
-                                 "'train'")
-            if backend == "device":
-                raise ValueError("views are split on the host path: use "
-                                 "backend='host' or 'auto'")
-            backend = "host"
-        if erasing is not None or mix is not None:
-            if self._output.float_dtype is None:
-                raise ValueError("erasing and mix work on the normalised "
-                                 "tensor: give normalize (or a float dtype)")
-            if backend == "host":
-                raise ValueError("erasing and mix run in the device backend's "
-                                 "normalisation (on the GPU or the CPU): use "
-                                 "backend='device' or 'auto'")
-            backend = "device"
+        backend = _backend.for_plan(backend, self.views, augment, erasing, mix,
+                                    mode, self._output.float_dtype)
 
         args = LoaderArgs(
             endpoint=endpoint, dataset=self.dataset, batch_size=batch_size,
@@ -350,16 +319,12 @@ class Loader:
             batch_progress_timeout=batch_progress_timeout,
             security=_connection.security_args(
                 tls_ca, tls_cert, tls_key, tls_server_name, token_file))
-        if backend not in ("auto", "host", "device"):
-            raise ValueError(f"backend must be auto, host or device, not "
-                             f"{backend!r}")
-        if backend == "device" and not _native.HAVE_DEVICE_LOADER:
-            raise ValueError("backend='device': this build of batchd has no "
-                             "DeviceLoader")
+        _backend.check(backend)
         self._open_native = lambda args: self._open(args, backend, normalize,
                                                     depth)
         self._args = args
-        self._set_plan_sources()
+        if self._mixture is not None:
+            self._mixture.set_plan(args)
         self._open_native(args)
         self.endpoint = endpoint
         # The epoch (and first batch) the next __iter__ starts.
@@ -388,19 +353,11 @@ class Loader:
 
     def _open(self, args, backend, normalize, depth):
         """Opens the stream of `args` as self._native, on `backend`."""
+        # What stays if the open raises: closed, on "host".
         self._native = None
         self.backend = "host"
-        if backend == "device" or (backend == "auto" and
-                                   self.device.type == "cuda" and
-                                   _native.HAVE_DEVICE_LOADER):
-            native = self._open_device_loader(args, normalize, depth)
-            if backend == "device" or native.path == "cuda":
-                self._native = native
-                self.backend = "device"
-            else:
-                native.close()  # C++ sees no usable GPU: torch copies
-        if self._native is None:
-            self._native = NativeLoader(args)
+        self._native, self.backend = _backend.open_native(
+            args, backend, self._output, normalize, depth)
         # The plan's figures: batches of a whole epoch, the length of an
         # epoch's global order, and the elastic resume the stream was
         # opened with.
@@ -419,25 +376,6 @@ class Loader:
         if self._resume[1] > 0 and epoch == self._resume[0]:
             return self._resumed_length
         return self._length
-
-    def _open_device_loader(self, args, normalize, depth):
-        import torch
-
-        names = {torch.uint8: "uint8", torch.float32: "float32",
-                 torch.float16: "float16", torch.bfloat16: "bfloat16"}
-        out_dtype = self._output.float_dtype or torch.uint8
-        if out_dtype not in names:
-            raise ValueError(f"backend 'device' produces {list(names)}, not "
-                             f"{out_dtype}")
-        mean, std = ((), ()) if normalize is None else normalize
-        on_cuda = self.device.type == "cuda"
-        stream = (torch.cuda.current_stream(self.device).cuda_stream
-                  if on_cuda else 0)
-        options = {} if depth is None else {"depth": depth}
-        return _native.NativeDeviceLoader(
-            args, dtype=names[out_dtype], mean=[float(m) for m in mean],
-            std=[float(s) for s in std], consumer_stream=stream,
-            force_host=not on_cuda, **options)
 
     # -- DataLoader / DistributedSampler surface ---------------------------
 
@@ -482,7 +420,7 @@ class Loader:
                 raise RuntimeError("this iterator was replaced by a newer "
                                    "iter() of the same Loader")
             started = time.perf_counter()
-            batch = self._next_native(native)
+            batch = _backend.next_batch(native, self.backend, self._output)
             self.waited_s += time.perf_counter() - started
             if batch is None:
                 self._end_of_epoch(native)
@@ -502,106 +440,21 @@ class Loader:
             del batch
             yield self._to_tensors(box.pop())
 
-    def _end_of_epoch(self, native):
-        # The C++ loader diagnosed the epoch when it reached its end.
-        line = native.epoch_diagnosis
-        if not line:
-            return
-        self._epoch_diagnosis = line
-        if self._report is not None:
-            self._report(line)
-
-    def _next_native(self, native):
-        if self.backend == "device":
-            import torch
-            stream = (torch.cuda.current_stream(self.device).cuda_stream
-                      if self.device.type == "cuda" else 0)
-            fetch = lambda: native.next(stream)  # noqa: E731
-        else:
-            fetch = native.next
-        try:
-            return fetch()
-        except errors.FailedPreconditionError:
-            if native.live_batches == 0:
-                raise
-        # Every slot is leased. Tensors caught in reference cycles may be
-        # unreachable already: collect them and try once more.
-        gc.collect()
-        self._output.reap(wait=True)
-        try:
-            return fetch()
-        except errors.FailedPreconditionError as error:
-            raise errors.FailedPreconditionError(
-                error.code,
-                f"all slots of the ring are held by live tensors from this "
-                f"loader ({native.live_batches}), so it cannot read ahead. "
-                f"Free them, .clone() the ones you keep, or raise prefetch "
-                f"(or depth). ({error.message})") from None
-
     def _to_tensors(self, batch):
-        import torch
-
-        if self.backend == "device" and batch.num_classes > 0:
-            # Mixed: float soft labels [n, num_classes].
-            labels = torch.frombuffer(bytearray(batch.soft_labels),
-                                      dtype=torch.float32).view(
-                                          -1, batch.num_classes)
-        else:
-            labels = torch.tensor(batch.labels, dtype=torch.int64)
-        if self.backend == "device":
-            # The DeviceLoader's output slot, final dtype and layout; the
-            # capsule hands the batch to the tensor, whose deleter releases
-            # the slot (after the work queued on the consumer stream).
-            index = self.device.index or 0
-            from torch.utils.dlpack import from_dlpack
-            images = from_dlpack(batch.to_dlpack(index))
-            if self.device.type == "cuda":
-                labels = labels.to(self.device, non_blocking=True)
-            if self._fields or self.batch_format == "dict":
-                self.field_counts = batch.field_counts
-                return _fields.batch_output(self.batch_format, images, labels,
-                                            self._fields, batch.field_values)
-            return images, labels
-        # Wraps the slot: the tensor's storage holds `batch`, which holds
-        # the slot until the storage is freed.
-        if self.views:
-            flat = torch.frombuffer(batch, dtype=torch.uint8)
-            images = []
-            for pixels in _views.split(flat, batch.views):
-                view, converted = self._output.convert(pixels, labels)
-                images.append(view)
-            labels = converted
-            if self._fields or self.batch_format == "dict":
-                self.field_counts = batch.field_counts
-                return _fields.batch_output(self.batch_format, images, labels,
-                                            self._fields, batch.field_values)
-            return images, labels
-        if not self._fields and self.batch_format == "tuple":
-            pixels = torch.frombuffer(batch, dtype=torch.uint8).view(
-                batch.shape)
-            return self._output.convert(pixels, labels)
-        values, self.field_counts = batch.field_values, batch.field_counts
-        pixels = torch.frombuffer(batch, dtype=torch.uint8).view(batch.shape)
-        images, labels = self._output.convert(pixels, labels)
-        return _fields.batch_output(self.batch_format, images, labels,
-                                    self._fields, values)
+        out, counts = _output.to_tensors(batch, self._output, self.backend,
+                                         self._fields, self.batch_format,
+                                         self.views)
+        if counts is not None:
+            self.field_counts = counts
+        return out
 
     # -- Mixtures -----------------------------------------------------------
 
-    def _set_plan_sources(self):
-        """The plan's sources from self.sources and their cursors."""
-        if self.sources is None:
-            return
-        self._args.sources = [(s.dataset, s.weight, c)
-                              for s, c in zip(self.sources, self._cursors)]
-        self._args.samples_per_epoch = self.samples_per_epoch
-        self._args.sources_epoch = self._cursors_epoch
-
-    def _source_cursors(self, epoch):
-        """Each source's cursor at the start of `epoch` under the plan."""
-        return _mixture.cursors_at([s.weight for s in self.sources],
-                                   self._cursors, self._cursors_epoch,
-                                   self._samples, epoch)
+    @property
+    def sources(self):
+        """The mixture's sources (:class:`batchd.Source`), with the weights
+        in effect; None without ``sources``."""
+        return None if self._mixture is None else self._mixture.sources
 
     def set_weights(self, weights, epoch=None):
         """Changes the mixture's weights from the start of `epoch` on,
@@ -619,26 +472,14 @@ class Loader:
         name the sources, a weight not finite or <= 0, or an epoch
         already under way or before the weights last set.
         """
-        if self.sources is None:
+        if self._mixture is None:
             raise ValueError("set_weights needs a Loader over sources (a "
                              "weighted mixture)")
-        new = _mixture.reweighted(self.sources, weights)
         started = self._position is not None and self._position[0] == \
             self._epoch and self._position[1] > 0
-        if epoch is None:
-            epoch = self._epoch + 1 if started else self._epoch
-        epoch = _check_epoch(epoch)
-        if epoch < self._cursors_epoch or (started and epoch <= self._epoch):
-            raise ValueError(f"set_weights for epoch {epoch}: the weights "
-                             f"can change at an epoch not yet started "
-                             f"(epoch {self._epoch} is "
-                             f"{'under way' if started else 'next'}, the "
-                             f"weights were last set at epoch "
-                             f"{self._cursors_epoch})")
-        self._cursors = self._source_cursors(epoch)
-        self._cursors_epoch = epoch
-        self.sources = new
-        self._set_plan_sources()
+        self._mixture.set_weights(weights, epoch, self._samples, self._epoch,
+                                  started)
+        self._mixture.set_plan(self._args)
         self.close()
         self._open_native(self._args)
 
@@ -685,13 +526,11 @@ class Loader:
             "world_size": self.world_size,
             "batches_per_epoch": self._length,
         }
-        if self.sources is not None:
+        if self._mixture is not None:
             # Where each source stands at the start of the epoch: with the
             # position, what a resume needs (the weights may have changed
             # since the job started, so the plan alone cannot say).
-            state["sources"] = [
-                [s.dataset, s.weight, c]
-                for s, c in zip(self.sources, self._source_cursors(epoch))]
+            state["sources"] = self._mixture.state(epoch, self._samples)
         return state
 
     def load_state_dict(self, state):
@@ -730,17 +569,10 @@ class Loader:
                 f"{self._samples:,} on {self.world_size} ranks, was "
                 f"{old_world}")
         reopen = False
-        if self.sources is not None:
-            state_sources = _mixture.check_state_sources(state["sources"])
-            weights = [w for _, w, _ in state_sources]
-            cursors = [c for _, _, c in state_sources]
-            if (weights != [s.weight for s in self.sources] or
-                    cursors != self._source_cursors(epoch)):
-                self.sources = [_mixture.Source(d, w)
-                                for d, w, _ in state_sources]
-                self._cursors, self._cursors_epoch = cursors, epoch
-                self._set_plan_sources()
-                reopen = True
+        if self._mixture is not None and self._mixture.load_state(
+                state["sources"], epoch, self._samples):
+            self._mixture.set_plan(self._args)
+            reopen = True
         self._seek(epoch, position, reopen)
         _logger.info("%s", line)
         return line
@@ -772,114 +604,6 @@ class Loader:
             self._open_native(self._args)
             self._epoch, self._start = epoch, 0
         self._position = None
-
-    # -- Resources ----------------------------------------------------------
-
-    @property
-    def window(self):
-        """Ring slots actually allocated (prefetch, or fewer if the daemon
-        granted fewer)."""
-        return self._require_open().window
-
-    @property
-    def slot_bytes(self):
-        """Bytes of one ring slot: the largest batch's pixels."""
-        return self._require_open().max_batch_bytes
-
-    @property
-    def ring_bytes(self):
-        """Host memory of the ring: window x slot_bytes."""
-        return self.window * self.slot_bytes
-
-    @property
-    def live_batches(self):
-        """Slots leased by batches whose tensors are still alive."""
-        native = self._native
-        return 0 if native is None else native.live_batches
-
-    def stats(self):
-        """The C++ client's stall accounting since the loader was created.
-
-        A dict of totals: ``batches``, ``images``, ``bytes`` (steps that
-        returned a batch, their images and pixel bytes), ``received_bytes``
-        (including batches dropped by a restart), and in seconds
-        ``waited_s`` (time inside ``next()``, waiting for input),
-        ``startup_waited_s`` (its part in each epoch's first batch),
-        ``compute_s`` (from one batch to asking for the next: the training
-        step), ``copy_s`` (copying bytes into buffers, and to the device on
-        the device backend) and ``wall_s`` (since creation); the last
-        step's ``last_step_waited_s``, ``last_step_compute_s``,
-        ``last_step_copy_s``; and shares of ``wall_s`` (0..1)
-        ``waited_fraction``, ``steady_waited_fraction`` (without
-        ``startup_waited_s``), ``compute_fraction``, ``copy_fraction``, and
-        rates per second ``batches_per_second``, ``images_per_second``,
-        ``bytes_per_second``, ``received_bytes_per_second``. Over several
-        daemons: ``rerequested`` (batches asked again after their daemon was
-        lost), ``hedged`` (hedge requests); ``prefetch`` (ring slots in use
-        now) and ``prefetch_grows`` (times ``prefetch="auto"`` grew it);
-        ``reports_sent`` and ``reports_rejected`` (the trainer's
-        wait/compute reports to the daemons, which size their workers by
-        them under ``--workers auto``); ``transport`` (``"shared-memory"``,
-        or bytes over ``"unix"`` or ``"tcp"``) and ``transport_note`` (why
-        not shared memory, if not); and ``daemons``, one dict per
-        daemon: ``endpoint``, ``state`` (connecting, up, draining, down,
-        failed, removed), ``requested``, ``served``, ``lost``, ``hedges``,
-        ``cancelled`` (losing copies withdrawn), ``discarded`` (losing copies
-        that arrived whole), ``latency_s``, ``last_error`` and
-        ``transport``. Two
-        snapshots' differences give an interval's figures.
-        """
-        return self._require_open().stats()
-
-    def timeline(self):
-        """Where the last steps' time went, for a picture of one run: the
-        last finished steps (at most 1,024, oldest first) as a dict of
-        equal-length lists: ``epoch``, ``batch`` (its index), ``start_s``
-        (when ``next()`` was asked for it, Unix seconds), ``wait_s`` (inside
-        ``next()``), ``copy_s`` (copies to the device), ``compute_s`` (the
-        rest of the step, up to asking for the next batch) and
-        ``ring_copy_s`` (the receive thread's copy into the ring, beside
-        earlier steps, not part of the step). A step ends when the next
-        batch is asked for, so ``wait_s + copy_s + compute_s`` of
-        consecutive steps add up to the time between their starts. The
-        step of the batch held now is not included; a ``load_state_dict``
-        that reopens the stream (a resume at another boundary) starts a new
-        timeline.
-        """
-        return self._require_open().timeline()
-
-    def plot_timeline(self, path, title=None):
-        """Draws :meth:`timeline` as a PNG at `path` (one bar per step:
-        wait red, copy orange, compute green) and returns `path`. Needs
-        matplotlib (Debian: ``python3-matplotlib``); raises ImportError
-        saying so without it."""
-        return _timeline.plot(self.timeline(), path, title=title)
-
-    def diagnose(self):
-        """What limits the input in the current epoch so far: a
-        :class:`Diagnosis` (verdict, line and figures), from the client's
-        stall accounting and the daemon's status (fetched now, up to 2 s;
-        without it the verdict rests on the client's figures alone).
-        """
-        return Diagnosis(**self._require_open().diagnose())
-
-    @property
-    def epoch_diagnosis(self):
-        """The diagnosis line of the last epoch whose iteration ended, e.g.
-        ``"epoch 3: compute-bound: waited 0.4 % of wall time; ..."``; ""
-        before any has."""
-        native = self._native
-        if native is not None and not native.closed:
-            line = native.epoch_diagnosis
-            if line:
-                return line
-        return self._epoch_diagnosis
-
-    def _require_open(self):
-        if self._native is None or self._native.closed:
-            raise errors.FailedPreconditionError("FAILED_PRECONDITION",
-                                                 "the loader is closed")
-        return self._native
 
     def close(self):
         """Ends the stream. Tensors already yielded stay valid. Idempotent."""

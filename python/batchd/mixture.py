@@ -6,11 +6,14 @@ integers the daemon computes (common/mixture.h; docs/datasets.md,
 Each source has a stream of passes over its dataset that continues across
 epochs; its cursor is how many samples of that stream were consumed before
 an epoch. An epoch of ``samples_per_epoch`` samples takes ``quota`` from
-each source, split by weight.
+each source, split by weight. A Loader over sources keeps its weights and
+cursors in a :class:`Mixture`.
 """
 import collections
 import math
 import numbers
+
+from .state import check_epoch
 
 #: The most sources a plan may mix (common::kMaxMixtureSources).
 MAX_SOURCES = 64
@@ -162,3 +165,78 @@ def check_state_sources(value):
         out.append([dataset, weight, int(cursor)])
     parse_sources([(d, w) for d, w, _ in out])
     return out
+
+
+class Mixture:
+    """A Loader's mixture: the sources with the weights in effect, and where
+    they stand: each source's cursor at the start of the epoch the weights
+    were last set at (every other epoch's follow from the quotas). What the
+    plan, set_weights, state_dict and load_state_dict need of it. Not
+    thread-safe: one per Loader."""
+
+    def __init__(self, sources, samples_per_epoch):
+        """`sources` as parse_sources gives them; `samples_per_epoch` the
+        plan's (0: the sources' sizes summed)."""
+        self.sources = sources
+        self.samples_per_epoch = samples_per_epoch
+        # The sources stand at `_cursors` at the start of `cursors_epoch`.
+        self._cursors = [0] * len(sources)
+        self.cursors_epoch = 0
+
+    def set_plan(self, args):
+        """Writes the sources, their cursors and samples_per_epoch into
+        `args` (LoaderArgs)."""
+        args.sources = [(s.dataset, s.weight, c)
+                        for s, c in zip(self.sources, self._cursors)]
+        args.samples_per_epoch = self.samples_per_epoch
+        args.sources_epoch = self.cursors_epoch
+
+    def cursors(self, epoch, samples):
+        """Each source's cursor at the start of `epoch` under the plan, with
+        epochs of `samples` samples."""
+        return cursors_at([s.weight for s in self.sources], self._cursors,
+                          self.cursors_epoch, samples, epoch)
+
+    def set_weights(self, weights, epoch, samples, current, started):
+        """Loader.set_weights: the new `weights` (reweighted) from the start
+        of `epoch`, None for the epoch the next iteration starts (`current`,
+        or the next one when `started`: an iteration of it has begun).
+        TypeError or ValueError, changing nothing, for weights that do not
+        name the sources or an epoch under way or before the weights last
+        set."""
+        new = reweighted(self.sources, weights)
+        if epoch is None:
+            epoch = current + 1 if started else current
+        epoch = check_epoch(epoch)
+        if epoch < self.cursors_epoch or (started and epoch <= current):
+            raise ValueError(f"set_weights for epoch {epoch}: the weights "
+                             f"can change at an epoch not yet started "
+                             f"(epoch {current} is "
+                             f"{'under way' if started else 'next'}, the "
+                             f"weights were last set at epoch "
+                             f"{self.cursors_epoch})")
+        self._cursors = self.cursors(epoch, samples)
+        self.cursors_epoch = epoch
+        self.sources = new
+
+    def state(self, epoch, samples):
+        """A state_dict's ``sources`` at the start of `epoch`: ``[[dataset,
+        weight, cursor], ...]``."""
+        return [[s.dataset, s.weight, c]
+                for s, c in zip(self.sources, self.cursors(epoch, samples))]
+
+    def load_state(self, value, epoch, samples):
+        """Takes a state_dict's ``sources`` (`value`, taken at `epoch`):
+        True when its weights or cursors differ from the plan's, which then
+        become the state's (the stream must reopen). TypeError or
+        ValueError (check_state_sources), changing nothing, for a bad
+        `value`."""
+        state_sources = check_state_sources(value)
+        weights = [w for _, w, _ in state_sources]
+        cursors = [c for _, _, c in state_sources]
+        if (weights == [s.weight for s in self.sources] and
+                cursors == self.cursors(epoch, samples)):
+            return False
+        self.sources = [Source(d, w) for d, w, _ in state_sources]
+        self._cursors, self.cursors_epoch = cursors, epoch
+        return True

@@ -1,7 +1,8 @@
-"""What the loader makes of a batch's uint8 pixels on the host path: the
-tensors it yields, normalised to a float dtype if asked (on the CPU or
-after the copy to the device), and the asynchronous copies to a CUDA
-device still reading their slots.
+"""What the loader makes of a batch: the tensors (and fields) it yields
+(to_tensors), from the device backend's output slot or from the ring's
+uint8 pixels; on the host path normalised to a float dtype if asked (on the
+CPU or after the copy to the device), with the asynchronous copies to a
+CUDA device still reading their slots.
 
     output = TensorOutput(torch.device("cuda"), "nchw",
                           normalize=batchd.IMAGENET_NORMALIZE, dtype=None)
@@ -11,6 +12,9 @@ device still reading their slots.
 
 Not thread-safe: one per Loader.
 """
+
+from . import fields as _fields
+from . import views as _views
 
 
 class TensorOutput:
@@ -95,3 +99,58 @@ class TensorOutput:
         if images.dtype != self.float_dtype:
             images = images.to(self.float_dtype)
         return images
+
+
+def to_tensors(batch, output, backend, fields, batch_format, views):
+    """What the loader yields for `batch` (a native batch of `backend`,
+    "device" or "host"), and the batch's field counts, or None when the
+    batch yields no fields (`fields` as parse_fields gives them, and no
+    dict `batch_format`). `output` is the loader's TensorOutput; `views`
+    its ViewGroups (host only)."""
+    import torch
+
+    counts = None
+    if backend == "device" and batch.num_classes > 0:
+        # Mixed: float soft labels [n, num_classes].
+        labels = torch.frombuffer(bytearray(batch.soft_labels),
+                                  dtype=torch.float32).view(
+                                      -1, batch.num_classes)
+    else:
+        labels = torch.tensor(batch.labels, dtype=torch.int64)
+    if backend == "device":
+        # The DeviceLoader's output slot, final dtype and layout; the
+        # capsule hands the batch to the tensor, whose deleter releases
+        # the slot (after the work queued on the consumer stream).
+        index = output.device.index or 0
+        from torch.utils.dlpack import from_dlpack
+        images = from_dlpack(batch.to_dlpack(index))
+        if output.device.type == "cuda":
+            labels = labels.to(output.device, non_blocking=True)
+        if fields or batch_format == "dict":
+            counts = batch.field_counts
+            return _fields.batch_output(batch_format, images, labels,
+                                        fields, batch.field_values), counts
+        return (images, labels), counts
+    # Wraps the slot: the tensor's storage holds `batch`, which holds
+    # the slot until the storage is freed.
+    if views:
+        flat = torch.frombuffer(batch, dtype=torch.uint8)
+        images = []
+        for pixels in _views.split(flat, batch.views):
+            view, converted = output.convert(pixels, labels)
+            images.append(view)
+        labels = converted
+        if fields or batch_format == "dict":
+            counts = batch.field_counts
+            return _fields.batch_output(batch_format, images, labels,
+                                        fields, batch.field_values), counts
+        return (images, labels), counts
+    if not fields and batch_format == "tuple":
+        pixels = torch.frombuffer(batch, dtype=torch.uint8).view(
+            batch.shape)
+        return output.convert(pixels, labels), counts
+    values, counts = batch.field_values, batch.field_counts
+    pixels = torch.frombuffer(batch, dtype=torch.uint8).view(batch.shape)
+    images, labels = output.convert(pixels, labels)
+    return _fields.batch_output(batch_format, images, labels, fields,
+                                values), counts
