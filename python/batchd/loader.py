@@ -84,8 +84,10 @@ class Loader:
         6 at 96). Batches are then ``(views, labels)`` with ``views`` a
         list of tensors, one per view in group order, each
         ``[B, 3, size, size]`` (normalised as one-view batches are). The
-        groups replace size, scale, ratio, flip, interpolation and augment;
-        views run on the host backend (docs/augment.md, "Views").
+        groups replace size, scale, ratio, flip, interpolation and augment
+        (docs/augment.md, "Views"). Both backends serve them: on
+        ``"device"`` each view is normalised on its own by the
+        DeviceLoader, the views sharing one output slot.
       layout: ``"nchw"`` (default, what torch models take) or ``"nhwc"``.
       decoded_max_side: 0 (default) decodes each crop from the file. N > 0
         decodes each image whole with its longer side capped at N pixels
@@ -312,10 +314,6 @@ class Loader:
             if mode != "train":
                 raise ValueError("views are training crops: mode must be "
                                  "'train'")
-            if backend == "device":
-                raise ValueError("views are split on the host path: use "
-                                 "backend='host' or 'auto'")
-            backend = "host"
         if erasing is not None or mix is not None:
             if self._output.float_dtype is None:
                 raise ValueError("erasing and mix work on the normalised "
@@ -548,43 +546,42 @@ class Loader:
                                           -1, batch.num_classes)
         else:
             labels = torch.tensor(batch.labels, dtype=torch.int64)
+        # What the batch says beside its pixels, read while it is ours (the
+        # device backend's DLPack capsule takes it over).
+        views = batch.views if self.views else None
+        with_fields = bool(self._fields) or self.batch_format == "dict"
+        if with_fields:
+            values, self.field_counts = batch.field_values, batch.field_counts
         if self.backend == "device":
             # The DeviceLoader's output slot, final dtype and layout; the
             # capsule hands the batch to the tensor, whose deleter releases
-            # the slot (after the work queued on the consumer stream).
+            # the slot (after the work queued on the consumer stream). With
+            # views, the flat slot cut into one tensor per view (the slot is
+            # released when the last of them is freed).
             index = self.device.index or 0
             from torch.utils.dlpack import from_dlpack
             images = from_dlpack(batch.to_dlpack(index))
+            if views is not None:
+                images = _views.split(images, views)
             if self.device.type == "cuda":
                 labels = labels.to(self.device, non_blocking=True)
-            if self._fields or self.batch_format == "dict":
-                self.field_counts = batch.field_counts
-                return _fields.batch_output(self.batch_format, images, labels,
-                                            self._fields, batch.field_values)
-            return images, labels
-        # Wraps the slot: the tensor's storage holds `batch`, which holds
-        # the slot until the storage is freed.
-        if self.views:
+        elif views is not None:
+            # Wraps the slot: the tensors' storage holds `batch`, which
+            # holds the slot until the storage is freed.
             flat = torch.frombuffer(batch, dtype=torch.uint8)
             images = []
-            for pixels in _views.split(flat, batch.views):
+            for pixels in _views.split(flat, views):
                 view, converted = self._output.convert(pixels, labels)
                 images.append(view)
             labels = converted
-            if self._fields or self.batch_format == "dict":
-                self.field_counts = batch.field_counts
-                return _fields.batch_output(self.batch_format, images, labels,
-                                            self._fields, batch.field_values)
-            return images, labels
-        if not self._fields and self.batch_format == "tuple":
+        else:
             pixels = torch.frombuffer(batch, dtype=torch.uint8).view(
                 batch.shape)
-            return self._output.convert(pixels, labels)
-        values, self.field_counts = batch.field_values, batch.field_counts
-        pixels = torch.frombuffer(batch, dtype=torch.uint8).view(batch.shape)
-        images, labels = self._output.convert(pixels, labels)
-        return _fields.batch_output(self.batch_format, images, labels,
-                                    self._fields, values)
+            images, labels = self._output.convert(pixels, labels)
+        if with_fields:
+            return _fields.batch_output(self.batch_format, images, labels,
+                                        self._fields, values)
+        return images, labels
 
     # -- Mixtures -----------------------------------------------------------
 
