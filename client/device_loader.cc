@@ -172,15 +172,75 @@ class DeviceLoaderCore {
     host_leased[slot] = false;
   }
 
-  // Moves the metadata of `batch` into `out` and points it at a slot.
+  // What Next() makes of a received batch on either path.
+  struct Prepared {
+    // One per view with Plan.views, else one (cuda::MakeNormalizeParts).
+    std::vector<cuda::NormalizePart> parts;
+    cuda::EraseMix erase_mix;
+    std::vector<float> soft_labels;
+  };
+
+  // Resolves `batch`'s normalisation, erasing, mix and soft labels. The
+  // daemon's answer is checked: INTERNAL for pixels that are not what the
+  // shapes promise or do not fit the output slots, or erasing or mix on a
+  // batch of views; INVALID_ARGUMENT for a normalisation its shape cannot
+  // take.
+  absl::Status Prepare(const Batch& batch, Prepared* out) const {
+    std::vector<std::vector<uint64_t>> shapes;
+    if (batch.views.empty()) {
+      shapes.push_back(batch.shape);
+    } else {
+      for (const batchd::v1::ViewShape& view : batch.views) {
+        shapes.emplace_back(view.shape().begin(), view.shape().end());
+      }
+    }
+    RETURN_IF_CUDA_ERROR(cuda::MakeNormalizeParts(
+        shapes, ToCudaLayout(batch.layout), spec, &out->parts));
+    if (cuda::PartsInputBytes(out->parts) != batch.size() ||
+        cuda::PartsOutputBytes(out->parts) > max_output_bytes) {
+      return absl::InternalError(absl::StrCat(
+          "batch ", batch.batch_index, " has ", batch.size(),
+          " bytes, not what its shape and the plan promise"));
+    }
+    if (!batch.views.empty()) {
+      if (!batch.erased.empty() || batch.mix.has_value()) {
+        return absl::InternalError(absl::StrCat(
+            "batch ", batch.batch_index,
+            " has views and erased regions or a mix, which no plan gives"));
+      }
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(ToEraseMix(batch, out->parts[0].params, &out->erase_mix));
+    return SoftLabelsOf(batch, out->erase_mix.mix, plan, &out->soft_labels);
+  }
+
+  // Moves the metadata of `batch` into `out` and points it at a slot whose
+  // output is `prepared`'s parts (one after another).
   static void Fill(Batch& batch, const std::shared_ptr<DeviceLoaderCore>& core,
                    int slot, const void* data, size_t size,
-                   cuda::EventHandle ready, std::vector<uint64_t> shape,
-                   cuda::Layout layout, DeviceBatch* out) {
+                   cuda::EventHandle ready, Prepared& prepared,
+                   DeviceBatch* out) {
     static_cast<BatchInfo&>(*out) = std::move(static_cast<BatchInfo&>(batch));
-    out->shape = std::move(shape);
+    const std::vector<cuda::NormalizePart>& parts = prepared.parts;
+    if (out->views.empty()) {
+      out->shape = parts[0].params.output_shape();
+    } else {
+      // As Batch: the flat elements, and each view's shape and offset (now
+      // in the output's layout and bytes).
+      out->shape = {cuda::PartsOutputBytes(parts) /
+                    cuda::DTypeBytes(core->spec.dtype)};
+      for (size_t v = 0; v < parts.size(); ++v) {
+        batchd::v1::ViewShape& view = out->views[v];
+        const std::vector<uint64_t> shape = parts[v].params.output_shape();
+        view.mutable_shape()->Assign(shape.begin(), shape.end());
+        view.set_offset(parts[v].output_offset);
+      }
+    }
     out->dtype = core->spec.dtype;
-    out->layout = layout;
+    out->layout = parts[0].params.out_layout;
+    out->num_classes =
+        out->mix.has_value() ? out->mix->num_classes() : uint32_t{0};
+    out->soft_labels = std::move(prepared.soft_labels);
     out->core_ = core;
     out->slot_ = slot;
     out->data_ = data;
@@ -240,15 +300,16 @@ absl::StatusOr<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "depth must be 1..", kMaxDepth, ", got ", options.depth));
   }
-  if (options.loader.plan.views_size() > 0) {
-    // Normalising each view needs one set of parameters per view shape;
-    // the host path (Loader) hands each view over as it is.
-    return absl::InvalidArgumentError(
-        "the plan has views (Plan.views), which the DeviceLoader does not "
-        "split yet: use a Loader (Python: backend='host'), whose Batch gives "
-        "each view's pixels and shape");
-  }
   const batchd::v1::Pipeline& pipeline = options.loader.plan.pipeline();
+  if (options.loader.plan.views_size() > 0 &&
+      (pipeline.has_erasing() || pipeline.has_mix())) {
+    // Each view is normalised on its own; erasing and mixing work on one
+    // image tensor (and the daemon refuses the plan too).
+    return absl::InvalidArgumentError(
+        "the plan has views (Plan.views) and RandomErasing or MixUp/CutMix "
+        "(pipeline.erasing, pipeline.mix), which do not work with views: "
+        "leave erasing and mix unset, or the views");
+  }
   if ((pipeline.has_erasing() || pipeline.has_mix()) &&
       options.normalize.dtype == cuda::DType::kUint8) {
     return absl::InvalidArgumentError(
@@ -273,11 +334,18 @@ absl::StatusOr<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(
 
   const batchd::v1::PlanOpened& opened = loader->opened();
   const cuda::Layout in_layout = ToCudaLayout(opened.layout());
-  const std::vector<uint64_t> shape(opened.shape().begin(),
-                                    opened.shape().end());
+  // Checks the normalisation against the images' shape; with views that is
+  // the flat [bytes] of all of them, and every view has 3 channels.
+  std::vector<uint64_t> shape(opened.shape().begin(), opened.shape().end());
+  if (core->plan.views_size() > 0) {
+    shape = in_layout == cuda::Layout::kNHWC ? std::vector<uint64_t>{1, 1, 1, 3}
+                                             : std::vector<uint64_t>{1, 3, 1, 1};
+  }
   cuda::NormalizeParams params;
   RETURN_IF_CUDA_ERROR(
       cuda::MakeNormalizeParams(shape, in_layout, core->spec, &params));
+  // Views are normalised one after another (cuda::MakeNormalizeParts), so
+  // their output is as large as one image tensor of the same bytes.
   core->max_output_bytes =
       opened.max_batch_bytes() * cuda::DTypeBytes(core->spec.dtype);
   const bool plain_copy = core->spec.dtype == cuda::DType::kUint8 &&
@@ -343,18 +411,9 @@ const char* DeviceLoader::path() const {
 }
 int DeviceLoader::depth() const { return core_->depth; }
 
-namespace {
-
-void SetSoftLabels(std::vector<float> soft_labels, DeviceBatch* out) {
-  out->num_classes =
-      out->mix.has_value() ? out->mix->num_classes() : uint32_t{0};
-  out->soft_labels = std::move(soft_labels);
-}
-
-}  // namespace
-
 absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
   internal::DeviceLoaderCore& core = *core_;
+  internal::DeviceLoaderCore::Prepared prepared;
   DeviceBatch out;
   if (core.on_device()) {
     if (core.engine->free_slots() == 0) {
@@ -365,18 +424,13 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
     const size_t window = loader_->window();
     RETURN_IF_ERROR(core.ReapPending(window > 0 ? window - 1 : 0));
     ASSIGN_OR_RETURN(Batch batch, loader_->Next());
-    const cuda::Layout in_layout = ToCudaLayout(batch.layout);
-    cuda::NormalizeParams params;
-    RETURN_IF_CUDA_ERROR(
-        cuda::MakeNormalizeParams(batch.shape, in_layout, core.spec, &params));
-    cuda::EraseMix erase_mix;
-    RETURN_IF_ERROR(ToEraseMix(batch, params, &erase_mix));
-    std::vector<float> soft_labels;
-    RETURN_IF_ERROR(
-        SoftLabelsOf(batch, erase_mix.mix, core.plan, &soft_labels));
+    RETURN_IF_ERROR(core.Prepare(batch, &prepared));
+    // uint8 in the received layout: the copy is the output (the parts'
+    // offsets are the input's).
     const bool plain_copy = core.spec.dtype == cuda::DType::kUint8 &&
-                            core.spec.layout == in_layout &&
-                            !erase_mix.active();
+                            core.spec.layout == ToCudaLayout(batch.layout) &&
+                            !prepared.erase_mix.active();
+    const std::vector<cuda::NormalizePart> raw_copy;
     cuda::CopyTicket ticket;
     // Reported as copy time (for the client-bound diagnosis): the enqueue
     // only. The copy and kernel run asynchronously on the copy stream, and
@@ -386,14 +440,13 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
     // does measure.
     const absl::Time enqueue_start = absl::Now();
     RETURN_IF_CUDA_ERROR(core.engine->Submit(
-        batch.data(), batch.size(), plain_copy ? nullptr : &params, &ticket,
-        &erase_mix));
+        batch.data(), batch.size(),
+        plain_copy ? raw_copy : prepared.parts, &ticket,
+        &prepared.erase_mix));
     loader_->RecordCopy(absl::Now() - enqueue_start);
     internal::DeviceLoaderCore::Fill(batch, core_, ticket.slot, ticket.output,
                                      ticket.output_bytes, ticket.ready,
-                                     params.output_shape(), params.out_layout,
-                                     &out);
-    SetSoftLabels(std::move(soft_labels), &out);
+                                     prepared, &out);
     core.pending.push_back({std::move(batch), ticket.input_consumed});
     return out;
   }
@@ -404,24 +457,8 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
         "every batch slot is held; release a DeviceBatch first");
   }
   absl::StatusOr<Batch> batch = loader_->Next();
-  cuda::NormalizeParams params;
   absl::Status status = batch.status();
-  if (status.ok()) {
-    status = FromCudaStatus(cuda::MakeNormalizeParams(
-        batch->shape, ToCudaLayout(batch->layout), core.spec, &params));
-  }
-  if (status.ok() && (params.input_bytes() != batch->size() ||
-                      params.output_bytes() > core.max_output_bytes)) {
-    status = absl::InternalError(absl::StrCat(
-        "batch ", batch->batch_index, " has ", batch->size(),
-        " bytes, not what its shape and the plan promise"));
-  }
-  cuda::EraseMix erase_mix;
-  std::vector<float> soft_labels;
-  if (status.ok()) status = ToEraseMix(*batch, params, &erase_mix);
-  if (status.ok()) {
-    status = SoftLabelsOf(*batch, erase_mix.mix, core.plan, &soft_labels);
-  }
+  if (status.ok()) status = core.Prepare(*batch, &prepared);
   if (!status.ok()) {
     core.ReleaseSlot(slot, nullptr);
     return status;
@@ -430,17 +467,16 @@ absl::StatusOr<DeviceBatch> DeviceLoader::Next() {
   // The host path's copy: received slot -> output slot, normalised on the
   // CPU. Reported as copy time, so the diagnosis sees it.
   const absl::Time copy_start = absl::Now();
-  if (erase_mix.active()) {
-    cuda::NormalizeEraseMixCpu(batch->data(), output, params, erase_mix);
+  if (prepared.erase_mix.active()) {
+    cuda::NormalizeEraseMixCpu(batch->data(), output, prepared.parts[0].params,
+                               prepared.erase_mix);
   } else {
-    cuda::NormalizeCpu(batch->data(), output, params);
+    cuda::NormalizePartsCpu(batch->data(), output, prepared.parts);
   }
   loader_->RecordCopy(absl::Now() - copy_start);
   internal::DeviceLoaderCore::Fill(*batch, core_, slot, output,
-                                   params.output_bytes(), nullptr,
-                                   params.output_shape(), params.out_layout,
-                                   &out);
-  SetSoftLabels(std::move(soft_labels), &out);
+                                   cuda::PartsOutputBytes(prepared.parts),
+                                   nullptr, prepared, &out);
   return out;
 }
 

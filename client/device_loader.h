@@ -8,7 +8,8 @@
 //   - a copy engine (client/cuda/copy_engine.h): each batch is copied to one
 //     of `depth` device slots with cudaMemcpyAsync on a dedicated copy
 //     stream and normalised there (uint8 -> float32/float16/bfloat16, NCHW or
-//     NHWC, per-channel mean/std) in one kernel;
+//     NHWC, per-channel mean/std) in one kernel (one launch per view for a
+//     plan with Plan.views, each view with its own shape);
 //   - events instead of host waits: a DeviceBatch carries the event that
 //     completes when its data is ready (make the compute stream wait on it),
 //     and releasing it records an event on the consumer's stream that the
@@ -95,7 +96,10 @@ struct DeviceLoaderOptions {
 // destroyed, moved-from or Release()d. Move-only.
 class DeviceBatch : public BatchInfo {
  public:
-  // [n, c, h, w] for NCHW or [n, h, w, c] for NHWC.
+  // [n, c, h, w] for NCHW or [n, h, w, c] for NHWC. With Plan.views, the
+  // flat [elements] of all views, and BatchInfo::views gives each view's
+  // output: its shape in `layout` and the byte offset of its values within
+  // data() (the views one after another, as in the received batch).
   std::vector<uint64_t> shape;
   cuda::DType dtype = cuda::DType::kUint8;
   cuda::Layout layout = cuda::Layout::kNCHW;
@@ -108,6 +112,10 @@ class DeviceBatch : public BatchInfo {
   // nullptr for an empty DeviceBatch.
   const void* data() const { return data_; }
   size_t size() const { return size_; }
+  // View `view`'s values (REQUIRES: view < views.size()).
+  const void* view_data(size_t view) const {
+    return static_cast<const uint8_t*>(data_) + views[view].offset();
+  }
   bool on_device() const { return on_device_; }
   // On the device: completes when data() holds the batch; make the compute
   // stream wait on it (cudaStreamWaitEvent). Null on the host path, where
@@ -148,6 +156,11 @@ class DeviceLoader {
   // `loader.allocator`, or a plan with Pipeline.erasing or Pipeline.mix
   // and a uint8 output (they work on the normalised floats);
   // RESOURCE_EXHAUSTED when memory is short.
+  //
+  // With Plan.views, each view is normalised on its own (its shape, the
+  // same mean/std, dtype and layout) into one output slot, the views one
+  // after another (DeviceBatch::views); Pipeline.erasing and Pipeline.mix
+  // do not go with views (INVALID_ARGUMENT).
   //
   // With Pipeline.erasing or Pipeline.mix, every batch is normalised,
   // erased and mixed in one pass (client/cuda/erase_mix.h; the same bits

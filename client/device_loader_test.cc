@@ -1,5 +1,6 @@
 #include "client/device_loader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -264,6 +265,133 @@ TEST(DeviceLoaderTest, BadOptionsAreRejected) {
   options.loader.plan.set_dataset("bad");
   EXPECT_THAT(DeviceLoader::Create(options),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+}
+
+// Two views at 6 and three at 4 pixels (DINO's shape, small); the last
+// batch of the epoch has 3 samples.
+FakeDataService::Options ViewServerOptions() {
+  FakeDataService::Options o;
+  o.view_sides = {6, 6, 4, 4, 4};
+  o.last_batch_size = 3;
+  return o;
+}
+
+DeviceLoaderOptions ViewOptions(const FakeServer& server, bool force_host) {
+  DeviceLoaderOptions options = OptionsFor(server, force_host);
+  batchd::v1::ViewGroup* global = options.loader.plan.add_views();
+  global->set_count(2);
+  global->mutable_crop()->set_size(6);
+  batchd::v1::ViewGroup* local = options.loader.plan.add_views();
+  local->set_count(3);
+  local->mutable_crop()->set_size(4);
+  return options;
+}
+
+// Checks a batch of views: one output per view, in the fake's order, each
+// with its shape in the output layout and its values those of NormalizeCpu
+// on that view's received bytes alone.
+void ExpectViewBatch(const DeviceBatch& batch, uint64_t epoch, uint64_t index,
+                     const FakeDataService& service,
+                     const cuda::NormalizeSpec& spec) {
+  const FakeDataService::Options& o = service.options();
+  EXPECT_EQ(batch.epoch, epoch);
+  EXPECT_EQ(batch.batch_index, index);
+  const uint64_t n = service.BatchBytes(index) / service.SampleBytes();
+  ASSERT_EQ(batch.views.size(), o.view_sides.size());
+  ASSERT_EQ(batch.labels.size(), n);
+  EXPECT_EQ(batch.dtype, spec.dtype);
+  EXPECT_EQ(batch.layout, spec.layout);
+  const std::vector<uint8_t> input = FakeBytes(service, epoch, index);
+  const std::vector<uint8_t> output = HostBytes(batch);
+  const size_t dtype_bytes = cuda::DTypeBytes(spec.dtype);
+  EXPECT_THAT(batch.shape, ElementsAre(input.size()));
+  ASSERT_EQ(output.size(), input.size() * dtype_bytes);
+  uint64_t input_offset = 0;
+  for (size_t v = 0; v < o.view_sides.size(); ++v) {
+    const uint64_t side = o.view_sides[v];
+    cuda::NormalizeParams params;
+    ASSERT_TRUE(cuda::MakeNormalizeParams({n, side, side, 3},
+                                          cuda::Layout::kNHWC, spec, &params)
+                    .ok());
+    const std::vector<uint64_t> shape(batch.views[v].shape().begin(),
+                                      batch.views[v].shape().end());
+    EXPECT_EQ(shape, params.output_shape()) << "view " << v;
+    EXPECT_EQ(batch.views[v].offset(), input_offset * dtype_bytes)
+        << "view " << v;
+    EXPECT_EQ(batch.view_data(v),
+              static_cast<const uint8_t*>(batch.data()) +
+                  input_offset * dtype_bytes);
+    std::vector<uint8_t> want(params.output_bytes());
+    cuda::NormalizeCpu(input.data() + input_offset, want.data(), params);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(),
+                           output.begin() + batch.views[v].offset()))
+        << "batch " << index << " view " << v;
+    input_offset += params.input_bytes();
+  }
+  EXPECT_EQ(input_offset, input.size());
+}
+
+TEST(DeviceLoaderTest, ViewsAreNormalisedOneTensorEach) {
+  FakeServer server(ViewServerOptions(), FakeDataService::ServeInOrder());
+  DeviceLoaderOptions options = ViewOptions(server, /*force_host=*/true);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
+                       DeviceLoader::Create(options));
+  ASSERT_OK(loader->StartEpoch(2));
+  for (uint64_t index = 0; index < 8; ++index) {
+    ASSERT_OK_AND_ASSIGN(DeviceBatch batch, loader->Next());
+    ExpectViewBatch(batch, 2, index, server.service(), options.normalize);
+    // The formula, written out for the first local view (view 2), NCHW.
+    const uint64_t n = batch.labels.size();
+    ASSERT_THAT(batch.views[2].shape(), ElementsAre(n, 3u, 4u, 4u));
+    const uint64_t view_input = n * (6 * 6 * 3) * 2;
+    const float* values = static_cast<const float*>(batch.view_data(2));
+    int bad = 0;
+    for (uint64_t s = 0; s < n; ++s)
+      for (uint64_t c = 0; c < 3; ++c)
+        for (uint64_t i = 0; i < 16; ++i) {
+          const double x =
+              FakePixel(2, index, view_input + (s * 16 + i) * 3 + c);
+          const double want = (x / 255.0 - kMean[c]) / kStd[c];
+          if (std::fabs(values[(s * 3 + c) * 16 + i] - want) > 1e-5) ++bad;
+        }
+    EXPECT_EQ(bad, 0) << "batch " << index;
+  }
+  EXPECT_THAT(loader->Next(),
+              StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+}
+
+TEST(DeviceLoaderTest, ViewsInEveryOutputTypeAndLayoutMatchTheReference) {
+  FakeServer server(ViewServerOptions(), FakeDataService::ServeInOrder());
+  for (cuda::DType dtype : {cuda::DType::kUint8, cuda::DType::kFloat32,
+                            cuda::DType::kFloat16, cuda::DType::kBFloat16}) {
+    for (cuda::Layout layout : {cuda::Layout::kNHWC, cuda::Layout::kNCHW}) {
+      // The automatic path: the device where there is one.
+      DeviceLoaderOptions options = ViewOptions(server, /*force_host=*/false);
+      options.normalize.dtype = dtype;
+      options.normalize.layout = layout;
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceLoader> loader,
+                           DeviceLoader::Create(options));
+      ASSERT_OK(loader->StartEpoch(1, /*first_batch=*/6));
+      for (uint64_t index = 6; index < 8; ++index) {
+        ASSERT_OK_AND_ASSIGN(DeviceBatch batch, loader->Next());
+        ExpectViewBatch(batch, 1, index, server.service(), options.normalize);
+      }
+    }
+  }
+}
+
+TEST(DeviceLoaderTest, ViewsWithErasingOrMixAreRefused) {
+  FakeServer server(ViewServerOptions(), FakeDataService::ServeInOrder());
+  DeviceLoaderOptions options = ViewOptions(server, /*force_host=*/true);
+  options.loader.plan.mutable_pipeline()->mutable_erasing();
+  EXPECT_THAT(DeviceLoader::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("do not work with views")));
+  options = ViewOptions(server, /*force_host=*/true);
+  options.loader.plan.mutable_pipeline()->mutable_mix();
+  EXPECT_THAT(DeviceLoader::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("do not work with views")));
 }
 
 TEST(PinnedAllocatorTest, FallsBackToHeapWithoutADevice) {

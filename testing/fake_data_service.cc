@@ -93,10 +93,24 @@ BatchHeader FakeStream::Header(const Key& key) const {
     header.add_sample_indices(sample);
     header.add_labels(static_cast<int32_t>(sample % 7));
   }
-  header.add_shape(samples);
-  header.add_shape(options.height);
-  header.add_shape(options.width);
-  header.add_shape(3);
+  if (options.view_sides.empty()) {
+    header.add_shape(samples);
+    header.add_shape(options.height);
+    header.add_shape(options.width);
+    header.add_shape(3);
+  } else {
+    header.add_shape(service_->BatchBytes(key.second));
+    uint64_t offset = 0;
+    for (uint32_t side : options.view_sides) {
+      batchd::v1::ViewShape* view = header.add_views();
+      for (uint64_t dim : {uint64_t{samples}, uint64_t{side}, uint64_t{side},
+                           uint64_t{3}}) {
+        view->add_shape(dim);
+      }
+      view->set_offset(offset);
+      offset += uint64_t{samples} * side * side * 3;
+    }
+  }
   header.set_dtype(batchd::v1::DTYPE_UINT8);
   header.set_layout(batchd::v1::LAYOUT_NHWC);
   header.set_total_bytes(service_->BatchBytes(key.second));
@@ -203,7 +217,16 @@ uint64_t FakeDataService::BatchBytes(uint64_t index) const {
   if (index + 1 == options_.batches_per_epoch && options_.last_batch_size != 0) {
     samples = options_.last_batch_size;
   }
-  return samples * options_.height * options_.width * 3;
+  return samples * SampleBytes();
+}
+
+uint64_t FakeDataService::SampleBytes() const {
+  if (options_.view_sides.empty()) {
+    return uint64_t{options_.height} * options_.width * 3;
+  }
+  uint64_t bytes = 0;
+  for (uint32_t side : options_.view_sides) bytes += uint64_t{side} * side * 3;
+  return bytes;
 }
 
 grpc::Status FakeDataService::ListDatasets(
@@ -245,12 +268,16 @@ grpc::Status FakeDataService::StreamBatches(
   opened.mutable_opened()->set_batches_per_epoch(options_.batches_per_epoch);
   opened.mutable_opened()->set_samples_per_epoch(options_.batches_per_epoch *
                                                  options_.batch_size);
-  opened.mutable_opened()->add_shape(options_.batch_size);
-  opened.mutable_opened()->add_shape(options_.height);
-  opened.mutable_opened()->add_shape(options_.width);
-  opened.mutable_opened()->add_shape(3);
-  opened.mutable_opened()->set_max_batch_bytes(
-      uint64_t{options_.batch_size} * options_.height * options_.width * 3);
+  const uint64_t max_batch_bytes = options_.batch_size * SampleBytes();
+  if (options_.view_sides.empty()) {
+    opened.mutable_opened()->add_shape(options_.batch_size);
+    opened.mutable_opened()->add_shape(options_.height);
+    opened.mutable_opened()->add_shape(options_.width);
+    opened.mutable_opened()->add_shape(3);
+  } else {
+    opened.mutable_opened()->add_shape(max_batch_bytes);
+  }
+  opened.mutable_opened()->set_max_batch_bytes(max_batch_bytes);
   opened.mutable_opened()->set_dtype(batchd::v1::DTYPE_UINT8);
   opened.mutable_opened()->set_layout(batchd::v1::LAYOUT_NHWC);
   if (!stream->Write(opened)) return grpc::Status::OK;

@@ -100,6 +100,11 @@ class FakeDataService final : public batchd::v1::DataService::Service {
     // Each sample is height x width x 3 bytes.
     uint32_t height = 10;
     uint32_t width = 10;
+    // Multi-view batches (Plan.views) when not empty: each sample is one
+    // side x side x 3 view per entry instead of height x width x 3, and a
+    // batch's pixels are the views one after another, view-major
+    // (BatchHeader.views).
+    std::vector<uint32_t> view_sides;
     // Pixel bytes per chunk message.
     uint64_t chunk_bytes = 500;
     // The first this many StreamBatches calls are refused with
@@ -125,6 +130,8 @@ class FakeDataService final : public batchd::v1::DataService::Service {
 
   const Options& options() const { return options_; }
   uint64_t BatchBytes(uint64_t index) const;
+  // Pixel bytes of one sample (all its views with view_sides).
+  uint64_t SampleBytes() const;
 
   grpc::Status ListDatasets(grpc::ServerContext* context,
                             const batchd::v1::ListDatasetsRequest* request,

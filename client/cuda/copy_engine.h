@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "client/cuda/erase_mix.h"
 #include "client/cuda/normalize.h"
@@ -54,8 +55,8 @@ struct CopyEngineOptions {
 // One submitted batch; valid until Release(slot).
 struct CopyTicket {
   int slot = -1;
-  // Device memory: the normalised output, or the raw copy when no
-  // normalisation was asked for.
+  // Device memory: the normalised output (the parts one after another), or
+  // the raw copy when no normalisation was asked for.
   const void* output = nullptr;
   size_t output_bytes = 0;
   // Completes when `output` is ready.
@@ -81,16 +82,27 @@ class CopyEngine {
   // Enqueues on the copy stream: wait for the slot's previous consumer,
   // copy `input_bytes` bytes from `host_input` (pinned for an asynchronous
   // copy; pageable memory works but the copy is synchronous), then normalise
-  // with `normalize` unless it is null; with an active `erase_mix` (and
-  // `normalize`), erase and mix in the same kernel (erase_mix.h; its
-  // rectangles are copied to the slot's device table first). Returns
-  // without waiting for the GPU. FAILED_PRECONDITION when every slot is
-  // leased (release one); INVALID_ARGUMENT when the input or output
-  // exceeds the slot size, `normalize` does not match `input_bytes`, or
+  // each of `parts` (a multi-view batch has one per view; MakeNormalizeParts
+  // lays them out) unless there are none, when the output is the raw copy;
+  // with an active `erase_mix` (and one part), erase and mix in the same
+  // kernel (erase_mix.h; its rectangles are copied to the slot's device
+  // table first). Returns without waiting for the GPU. FAILED_PRECONDITION
+  // when every slot is leased (release one); INVALID_ARGUMENT when the
+  // input or output exceeds the slot size, the parts do not cover exactly
+  // `input_bytes`, an active `erase_mix` comes with other than one part, or
   // CheckEraseMix refuses `erase_mix`.
   Status Submit(const uint8_t* host_input, size_t input_bytes,
-                const NormalizeParams* normalize, CopyTicket* ticket,
+                const std::vector<NormalizePart>& parts, CopyTicket* ticket,
                 const EraseMix* erase_mix = nullptr);
+  // The same with the whole batch as one part, `normalize` (none when
+  // null).
+  Status Submit(const uint8_t* host_input, size_t input_bytes,
+                const NormalizeParams* normalize, CopyTicket* ticket,
+                const EraseMix* erase_mix = nullptr) {
+    std::vector<NormalizePart> parts;
+    if (normalize != nullptr) parts.push_back({0, 0, *normalize});
+    return Submit(host_input, input_bytes, parts, ticket, erase_mix);
+  }
 
   // Returns `slot` to the engine once the work enqueued so far on
   // `consumer_stream` completes (an event is recorded there; nothing

@@ -83,16 +83,18 @@ Status CopyEngine::Create(const CopyEngineOptions& options,
 }
 
 Status CopyEngine::Submit(const uint8_t* host_input, size_t input_bytes,
-                          const NormalizeParams* normalize,
+                          const std::vector<NormalizePart>& parts,
                           CopyTicket* ticket, const EraseMix* erase_mix) {
   Impl& impl = *impl_;
   if (erase_mix != nullptr && !erase_mix->active()) erase_mix = nullptr;
   if (erase_mix != nullptr) {
-    if (normalize == nullptr) {
+    if (parts.size() != 1) {
       return InvalidArgumentError(
-          "RandomErasing and MixUp/CutMix need a normalised float output");
+          "RandomErasing and MixUp/CutMix need a normalised float output of "
+          "one part (not views), got " + std::to_string(parts.size()) +
+          " parts");
     }
-    BATCHD_CUDA_RETURN_IF_ERROR(CheckEraseMix(*normalize, *erase_mix));
+    BATCHD_CUDA_RETURN_IF_ERROR(CheckEraseMix(parts[0].params, *erase_mix));
   }
   if (input_bytes > impl.options.max_input_bytes) {
     return InvalidArgumentError(
@@ -100,16 +102,31 @@ Status CopyEngine::Submit(const uint8_t* host_input, size_t input_bytes,
         " bytes exceeds the copy slot size of " +
         std::to_string(impl.options.max_input_bytes));
   }
-  if (normalize != nullptr) {
-    if (normalize->input_bytes() != input_bytes) {
+  size_t covered = 0;
+  size_t output_bytes = 0;
+  for (const NormalizePart& part : parts) {
+    // Laid out one after another (MakeNormalizeParts): each part starts
+    // where the previous ended, in the input and in the output, so the
+    // parts cover the batch once and the output is their sum.
+    if (part.input_offset != covered || part.output_offset != output_bytes) {
       return InvalidArgumentError(
-          "normalisation shape covers " +
-          std::to_string(normalize->input_bytes()) + " bytes, batch has " +
-          std::to_string(input_bytes));
+          "normalisation part at input byte " +
+          std::to_string(part.input_offset) + ", output byte " +
+          std::to_string(part.output_offset) + " where the previous ends at " +
+          std::to_string(covered) + ", " + std::to_string(output_bytes));
     }
-    if (normalize->output_bytes() > impl.options.max_output_bytes) {
+    covered += part.params.input_bytes();
+    output_bytes += part.params.output_bytes();
+  }
+  if (!parts.empty()) {
+    if (covered != input_bytes) {
       return InvalidArgumentError(
-          "normalised batch of " + std::to_string(normalize->output_bytes()) +
+          "normalisation shape covers " + std::to_string(covered) +
+          " bytes, batch has " + std::to_string(input_bytes));
+    }
+    if (output_bytes > impl.options.max_output_bytes) {
+      return InvalidArgumentError(
+          "normalised batch of " + std::to_string(output_bytes) +
           " bytes exceeds the output slot size of " +
           std::to_string(impl.options.max_output_bytes));
     }
@@ -157,6 +174,8 @@ Status CopyEngine::Submit(const uint8_t* host_input, size_t input_bytes,
                                        stream));
     }
     BATCHD_CUDA_CALL(cudaEventRecord(slot.input_consumed.get(), stream));
+    const uint8_t* device_input = static_cast<const uint8_t*>(slot.input.get());
+    uint8_t* device_output = static_cast<uint8_t*>(slot.output.get());
     if (erase_mix != nullptr) {
       const EraseRect* device_rects = nullptr;
       const size_t count = erase_mix->rects.size();
@@ -176,12 +195,16 @@ Status CopyEngine::Submit(const uint8_t* host_input, size_t input_bytes,
         device_rects = static_cast<const EraseRect*>(slot.rects.get());
       }
       BATCHD_CUDA_RETURN_IF_ERROR(NormalizeEraseMixOnDevice(
-          static_cast<const uint8_t*>(slot.input.get()), slot.output.get(),
-          *normalize, device_rects, erase_mix->mix, stream));
-    } else if (normalize != nullptr) {
-      BATCHD_CUDA_RETURN_IF_ERROR(NormalizeOnDevice(
-          static_cast<const uint8_t*>(slot.input.get()), slot.output.get(),
-          *normalize, stream));
+          device_input, device_output, parts[0].params, device_rects,
+          erase_mix->mix, stream));
+    } else {
+      // One launch per part (per view); the kernels queue on the copy
+      // stream behind the one H2D copy, and `ready` follows the last.
+      for (const NormalizePart& part : parts) {
+        BATCHD_CUDA_RETURN_IF_ERROR(NormalizeOnDevice(
+            device_input + part.input_offset,
+            device_output + part.output_offset, part.params, stream));
+      }
     }
     BATCHD_CUDA_CALL(cudaEventRecord(slot.ready.get(), stream));
     return OkStatus();
@@ -193,9 +216,8 @@ Status CopyEngine::Submit(const uint8_t* host_input, size_t input_bytes,
     return status;
   }
   ticket->slot = index;
-  ticket->output = normalize != nullptr ? slot.output.get() : slot.input.get();
-  ticket->output_bytes =
-      normalize != nullptr ? normalize->output_bytes() : input_bytes;
+  ticket->output = parts.empty() ? slot.input.get() : slot.output.get();
+  ticket->output_bytes = parts.empty() ? input_bytes : output_bytes;
   ticket->ready = slot.ready.get();
   ticket->input_consumed = slot.input_consumed.get();
   ticket->started = impl.options.timing_events ? slot.started.get() : nullptr;

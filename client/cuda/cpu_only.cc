@@ -2,6 +2,7 @@
 // copy_engine.h and NormalizeOnDevice, reporting UNAVAILABLE, so callers
 // take the host path at run time with no #ifdefs of their own.
 #include <string>
+#include <vector>
 
 #include "client/cuda/copy_engine.h"
 #include "client/cuda/erase_mix.h"
@@ -67,8 +68,9 @@ Status CopyEngine::Create(const CopyEngineOptions&,
                           std::unique_ptr<CopyEngine>*) {
   return NotBuilt();
 }
-Status CopyEngine::Submit(const uint8_t*, size_t, const NormalizeParams*,
-                          CopyTicket*, const EraseMix*) {
+Status CopyEngine::Submit(const uint8_t*, size_t,
+                          const std::vector<NormalizePart>&, CopyTicket*,
+                          const EraseMix*) {
   return NotBuilt();
 }
 Status CopyEngine::Release(int, StreamHandle) { return NotBuilt(); }

@@ -281,6 +281,87 @@ MINI_TEST(Normalize, GpuMatchesCpuReference) {
 // Each step's consumer kernel spins, then sums the slot; the next copies
 // into the same slot are submitted at once. If a slot were overwritten
 // before its consumer's event, the sum would show the later batch's bytes.
+// A batch of views (Plan.views): one copy, one kernel per view, each view's
+// output where MakeNormalizeParts puts it, bit for bit the CPU's; parts
+// laid out otherwise, or erasing with views, are refused.
+MINI_TEST(CopyEngine, ViewPartsMatchTheCpuBitForBit) {
+  REQUIRE_DEVICE();
+  // DINO-like, small: 2 views at 24 and 3 at 10 (the last two views
+  // start off 16-byte alignment with 5 samples: the general kernel runs
+  // too).
+  const std::vector<uint64_t> sides = {24, 24, 10, 10, 10};
+  constexpr uint64_t kN = 5;
+  CopyEngineOptions options;
+  options.depth = 2;
+  options.max_input_bytes = 1 << 20;
+  options.max_output_bytes = 4 << 20;
+  std::unique_ptr<CopyEngine> engine;
+  MINI_ASSERT_OK(CopyEngine::Create(options, &engine));
+  std::unique_ptr<PinnedBuffer> host;
+  MINI_ASSERT_OK(PinnedBuffer::Allocate(options.max_input_bytes, &host));
+  int cases = 0;
+  for (DType dtype : {DType::kUint8, DType::kFloat32, DType::kFloat16,
+                      DType::kBFloat16}) {
+    for (Layout in : {Layout::kNHWC, Layout::kNCHW}) {
+      for (Layout out : {Layout::kNHWC, Layout::kNCHW}) {
+        NormalizeSpec spec;
+        spec.dtype = dtype;
+        spec.layout = out;
+        spec.mean = {0.485f, 0.456f, 0.406f};
+        spec.std = {0.229f, 0.224f, 0.225f};
+        std::vector<std::vector<uint64_t>> shapes;
+        for (uint64_t side : sides) {
+          shapes.push_back(in == Layout::kNHWC
+                               ? std::vector<uint64_t>{kN, side, side, 3}
+                               : std::vector<uint64_t>{kN, 3, side, side});
+        }
+        std::vector<NormalizePart> parts;
+        MINI_ASSERT_OK(MakeNormalizeParts(shapes, in, spec, &parts));
+        const size_t input_bytes = PartsInputBytes(parts);
+        FillRandom(host->data(), input_bytes, 17 + cases);
+        std::vector<uint8_t> want(PartsOutputBytes(parts));
+        NormalizePartsCpu(host->data(), want.data(), parts);
+        CopyTicket ticket;
+        MINI_ASSERT_OK(engine->Submit(host->data(), input_bytes, parts,
+                                      &ticket));
+        MINI_EXPECT_EQ(ticket.output_bytes, want.size());
+        MINI_ASSERT_OK(SynchronizeEvent(ticket.ready));
+        std::vector<uint8_t> got(want.size());
+        CUDA_OK(cudaMemcpy(got.data(), ticket.output, got.size(),
+                           cudaMemcpyDeviceToHost));
+        MINI_ASSERT_OK(engine->Release(ticket.slot, nullptr));
+        MINI_EXPECT_TRUE(got == want);
+        ++cases;
+      }
+    }
+  }
+  MINI_EXPECT_EQ(cases, 16);
+
+  NormalizeSpec spec;
+  std::vector<NormalizePart> parts;
+  MINI_ASSERT_OK(MakeNormalizeParts({{kN, 24, 24, 3}, {kN, 12, 12, 3}},
+                                    Layout::kNHWC, spec, &parts));
+  CopyTicket ticket;
+  std::vector<NormalizePart> gap = parts;
+  gap[1].output_offset += 4;
+  MINI_EXPECT_EQ(engine->Submit(host->data(), PartsInputBytes(parts), gap,
+                                &ticket)
+                     .code(),
+                 StatusCode::kInvalidArgument);
+  MINI_EXPECT_EQ(engine->Submit(host->data(), PartsInputBytes(parts) + 1,
+                                parts, &ticket)
+                     .code(),
+                 StatusCode::kInvalidArgument);
+  EraseMix em;
+  em.rects.resize(kN);
+  em.rects[0] = {.top = 0, .left = 0, .height = 2, .width = 2};
+  MINI_EXPECT_EQ(engine->Submit(host->data(), PartsInputBytes(parts), parts,
+                                &ticket, &em)
+                     .code(),
+                 StatusCode::kInvalidArgument);
+  MINI_EXPECT_EQ(engine->free_slots(), 2);
+}
+
 MINI_TEST(CopyEngine, NoSlotIsReusedBeforeItsConsumerIsDone) {
   REQUIRE_DEVICE();
   constexpr int kSteps = 8;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace batchd::cuda {
 
@@ -238,6 +239,48 @@ void NormalizeCpu(const uint8_t* src, void* dst, const NormalizeParams& p) {
       Run<uint16_t>(src, dst, p,
                     [](float v, int) { return FloatToBFloat16Bits(v); });
       break;
+  }
+}
+
+Status MakeNormalizeParts(const std::vector<std::vector<uint64_t>>& shapes,
+                          Layout in_layout, const NormalizeSpec& spec,
+                          std::vector<NormalizePart>* parts) {
+  if (shapes.empty()) return InvalidArgumentError("a batch has no parts");
+  std::vector<NormalizePart> out(shapes.size());
+  size_t input_offset = 0;
+  size_t output_offset = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Status status =
+        MakeNormalizeParams(shapes[i], in_layout, spec, &out[i].params);
+    if (!status.ok()) {
+      if (shapes.size() == 1) return status;
+      return Status(status.code(),
+                    "view " + std::to_string(i) + ": " + status.message());
+    }
+    out[i].input_offset = input_offset;
+    out[i].output_offset = output_offset;
+    input_offset += out[i].params.input_bytes();
+    output_offset += out[i].params.output_bytes();
+  }
+  *parts = std::move(out);
+  return OkStatus();
+}
+
+size_t PartsInputBytes(const std::vector<NormalizePart>& parts) {
+  if (parts.empty()) return 0;
+  return parts.back().input_offset + parts.back().params.input_bytes();
+}
+
+size_t PartsOutputBytes(const std::vector<NormalizePart>& parts) {
+  if (parts.empty()) return 0;
+  return parts.back().output_offset + parts.back().params.output_bytes();
+}
+
+void NormalizePartsCpu(const uint8_t* src, void* dst,
+                       const std::vector<NormalizePart>& parts) {
+  for (const NormalizePart& part : parts) {
+    NormalizeCpu(src + part.input_offset,
+                 static_cast<uint8_t*>(dst) + part.output_offset, part.params);
   }
 }
 

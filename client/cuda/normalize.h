@@ -79,6 +79,36 @@ Status MakeNormalizeParams(const std::vector<uint64_t>& shape,
 // params.output_bytes() bytes; they must not overlap.
 void NormalizeCpu(const uint8_t* src, void* dst, const NormalizeParams& params);
 
+// One part of a batch, normalised with its own parameters: a multi-view
+// batch (Plan.views) is one part per view, each view with its own shape;
+// any other batch is one part. Its input starts `input_offset` bytes into
+// the batch's pixels and its output `output_offset` bytes into the output.
+struct NormalizePart {
+  size_t input_offset = 0;
+  size_t output_offset = 0;
+  NormalizeParams params;
+};
+
+// The parts of a batch whose pixels are `shapes` (each as
+// MakeNormalizeParams takes it) one after another: each part's input starts
+// where the previous one's ends, and so does its output, so a view of
+// input bytes [a, b) is output bytes [a, b) x DTypeBytes(spec.dtype).
+// INVALID_ARGUMENT for no shapes, or as MakeNormalizeParams (naming the
+// part when there are several).
+Status MakeNormalizeParts(const std::vector<std::vector<uint64_t>>& shapes,
+                          Layout in_layout, const NormalizeSpec& spec,
+                          std::vector<NormalizePart>* parts);
+
+// Where the input and the output of `parts` end: the bytes a batch of
+// them reads and writes.
+size_t PartsInputBytes(const std::vector<NormalizePart>& parts);
+size_t PartsOutputBytes(const std::vector<NormalizePart>& parts);
+
+// NormalizeCpu on each part: `src` holds PartsInputBytes(parts) bytes, `dst`
+// PartsOutputBytes(parts) bytes.
+void NormalizePartsCpu(const uint8_t* src, void* dst,
+                       const std::vector<NormalizePart>& parts);
+
 // Enqueues the same computation on `stream` (device pointers). Returns at
 // once; the result is ready when work enqueued on `stream` before a later
 // event completes. UNAVAILABLE when built without CUDA.

@@ -215,6 +215,43 @@ MINI_TEST(Normalize, KernelFastPathIndexingMatchesReference) {
   }
 }
 
+// A batch of views (Plan.views): each part reads its view's bytes and
+// writes its output where the previous one's ended, and normalising the
+// parts is normalising each view on its own.
+MINI_TEST(Normalize, PartsAreTheViewsOneAfterAnother) {
+  NormalizeSpec spec;
+  spec.dtype = DType::kFloat16;
+  spec.mean = kMean;
+  spec.std = kStd;
+  const std::vector<std::vector<uint64_t>> shapes = {
+      {2, 6, 6, 3}, {2, 6, 6, 3}, {2, 3, 5, 3}};
+  std::vector<NormalizePart> parts;
+  MINI_ASSERT_OK(MakeNormalizeParts(shapes, Layout::kNHWC, spec, &parts));
+  MINI_ASSERT_EQ(parts.size(), 3u);
+  MINI_EXPECT_EQ(parts[1].input_offset, 216u);
+  MINI_EXPECT_EQ(parts[1].output_offset, 432u);
+  MINI_EXPECT_EQ(parts[2].input_offset, 432u);
+  MINI_EXPECT_EQ(parts[2].output_offset, 864u);
+  MINI_EXPECT_EQ(PartsInputBytes(parts), 522u);
+  MINI_EXPECT_EQ(PartsOutputBytes(parts), 1044u);
+  const std::vector<uint8_t> bytes = RandomBytes(PartsInputBytes(parts), 9);
+  std::vector<uint8_t> got(PartsOutputBytes(parts), 0xee);
+  NormalizePartsCpu(bytes.data(), got.data(), parts);
+  for (const NormalizePart& part : parts) {
+    std::vector<uint8_t> want(part.params.output_bytes());
+    NormalizeCpu(bytes.data() + part.input_offset, want.data(), part.params);
+    MINI_EXPECT_TRUE(std::memcmp(got.data() + part.output_offset, want.data(),
+                                 want.size()) == 0);
+  }
+  // A bad view is named; no shapes at all is refused.
+  Status bad = MakeNormalizeParts({{2, 6, 6, 3}, {2, 6, 6}}, Layout::kNHWC,
+                                  spec, &parts);
+  MINI_EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  MINI_EXPECT_TRUE(bad.message().find("view 1: ") == 0);
+  MINI_EXPECT_EQ(MakeNormalizeParts({}, Layout::kNHWC, spec, &parts).code(),
+                 StatusCode::kInvalidArgument);
+}
+
 // Without a device (or without CUDA) everything reports UNAVAILABLE, which
 // is what makes callers take the host path.
 MINI_TEST(NoDevice, EverythingReportsUnavailable) {

@@ -18,9 +18,9 @@ from . import _native, errors
 
 
 def for_plan(backend, views, augment, erasing, mix, mode, float_dtype):
-    """`backend` ("auto", "host" or "device") as the plan's `views` (split
-    on the host path) and `erasing` / `mix` (applied in the device
-    backend's normalisation) leave it; ValueError for a plan that cannot
+    """`backend` ("auto", "host" or "device") as the plan's `views` and
+    `erasing` / `mix` (applied in the device backend's normalisation)
+    leave it; ValueError for a plan that cannot
     run as asked. `float_dtype` is the output's, None for uint8."""
     if views:
         if augment or erasing is not None or mix is not None:
@@ -30,10 +30,6 @@ def for_plan(backend, views, augment, erasing, mix, mode, float_dtype):
         if mode != "train":
             raise ValueError("views are training crops: mode must be "
                              "'train'")
-        if backend == "device":
-            raise ValueError("views are split on the host path: use "
-                             "backend='host' or 'auto'")
-        backend = "host"
     if erasing is not None or mix is not None:
         if float_dtype is None:
             raise ValueError("erasing and mix work on the normalised "

@@ -81,8 +81,10 @@ class Loader(_reports.LoaderReports):
         6 at 96). Batches are then ``(views, labels)`` with ``views`` a
         list of tensors, one per view in group order, each
         ``[B, 3, size, size]`` (normalised as one-view batches are). The
-        groups replace size, scale, ratio, flip, interpolation and augment;
-        views run on the host backend (docs/augment.md, "Views").
+        groups replace size, scale, ratio, flip, interpolation and augment
+        (docs/augment.md, "Views"). Both backends serve them: on
+        ``"device"`` each view is normalised on its own by the
+        DeviceLoader, the views sharing one output slot.
       layout: ``"nchw"`` (default, what torch models take) or ``"nhwc"``.
       decoded_max_side: 0 (default) decodes each crop from the file. N > 0
         decodes each image whole with its longer side capped at N pixels

@@ -106,7 +106,7 @@ def to_tensors(batch, output, backend, fields, batch_format, views):
     "device" or "host"), and the batch's field counts, or None when the
     batch yields no fields (`fields` as parse_fields gives them, and no
     dict `batch_format`). `output` is the loader's TensorOutput; `views`
-    its ViewGroups (host only)."""
+    its ViewGroups."""
     import torch
 
     counts = None
@@ -117,40 +117,39 @@ def to_tensors(batch, output, backend, fields, batch_format, views):
                                       -1, batch.num_classes)
     else:
         labels = torch.tensor(batch.labels, dtype=torch.int64)
+    # What the batch says beside its pixels, read while it is ours (the
+    # device backend's DLPack capsule takes it over).
+    view_shapes = batch.views if views else None
+    with_fields = bool(fields) or batch_format == "dict"
+    if with_fields:
+        values, counts = batch.field_values, batch.field_counts
     if backend == "device":
         # The DeviceLoader's output slot, final dtype and layout; the
         # capsule hands the batch to the tensor, whose deleter releases
-        # the slot (after the work queued on the consumer stream).
+        # the slot (after the work queued on the consumer stream). With
+        # views, the flat slot cut into one tensor per view (the slot is
+        # released when the last of them is freed).
         index = output.device.index or 0
         from torch.utils.dlpack import from_dlpack
         images = from_dlpack(batch.to_dlpack(index))
+        if view_shapes is not None:
+            images = _views.split(images, view_shapes)
         if output.device.type == "cuda":
             labels = labels.to(output.device, non_blocking=True)
-        if fields or batch_format == "dict":
-            counts = batch.field_counts
-            return _fields.batch_output(batch_format, images, labels,
-                                        fields, batch.field_values), counts
-        return (images, labels), counts
-    # Wraps the slot: the tensor's storage holds `batch`, which holds
-    # the slot until the storage is freed.
-    if views:
+    elif view_shapes is not None:
+        # Wraps the slot: the tensors' storage holds `batch`, which holds
+        # the slot until the storage is freed.
         flat = torch.frombuffer(batch, dtype=torch.uint8)
         images = []
-        for pixels in _views.split(flat, batch.views):
+        for pixels in _views.split(flat, view_shapes):
             view, converted = output.convert(pixels, labels)
             images.append(view)
         labels = converted
-        if fields or batch_format == "dict":
-            counts = batch.field_counts
-            return _fields.batch_output(batch_format, images, labels,
-                                        fields, batch.field_values), counts
-        return (images, labels), counts
-    if not fields and batch_format == "tuple":
+    else:
         pixels = torch.frombuffer(batch, dtype=torch.uint8).view(
             batch.shape)
-        return output.convert(pixels, labels), counts
-    values, counts = batch.field_values, batch.field_counts
-    pixels = torch.frombuffer(batch, dtype=torch.uint8).view(batch.shape)
-    images, labels = output.convert(pixels, labels)
-    return _fields.batch_output(batch_format, images, labels, fields,
-                                values), counts
+        images, labels = output.convert(pixels, labels)
+    if with_fields:
+        return _fields.batch_output(batch_format, images, labels, fields,
+                                    values), counts
+    return (images, labels), counts

@@ -98,11 +98,13 @@ def to_text(groups):
 
 
 def split(pixels, views):
-    """The uint8 tensors of each view of a batch's flat `pixels` (a 1-D
-    tensor over its slot), from `views` [(byte offset, shape)], without a
-    copy."""
+    """The tensors of each view of a batch's flat `pixels` (a 1-D tensor
+    over its slot: uint8 on the host backend, the output dtype on the device
+    backend), from `views` [(byte offset, shape)], without a copy."""
     import math
     out = []
+    itemsize = pixels.element_size()
     for offset, shape in views:
-        out.append(pixels[offset:offset + math.prod(shape)].view(shape))
+        start = offset // itemsize
+        out.append(pixels[start:start + math.prod(shape)].view(shape))
     return out

@@ -287,21 +287,6 @@ PYBIND11_MODULE(_native, m) {
   batch.def_property_readonly("layout", [](PyHostBatch& self) {
     return LayoutName(self.get().batch().layout);
   });
-  batch.def_property_readonly(
-      "views",
-      [](PyHostBatch& self) {
-        py::list out;
-        for (const batchd::v1::ViewShape& view : self.get().batch().views) {
-          py::tuple shape(view.shape_size());
-          for (int i = 0; i < view.shape_size(); ++i) {
-            shape[i] = py::int_(view.shape(i));
-          }
-          out.append(py::make_tuple(view.offset(), shape));
-        }
-        return out;
-      },
-      "With Plan.views: [(byte offset, shape)] of each view's pixels; "
-      "empty otherwise.");
   BindBatchCommon(batch);
 
   py::class_<NativeLoader> loader(m, "NativeLoader",

@@ -280,6 +280,22 @@ void BindBatchCommon(py::class_<PyBatch<BatchT>>& cls) {
                                return out;
                              })
       .def_property_readonly(
+          "views",
+          [](P& self) {
+            py::list out;
+            for (const batchd::v1::ViewShape& view : self.get().batch().views) {
+              py::tuple shape(view.shape_size());
+              for (int i = 0; i < view.shape_size(); ++i) {
+                shape[i] = py::int_(view.shape(i));
+              }
+              out.append(py::make_tuple(view.offset(), shape));
+            }
+            return out;
+          },
+          "With Plan.views: [(byte offset, shape)] of each view: in the "
+          "received pixels (NativeBatch), or in the output, in its dtype "
+          "and layout (NativeDeviceBatch); empty otherwise.")
+      .def_property_readonly(
           "substitutions",
           [](P& self) {
             py::list out;

@@ -53,3 +53,16 @@ def test_dlpack_tensor_holds_its_output_slot(daemon):
         assert state["next_batch"] == 2
         loader.load_state_dict(state)
         assert sum(1 for _ in loader) == 4
+
+
+def test_dict_batches_read_the_batch_before_dlpack_takes_it(daemon):
+    # The capsule takes the batch over: what the batch says beside its
+    # pixels is read first (this raised "the batch has been released").
+    with make(daemon, backend="device", batch_format="dict",
+              normalize=batchd.IMAGENET_NORMALIZE) as device, \
+            make(daemon, backend="host", batch_format="dict",
+                 normalize=batchd.IMAGENET_NORMALIZE) as host:
+        a, b = next(iter(device)), next(iter(host))
+        assert sorted(a) == sorted(b) == ["image", "label"]
+        torch.testing.assert_close(a["image"], b["image"], rtol=0, atol=1e-6)
+        assert torch.equal(a["label"], b["label"])

@@ -2,7 +2,9 @@
 several views, each with its own crop, flip and ops; a list of tensors per
 batch, one per view; view 0 as the same plan without views; every
 (image, repeat) once across ranks and through a kill -9 of one of two
-daemons; one decode per image (decoded cache) or per sample (without)."""
+daemons; one decode per image (decoded cache) or per sample (without); the
+device backend's views (the DeviceLoader's normalisation, on the CPU here
+without a GPU) equal to the host backend's."""
 import collections
 import re
 
@@ -10,6 +12,7 @@ import pytest
 import torch
 
 import batchd
+from batchd import _native
 from batchd import augment as A
 from batchd_testing.daemon import Daemon
 from conftest import fnv1a64
@@ -135,6 +138,67 @@ def test_views_come_from_one_decode(binaries, dataset_dir, tmp_path):
                       'batchd_stage_seconds_count{stage="decode"}') == IMAGES
 
 
+needs_device_loader = pytest.mark.skipif(
+    not _native.HAVE_DEVICE_LOADER, reason="built without the DeviceLoader")
+
+
+@needs_device_loader
+@pytest.mark.parametrize("options", [
+    {},
+    {"normalize": batchd.IMAGENET_NORMALIZE},
+    {"normalize": batchd.IMAGENET_NORMALIZE, "layout": "nhwc"},
+    {"normalize": batchd.IMAGENET_NORMALIZE, "dtype": torch.float16},
+])
+def test_device_backend_views_are_the_host_backends(daemon, options):
+    def make(backend):
+        return batchd.Loader(daemon.endpoint, "tiny", batch_size=5, seed=5,
+                             views=GROUPS, backend=backend, report=False,
+                             **options)
+
+    with make("device") as device, make("host") as host:
+        assert device.backend == "device" and host.backend == "host"
+        device.set_epoch(1)
+        host.set_epoch(1)
+        count = 0
+        for (a, la), (b, lb) in zip(device, host):
+            assert device.sample_indices == host.sample_indices
+            assert torch.equal(la, lb)
+            assert len(a) == len(b) == VIEWS
+            for view, (x, y) in enumerate(zip(a, b)):
+                assert x.dtype == y.dtype and x.shape == y.shape, view
+                # The same formula, (x / 255 - mean) / std: one fused
+                # multiply-add in C++, torch's addcmul on the host.
+                torch.testing.assert_close(
+                    x, y, rtol=0,
+                    atol=1e-6 if x.dtype == torch.float32 else 1e-3)
+            count += 1
+        # 48 images in batches of 5: the last batch has 3 samples.
+        assert count == len(device) == 10
+        assert [tuple(v.shape) for v in a] == [tuple(v.shape) for v in b]
+        assert a[0].shape[0] == 3
+
+
+@needs_device_loader
+def test_a_device_backend_view_holds_the_batchs_slot(daemon):
+    with batchd.Loader(daemon.endpoint, "tiny", batch_size=2, seed=5,
+                       views=GROUPS, backend="device", depth=2,
+                       normalize=batchd.IMAGENET_NORMALIZE,
+                       report=False) as loader:
+        iterator = iter(loader)
+        first, _ = next(iterator)
+        kept = first[3]
+        snapshot = kept.clone()
+        del first
+        second, _ = next(iterator)
+        assert loader.live_batches == 2
+        with pytest.raises(batchd.errors.FailedPreconditionError,
+                           match="held by live tensors"):
+            next(iterator)
+        assert torch.equal(kept, snapshot)
+        del kept, second
+        assert loader.live_batches == 0
+
+
 def test_bad_view_plans_are_refused_naming_the_field(daemon):
     with pytest.raises(ValueError, match="17 views"):
         batchd.Loader(daemon.endpoint, "tiny", batch_size=2, report=False,
@@ -145,6 +209,12 @@ def test_bad_view_plans_are_refused_naming_the_field(daemon):
     with pytest.raises(ValueError, match="own augment"):
         batchd.Loader(daemon.endpoint, "tiny", batch_size=2, report=False,
                       views=GROUPS, augment=[A.RandomGrayscale(p=0.5)])
+    for backend in ("auto", "device"):
+        with pytest.raises(ValueError, match="erasing and mix do not work"):
+            batchd.Loader(daemon.endpoint, "tiny", batch_size=2, report=False,
+                          views=GROUPS, backend=backend,
+                          normalize=batchd.IMAGENET_NORMALIZE,
+                          erasing=A.RandomErasing(0.5))
     with pytest.raises(batchd.errors.InvalidArgumentError,
                        match="pipeline.decoded_max_side"):
         batchd.Loader(daemon.endpoint, "tiny", batch_size=2, report=False,
