@@ -10,6 +10,10 @@
 //
 // Thread-safe. Owns its reader and worker pools. The destructor discards
 // queued work (its callbacks never run) and waits for running tasks.
+//
+// Defined in pipeline.cc (a batch's reads, substitutes and assembly),
+// pipeline_decode.cc (one sample's pixels: crop, views, augmentation) and
+// pipeline_fields.cc (fields and json labels, pipeline_internal.h).
 #ifndef BATCHD_SERVER_PIPELINE_PIPELINE_H_
 #define BATCHD_SERVER_PIPELINE_PIPELINE_H_
 
@@ -197,9 +201,6 @@ class Pipeline {
                            uint64_t entry, const FileBytes* bytes,
                            std::shared_ptr<const CappedImage> image,
                            BuiltBatch& batch, size_t position);
-  // Writes zeros to every view of `position` in `batch`.
-  static void ZeroSample(const ResolvedPlan& plan, BuiltBatch& batch,
-                         size_t position);
   // DecodeOne's crop, resize and flip, written in `layout`.
   DecodeResult DecodeCrop(const ResolvedPlan& plan, uint64_t epoch,
                           uint64_t entry, const FileBytes* bytes,
@@ -228,10 +229,6 @@ class Pipeline {
   // the decoded cache if any; reads the file when `bytes` is null.
   DecodedSample CappedImageOf(const ResolvedPlan& plan, uint64_t sample_index,
                               const FileBytes* bytes);
-  // Reads `index`'s fields and json label (the plan's) into `job`'s
-  // `position`; OK with nothing to read.
-  absl::Status ReadFieldsAndLabel(BatchJob& job, size_t position,
-                                  uint64_t index);
   // Records the time a read took.
   void RecordRead(uint64_t nanos);
   void FinishSample(const std::shared_ptr<BatchJob>& job);

@@ -1,6 +1,6 @@
-"""A dataset's images as the daemon finds them (server/dataset/dataset.cc,
-Dataset::LoadImageFolder), for the benchmarks and tests that count or list
-them.
+"""A dataset's images as the daemon finds them
+(server/dataset/dataset_loaders.cc, Dataset::LoadImageFolder), for the
+benchmarks and tests that count or list them.
 
 An ImageFolder root holds one directory per class (sorted names, hidden ones
 skipped); each class's images are the regular files under its directory,
@@ -14,7 +14,7 @@ directories are skipped, and files directly under the root are not samples.
 import os
 
 #: The extensions the daemon takes as images, lower case
-#: (HasImageExtension in server/dataset/dataset.cc).
+#: (HasImageExtension in server/dataset/dataset_loaders.cc).
 IMAGE_EXTENSIONS = frozenset((
     ".jpg", ".jpeg", ".png", ".gif", ".bmp", ".ppm", ".pgm", ".tif",
     ".tiff", ".webp"))
