@@ -650,8 +650,10 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
     // Fetched ahead because the shard is read by ranges: no request now.
     if (std::optional<absl::Status> taken =
             ranges_->Take(name, offset, size, dest)) {
+      // A miss the model sent to ranges, as Acquire counts one, early.
       absl::MutexLock lock(&mu_);
       ++stats_.uncached_reads;
+      ++stats_.range_choices;
       stats_.served_bytes += size;
       return *taken;
     }

@@ -109,7 +109,8 @@ struct ShardCacheStats {
   uint64_t downloaded_bytes = 0;
   uint64_t uncached_reads = 0;  // member ranges read from the store directly
   // Misses read by member ranges because the forecast said ranges cost
-  // less than the whole shard (counted in uncached_reads too).
+  // less than the whole shard, fetched ahead or not (counted in
+  // uncached_reads too).
   uint64_t range_choices = 0;
   uint64_t whole_choices = 0;  // misses the forecast sent to a download
   uint64_t prefetches_declined = 0;  // prefetches the forecast said ranges
@@ -129,7 +130,7 @@ struct ShardCacheStats {
   // Member ranges fetched ahead (range_prefetch.h): queued, read from
   // memory, let go unread, and dropped for want of room.
   uint64_t range_prefetches = 0;
-  uint64_t range_prefetch_hits = 0;
+  uint64_t range_prefetch_hits = 0;  // of range_choices
   uint64_t range_prefetches_unread = 0;
   uint64_t range_prefetches_dropped = 0;
   uint64_t disk_bytes = 0;      // held now (complete and downloading)
