@@ -1,82 +1,24 @@
 #include "server/storage/shard_cache.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
-#include "common/file_io.h"
 #include "common/status_macros.h"
+#include "server/storage/shard_cache_files.h"
 
 namespace batchd::server {
-namespace {
 
 namespace fs = std::filesystem;
-
-constexpr absl::string_view kShardSuffix = ".shard";
-constexpr absl::string_view kTempMarker = ".tmp.";
-
-uint64_t Fnv1a64(absl::string_view bytes, uint64_t hash) {
-  for (unsigned char c : bytes) hash = (hash ^ c) * 0x100000001b3ull;
-  return hash;
-}
-
-// The size a cache file's name claims ("<hash>-<size>.shard"), or nullopt.
-bool ParseFileName(absl::string_view name, uint64_t* size) {
-  if (!absl::EndsWith(name, kShardSuffix)) return false;
-  name.remove_suffix(kShardSuffix.size());
-  const size_t dash = name.find('-');
-  if (dash != 16) return false;
-  return absl::SimpleAtoi(name.substr(dash + 1), size);
-}
-
-// Reads all `size` bytes at `offset` of the cache file `path`: one that ends
-// sooner is damaged (DATA_LOSS).
-absl::Status ReadFully(int fd, uint8_t* data, size_t size, uint64_t offset,
-                       const std::string& path) {
-  auto what = [&] { return absl::StrCat("read '", path, "'"); };
-  ASSIGN_OR_RETURN(const size_t done,
-                   common::ReadFileRange(fd, offset, size, data, what));
-  if (done < size) {
-    return absl::DataLossError(absl::StrCat("cached shard '", path,
-                                            "' is shorter than its name says"));
-  }
-  return absl::OkStatus();
-}
-
-// Closes a download's temporary file and, if `status` and the close are
-// OK, renames it into place at `path`; on any failure the temporary file is
-// removed. Returns the first error.
-absl::Status FinishDownload(int fd, const std::string& temp,
-                            const std::string& path, absl::Status status) {
-  if (::close(fd) != 0 && status.ok()) {
-    status = common::ErrnoStatus(errno, absl::StrCat("close '", temp, "'"));
-  }
-  if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    status = common::ErrnoStatus(errno, absl::StrCat("rename '", temp, "'"));
-  }
-  if (!status.ok()) ::unlink(temp.c_str());
-  return status;
-}
-
-std::atomic<uint64_t> temp_counter{0};
-
-}  // namespace
 
 // A shard in the directory: being downloaded, or complete.
 struct ShardCache::Entry {
@@ -92,21 +34,6 @@ struct ShardCache::Entry {
   bool prefetched_unread = false;
   std::list<std::string>::iterator lru_position;  // when ready
 };
-
-std::string ShardCache::FileName(const ObjectInfo& shard) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  hash = Fnv1a64(shard.url, hash);
-  hash = Fnv1a64(absl::string_view("\0", 1), hash);
-  hash = Fnv1a64(shard.etag, hash);
-  if (shard.etag.empty()) {
-    // Nothing tells this object from a later one of the same size: its file
-    // is for this process only (a restart does not find it; it ages out).
-    static const std::string* const kRun = new std::string(
-        absl::StrCat("run:", ::getpid(), ":", absl::ToUnixNanos(absl::Now())));
-    hash = Fnv1a64(*kRun, hash);
-  }
-  return absl::StrFormat("%016x-%d%s", hash, shard.size, kShardSuffix);
-}
 
 int PrefetchThreadsFor(int connections, int chunks_in_flight) {
   return std::clamp(connections / 2 / std::max(chunks_in_flight, 1), 1, 16);
@@ -152,43 +79,10 @@ absl::StatusOr<std::unique_ptr<ShardCache>> ShardCache::Open(
   const ShardCacheOptions& opts = cache->options_;
 
   // Adopt complete shards, most recently modified first in the LRU.
-  struct Found {
-    int64_t mtime_ns;
-    std::string name;
-    uint64_t size;
-  };
-  std::vector<Found> found;
-  for (fs::directory_iterator it(opts.dir, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const std::string path = it->path().string();
-    if (absl::StrContains(name, kTempMarker)) {
-      ::unlink(path.c_str());  // a download cut short by a crash
-      continue;
-    }
-    uint64_t size = 0;
-    if (!ParseFileName(name, &size)) continue;
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    if (static_cast<uint64_t>(st.st_size) != size) {
-      ::unlink(path.c_str());
-      continue;
-    }
-    found.push_back({static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
-                         st.st_mtim.tv_nsec,
-                     name, size});
-  }
-  if (ec) {
-    return common::ErrnoStatus(
-        ec.value(), absl::StrCat("list cache directory '", opts.dir, "'"));
-  }
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
-    return a.mtime_ns != b.mtime_ns ? a.mtime_ns > b.mtime_ns
-                                    : a.name < b.name;
-  });
+  ASSIGN_OR_RETURN(std::vector<ShardFile> found, ListShardFiles(opts.dir));
   {
     absl::MutexLock lock(&cache->mu_);
-    for (const Found& f : found) {
+    for (const ShardFile& f : found) {
       if (cache->disk_bytes_ + f.size > opts.disk_bytes) {
         // The bound shrank since the last run: the oldest go.
         ::unlink(cache->PathOf(f.name).c_str());
@@ -222,6 +116,10 @@ ShardCache::~ShardCache() {
   }
   for (std::thread& thread : prefetch_threads_) thread.join();
   ranges_.reset();  // its threads ask ReadByRanges: before any member goes
+}
+
+std::string ShardCache::FileName(const ObjectInfo& shard) {
+  return ShardFileName(shard);
 }
 
 std::string ShardCache::PathOf(const std::string& name) const {
@@ -469,12 +367,13 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
   mu_.Unlock();
   const absl::Time start = absl::Now();
   const absl::Status status =
-      Download(*store, shard, PathOf(name), whole_object);
+      DownloadShard(*store, shard, PathOf(name), whole_object,
+                    options_.chunk_bytes, options_.chunks_in_flight);
   const absl::Duration elapsed = absl::Now() - start;
   mu_.Lock();
 
   if (!status.ok()) {
-    // Download() removed its temporary file.
+    // DownloadShard() removed its temporary file.
     entry->failed = true;
     entry->status = status;
     entries_.erase(name);
@@ -502,115 +401,6 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
 void ShardCache::Unpin(const std::shared_ptr<Entry>& entry) {
   absl::MutexLock lock(&mu_);
   --entry->pins;
-}
-
-absl::Status ShardCache::Download(ObjectStore& store, const ObjectInfo& shard,
-                                  const std::string& path, bool whole_object) {
-  const std::string temp = absl::StrCat(path, kTempMarker, ::getpid(), ".",
-                                        temp_counter.fetch_add(1));
-  const int fd = ::open(temp.c_str(),
-                        (whole_object ? O_RDWR : O_WRONLY) | O_CREAT |
-                            O_TRUNC | O_CLOEXEC,
-                        0644);
-  if (fd < 0) {
-    return common::ErrnoStatus(errno, absl::StrCat("create '", temp, "'"));
-  }
-  if (whole_object) {
-    // One GET of the whole object, written by the store straight into the
-    // mapped file: no buffer of the shard's size in memory.
-    absl::Status status;
-    if (shard.size > 0) {
-      void* map = MAP_FAILED;
-      if (::ftruncate(fd, static_cast<off_t>(shard.size)) != 0) {
-        status = common::ErrnoStatus(errno,
-                                     absl::StrCat("truncate '", temp, "'"));
-      } else {
-        map = ::mmap(nullptr, shard.size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fd, 0);
-        if (map == MAP_FAILED) {
-          status =
-              common::ErrnoStatus(errno, absl::StrCat("mmap '", temp, "'"));
-        }
-      }
-      if (status.ok()) {
-        status = store.ReadRange(shard, 0, shard.size,
-                                 static_cast<uint8_t*>(map));
-        ::munmap(map, shard.size);
-      }
-    }
-    return FinishDownload(fd, temp, path, std::move(status));
-  }
-
-  const uint64_t chunk = options_.chunk_bytes;
-  const uint64_t chunks = (shard.size + chunk - 1) / chunk;
-  std::atomic<uint64_t> next{0};
-  absl::Mutex error_mu;
-  absl::Status error;  // the first failure; guarded by error_mu
-  std::atomic<bool> failed{false};
-  auto work = [&] {
-    std::vector<uint8_t> buffer;
-    for (;;) {
-      const uint64_t i = next.fetch_add(1);
-      if (i >= chunks || failed.load()) return;
-      const uint64_t offset = i * chunk;
-      const uint64_t size = std::min(chunk, shard.size - offset);
-      buffer.resize(size);
-      absl::Status status = store.ReadRange(shard, offset, size, buffer.data());
-      if (status.ok()) {
-        status = common::WriteFileRange(fd, offset, buffer.data(), size, [&] {
-          return absl::StrCat("write '", temp, "'");
-        });
-      }
-      if (!status.ok()) {
-        absl::MutexLock lock(&error_mu);
-        if (error.ok()) error = std::move(status);
-        failed.store(true);
-        return;
-      }
-    }
-  };
-  const uint64_t helpers =
-      std::min<uint64_t>(options_.chunks_in_flight, chunks) > 0
-          ? std::min<uint64_t>(options_.chunks_in_flight, chunks) - 1
-          : 0;
-  std::vector<std::thread> threads;
-  for (uint64_t i = 0; i < helpers; ++i) {
-    threads.emplace_back([&work] {
-      pthread_setname_np(pthread_self(), "shard-download");
-      work();
-    });
-  }
-  work();
-  for (std::thread& thread : threads) thread.join();
-
-  absl::Status status;
-  {
-    absl::MutexLock lock(&error_mu);
-    status = error;
-  }
-  return FinishDownload(fd, temp, path, std::move(status));
-}
-
-absl::Status ShardCache::ReadFile(const std::string& name,
-                                  const ObjectInfo& shard, uint64_t offset,
-                                  uint64_t size, uint8_t* dest,
-                                  std::string* whole) {
-  const std::string path = PathOf(name);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return common::ErrnoStatus(errno, absl::StrCat("open '", path, "'"));
-  }
-  absl::Status status;
-  if (whole != nullptr) {
-    whole->resize(shard.size);
-    status = ReadFully(fd, reinterpret_cast<uint8_t*>(whole->data()),
-                       shard.size, 0, path);
-    if (status.ok() && size > 0) memcpy(dest, whole->data() + offset, size);
-  } else {
-    status = ReadFully(fd, dest, size, offset, path);
-  }
-  ::close(fd);
-  return status;
 }
 
 absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
@@ -690,8 +480,8 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
     return status;
   }
   std::string whole;
-  absl::Status status = ReadFile(name, shard, offset, size, dest,
-                                 ram_tier ? &whole : nullptr);
+  absl::Status status = ReadShardFile(PathOf(name), shard, offset, size,
+                                      dest, ram_tier ? &whole : nullptr);
   absl::MutexLock lock(&mu_);
   --(*entry)->pins;
   if (status.ok()) stats_.served_bytes += size;
@@ -785,11 +575,27 @@ bool ShardCache::ReadByRanges(const ObjectInfo& shard) const {
     if (entries_.contains(name)) return false;
     if (shard.size > options_.disk_bytes) return true;
   }
-  const Outlook outlook = TakeOutlook();
+  // Asked for every member fetched ahead: the last forecast, not a
+  // rebuild, and the answer worked out once per forecast.
+  const Outlook outlook = TakeOutlook(/*rebuild=*/false);
   absl::MutexLock lock(&mu_);
-  return !entries_.contains(name) &&
-         ChooseFetchFor(outlook, name, /*when_next_read=*/true) ==
-             ShardFetch::kRanges;
+  if (entries_.contains(name)) return false;
+  auto known = forecast_shards_.find(name);
+  if (known == forecast_shards_.end()) return false;
+  const auto& [forecaster, shard_number] = known->second;
+  auto forecasted = outlook.find(forecaster);
+  if (forecasted == outlook.end()) return false;
+  RangesAnswers& answers = ranges_answers_[forecaster];
+  if (answers.forecast != forecasted->second.forecast) {
+    answers.forecast = forecasted->second.forecast;
+    answers.ranges.clear();
+  }
+  auto [answer, added] = answers.ranges.try_emplace(shard_number, false);
+  if (added) {
+    answer->second = ChooseFetchFor(outlook, name, /*when_next_read=*/true) ==
+                     ShardFetch::kRanges;
+  }
+  return answer->second;
 }
 
 }  // namespace batchd::server

@@ -230,7 +230,9 @@ class ShardCache {
     std::shared_ptr<const ShardForecast> forecast;
   };
   using Outlook = absl::flat_hash_map<const Forecaster*, Forecasted>;
-  Outlook TakeOutlook() const ABSL_LOCKS_EXCLUDED(mu_);
+  // `rebuild`: a forecast due for a rebuild is rebuilt (see ShardDemand);
+  // false: the last one built is taken as it is.
+  Outlook TakeOutlook(bool rebuild = true) const ABSL_LOCKS_EXCLUDED(mu_);
   // The next shard to prefetch by `outlook`, marked queued; nullopt when
   // none is worth it now.
   std::optional<PrefetchTask> PlanPrefetch(const Outlook& outlook)
@@ -274,15 +276,6 @@ class ShardCache {
   bool MakeRoom(uint64_t bytes, bool prefetch, const Outlook& outlook,
                 uint64_t needed_at = ShardForecast::kNever)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Downloads `shard` to its file: in chunks, or (`whole_object`) by one
-  // read of the whole object into the mapped file. No lock held.
-  absl::Status Download(ObjectStore& store, const ObjectInfo& shard,
-                        const std::string& path, bool whole_object);
-  // Reads the cached file `name`: the range into `dest`, or (`whole` set)
-  // the whole shard into *whole.
-  absl::Status ReadFile(const std::string& name, const ObjectInfo& shard,
-                        uint64_t offset, uint64_t size, uint8_t* dest,
-                        std::string* whole);
   void PrefetchLoop();
   bool forecasters_empty() const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether a member of `shard` fetched ahead now would be read by ranges
@@ -321,6 +314,15 @@ class ShardCache {
       forecasters_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::pair<const Forecaster*, uint32_t>>
       forecast_shards_ ABSL_GUARDED_BY(mu_);
+  // ReadByRanges' answers by forecaster, for its latest forecast only, by
+  // shard: asked for every member fetched ahead, each is worked out once a
+  // forecast.
+  struct RangesAnswers {
+    std::shared_ptr<const ShardForecast> forecast;
+    absl::flat_hash_map<uint32_t, bool> ranges;
+  };
+  mutable absl::flat_hash_map<const Forecaster*, RangesAnswers>
+      ranges_answers_ ABSL_GUARDED_BY(mu_);
 
   // Member ranges fetched ahead; null without range prefetch threads.
   std::unique_ptr<RangePrefetch> ranges_;

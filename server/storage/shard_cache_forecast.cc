@@ -44,10 +44,11 @@ void ShardCache::RemoveForecast(const ShardDemand* demand) {
   const Forecaster* key = it->second.get();
   absl::erase_if(forecast_shards_,
                  [key](const auto& entry) { return entry.second.first == key; });
+  ranges_answers_.erase(key);
   forecasters_.erase(it);
 }
 
-ShardCache::Outlook ShardCache::TakeOutlook() const {
+ShardCache::Outlook ShardCache::TakeOutlook(bool rebuild) const {
   std::vector<std::pair<std::shared_ptr<const Forecaster>,
                         std::shared_ptr<ShardDemand>>>
       demands;
@@ -62,7 +63,8 @@ ShardCache::Outlook ShardCache::TakeOutlook() const {
   Outlook outlook;
   for (auto& [forecaster, demand] : demands) {
     const Forecaster* key = forecaster.get();
-    outlook[key] = {std::move(forecaster), demand->Forecast()};
+    outlook[key] = {std::move(forecaster), rebuild ? demand->Forecast()
+                                                   : demand->LastForecast()};
   }
   return outlook;
 }

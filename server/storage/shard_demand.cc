@@ -211,6 +211,14 @@ std::shared_ptr<const ShardForecast> ShardDemand::Forecast() {
   return ForecastNow();
 }
 
+std::shared_ptr<const ShardForecast> ShardDemand::LastForecast() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (forecast_ != nullptr) return forecast_;
+  }
+  return ForecastNow();
+}
+
 std::shared_ptr<const ShardForecast> ShardDemand::ForecastNow() {
   std::vector<Reader> readers;
   const absl::Time now = now_();

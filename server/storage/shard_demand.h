@@ -204,6 +204,9 @@ class ShardDemand {
   std::shared_ptr<const ShardForecast> Forecast() ABSL_LOCKS_EXCLUDED(mu_);
   // Rebuilds now (tests and the simulator).
   std::shared_ptr<const ShardForecast> ForecastNow() ABSL_LOCKS_EXCLUDED(mu_);
+  // The last forecast built, without a rebuild (one is built if there is
+  // none yet): for questions asked per read that may be a moment stale.
+  std::shared_ptr<const ShardForecast> LastForecast() ABSL_LOCKS_EXCLUDED(mu_);
 
   size_t readers() const ABSL_LOCKS_EXCLUDED(mu_);
 
