@@ -177,6 +177,46 @@ TEST_F(RangePrefetchTest, RangesOutsideTheShardAreNotFetched) {
   EXPECT_EQ(store_->reads(), 0u);
 }
 
+// Before each fetch, `wanted` is asked again (its shard may have been
+// downloaded whole since): a range no longer wanted is not fetched, and its
+// read asks the store itself.
+TEST_F(RangePrefetchTest, ARangeNoLongerWantedIsNotFetched) {
+  std::atomic<bool> wanted{false};
+  RangePrefetch ranges({.threads = 1,
+                        .wanted = [&](const ObjectInfo&) {
+                          return wanted.load();
+                        }});
+  ranges.Fetch(store_, shard_, kName, Members(0, 2));
+  Settle(ranges);
+  EXPECT_EQ(ranges.stats().declined, 2u);
+  EXPECT_EQ(ranges.stats().held_bytes, 0u);
+  EXPECT_EQ(store_->reads(), 0u);
+  std::optional<absl::Status> result;
+  Take(ranges, 0, &result);
+  EXPECT_FALSE(result.has_value());
+  // Wanted again: fetched (a read mark is for ranges read, not declined).
+  wanted = true;
+  ranges.Fetch(store_, shard_, kName, Members(1, 1));
+  Settle(ranges);
+  const std::string got = Take(ranges, 1, &result);
+  ASSERT_TRUE(result.has_value());
+  EXPECT_OK(*result);
+  EXPECT_EQ(got, bytes_.substr(kMemberBytes, kMemberBytes));
+}
+
+// A range read before its fetch was asked for is not fetched afterwards.
+TEST_F(RangePrefetchTest, ARangeReadBeforeItsFetchIsNotFetched) {
+  RangePrefetch ranges({.threads = 1});
+  std::optional<absl::Status> result;
+  Take(ranges, 3, &result);  // the read came first, and asked the store
+  EXPECT_FALSE(result.has_value());
+  ranges.Fetch(store_, shard_, kName, Members(3, 1));
+  EXPECT_EQ(ranges.stats().late, 1u);
+  EXPECT_EQ(ranges.stats().queued, 0u);
+  Settle(ranges);
+  EXPECT_EQ(store_->reads(), 0u);
+}
+
 // A read of a range still queued or in flight waits for it.
 TEST_F(RangePrefetchTest, AReadWaitsForItsFetch) {
   store_->set_read_latency(absl::Milliseconds(20));

@@ -560,12 +560,15 @@ void ShardCache::PrefetchMembers(const std::shared_ptr<ObjectStore>& store,
                                  const ObjectInfo& shard,
                                  absl::Span<const MemberRange> members) {
   if (ranges_ == nullptr || members.empty()) return;
-  const std::string name = FileName(shard);
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_ || entries_.contains(name)) return;
+    if (stopping_) return;
   }
-  ranges_->Fetch(store, shard, name, members);
+  // Asked now and again when each range's turn comes: a shard read whole
+  // (most, with a cache that holds the plans' shards) costs the range
+  // threads nothing.
+  if (!ReadByRanges(shard)) return;
+  ranges_->Fetch(store, shard, FileName(shard), members);
 }
 
 bool ShardCache::ReadByRanges(const ObjectInfo& shard) const {

@@ -177,9 +177,9 @@ class ShardCache {
   void Prefetch(const std::shared_ptr<ObjectStore>& store,
                 const ObjectInfo& shard, bool whole_object = false);
   // Queues `members` of `shard` (reads soon to come, in order) to be
-  // fetched ahead by ranges, each when its turn comes if `shard` is then
-  // neither cached nor being downloaded and the cost model reads it by
-  // ranges (or it is larger than the cache). Never blocks.
+  // fetched ahead by ranges if `shard` is neither cached nor being
+  // downloaded and the cost model reads it by ranges (or it is larger than
+  // the cache), now and when each range's turn comes. Never blocks on I/O.
   void PrefetchMembers(const std::shared_ptr<ObjectStore>& store,
                        const ObjectInfo& shard,
                        absl::Span<const MemberRange> members);
