@@ -99,7 +99,8 @@ TSAN_BUILD_DIR ?= build-tsan
 TSAN_TESTS := worker_pool_test batch_buffer_pool_test loader_test \
   loader_progress_test \
   loader_errors_test shared_batches_test read_cache_test decoded_cache_test \
-  lru_cache_test shard_cache_test shard_demand_test range_prefetch_test remote_shards_test \
+  lru_cache_test shard_cache_test shard_cache_forecast_test shard_demand_test \
+  range_prefetch_test remote_shards_test \
   pipeline_prefetch_test \
   request_scheduler_test shared_ring_test device_loader_test stream_session_test \
   stream_errors_e2e_test determinism_e2e_test lifecycle_e2e_test
