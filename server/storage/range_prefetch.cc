@@ -21,7 +21,7 @@ RangePrefetch::~RangePrefetch() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    for (const Key& key : queue_) ranges_.erase(key);
+    for (const Key& key : queue_) Erase(ranges_.find(key));
     queue_.clear();
   }
   for (std::thread& thread : threads_) thread.join();
@@ -54,6 +54,7 @@ void RangePrefetch::Fetch(const std::shared_ptr<ObjectStore>& store,
     range->store = store;
     range->shard = shard;
     ranges_.emplace(key, std::move(range));
+    ++ranges_by_shard_[name];
     queue_.push_back(std::move(key));
     stats_.held_bytes += member.size;
     ++stats_.queued;
@@ -67,9 +68,8 @@ bool RangePrefetch::MakeRoom(uint64_t bytes, absl::Time now) {
     auto oldest = fetched_.begin();
     auto it = ranges_.find(oldest->second);
     if (now - it->second->fetched < options_.unread_ttl) return false;
-    stats_.held_bytes -= std::get<2>(it->first);
     ++stats_.unread;
-    ranges_.erase(it);
+    Erase(it);
     fetched_.erase(oldest);
   }
   return true;
@@ -105,11 +105,10 @@ std::optional<absl::Status> RangePrefetch::Take(const std::string& name,
         &waiting));
     if (!range->done) return std::nullopt;  // stopping: queued, never fetched
     // Another Take may have let it go while this one waited.
-    it = ranges_.find(Key(name, offset, size));
+    it = ranges_.find(key);
     if (it == ranges_.end() || it->second != range) return std::nullopt;
-    ranges_.erase(it);
+    Erase(it);
     fetched_.erase(range->fetch_number);
-    stats_.held_bytes -= size;
     if (!range->ok) return std::nullopt;
     ++stats_.taken;
   }
@@ -136,11 +135,11 @@ void RangePrefetch::FetchLoop() {
     }
     const uint64_t offset = std::get<1>(key);
     const uint64_t size = std::get<2>(key);
-    if (options_.wanted && !options_.wanted(range->shard)) {
+    if (options_.wanted &&
+        !options_.wanted(range->shard, std::get<0>(key))) {
       absl::MutexLock lock(&mu_);
       range->done = true;  // a Take waiting on it finds it gone
-      ranges_.erase(key);
-      stats_.held_bytes -= size;
+      Erase(ranges_.find(key));
       --stats_.in_flight;
       ++stats_.declined;
       continue;
@@ -161,6 +160,19 @@ void RangePrefetch::FetchLoop() {
     }
     fetched_.emplace(range->fetch_number, std::move(key));
   }
+}
+
+void RangePrefetch::Erase(
+    absl::flat_hash_map<Key, std::shared_ptr<Range>>::iterator it) {
+  stats_.held_bytes -= std::get<2>(it->first);
+  auto count = ranges_by_shard_.find(std::get<0>(it->first));
+  if (--count->second == 0) ranges_by_shard_.erase(count);
+  ranges_.erase(it);
+}
+
+bool RangePrefetch::Holds(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  return ranges_by_shard_.contains(name);
 }
 
 RangePrefetchStats RangePrefetch::stats() const {

@@ -61,7 +61,8 @@ struct RangePrefetchOptions {
   absl::Duration unread_ttl = absl::Seconds(30);
   // Asked on a fetching thread before each fetch; false: not fetched.
   // Null: always fetched.
-  std::function<bool(const ObjectInfo& shard)> wanted;
+  std::function<bool(const ObjectInfo& shard, const std::string& name)>
+      wanted;
 };
 
 // Counters since construction (and the state now).
@@ -102,6 +103,11 @@ class RangePrefetch {
                                    uint64_t size, uint8_t* dest)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Whether ranges of the shard `name` are queued, in flight or held: its
+  // reads are under way by ranges, and the cache keeps reading it so rather
+  // than download it whole as well.
+  bool Holds(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
+
   RangePrefetchStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -121,6 +127,9 @@ class RangePrefetch {
   };
 
   void FetchLoop();
+  // Lets go of the range at `it`: its bytes and its shard's count.
+  void Erase(absl::flat_hash_map<Key, std::shared_ptr<Range>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lets go of ranges fetched and not taken within unread_ttl, oldest
   // first, until `bytes` more fit; false when they still do not.
   bool MakeRoom(uint64_t bytes, absl::Time now)
@@ -135,6 +144,8 @@ class RangePrefetch {
   // until `done` is set under the lock.
   absl::flat_hash_map<Key, std::shared_ptr<Range>> ranges_
       ABSL_GUARDED_BY(mu_);
+  // Of ranges_, how many by shard name (no entry: none).
+  absl::flat_hash_map<std::string, int> ranges_by_shard_ ABSL_GUARDED_BY(mu_);
   // Keys waiting for a thread, in the order asked.
   std::deque<Key> queue_ ABSL_GUARDED_BY(mu_);
   // Ranges fetched and not yet taken, oldest first (by fetch number).

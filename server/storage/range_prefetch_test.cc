@@ -183,7 +183,7 @@ TEST_F(RangePrefetchTest, RangesOutsideTheShardAreNotFetched) {
 TEST_F(RangePrefetchTest, ARangeNoLongerWantedIsNotFetched) {
   std::atomic<bool> wanted{false};
   RangePrefetch ranges({.threads = 1,
-                        .wanted = [&](const ObjectInfo&) {
+                        .wanted = [&](const ObjectInfo&, const std::string&) {
                           return wanted.load();
                         }});
   ranges.Fetch(store_, shard_, kName, Members(0, 2));

@@ -50,8 +50,9 @@ ShardCache::ShardCache(ShardCacheOptions options)
         RangePrefetchOptions{
             .threads = options_.range_prefetch_threads,
             .max_bytes = options_.range_prefetch_bytes,
-            .wanted = [this](const ObjectInfo& shard) {
-              return ReadByRanges(shard);
+            .wanted = [this](const ObjectInfo& shard,
+                             const std::string& name) {
+              return ReadByRanges(shard, name);
             }});
   }
   stats_.disk_limit = options_.disk_bytes;
@@ -118,10 +119,6 @@ ShardCache::~ShardCache() {
   ranges_.reset();  // its threads ask ReadByRanges: before any member goes
 }
 
-std::string ShardCache::FileName(const ObjectInfo& shard) {
-  return ShardFileName(shard);
-}
-
 std::string ShardCache::PathOf(const std::string& name) const {
   return (fs::path(options_.dir) / name).string();
 }
@@ -164,7 +161,7 @@ ShardCacheStats ShardCache::stats() const {
 
 bool ShardCache::Contains(const ObjectInfo& shard) const {
   absl::MutexLock lock(&mu_);
-  auto it = entries_.find(FileName(shard));
+  auto it = entries_.find(ShardFileName(shard));
   return it != entries_.end() && it->second->ready;
 }
 
@@ -283,7 +280,7 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
     const std::shared_ptr<ObjectStore>& store, const ObjectInfo& shard,
     bool prefetch, bool whole_object, const Outlook& outlook,
     bool* downloaded) {
-  const std::string name = FileName(shard);
+  const std::string name = ShardFileName(shard);
   *downloaded = false;
   absl::MutexLock lock(&mu_);
   for (;;) {
@@ -320,6 +317,12 @@ absl::StatusOr<std::shared_ptr<ShardCache::Entry>> ShardCache::Acquire(
     if (shard.size > options_.disk_bytes) return nullptr;
     if (prefetch &&
         prefetched_unread_bytes_ + shard.size > options_.disk_bytes / 2) {
+      return nullptr;
+    }
+    // A shard whose members are being fetched ahead by ranges is read so
+    // while they are: downloading it whole as well would fetch them twice.
+    if (!whole_object && ranges_ != nullptr && ranges_->Holds(name)) {
+      ++(prefetch ? stats_.prefetches_declined : stats_.range_choices);
       return nullptr;
     }
     // A store that ignores Range can only be read whole.
@@ -412,7 +415,7 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
         "bytes [", offset, ", ", offset + size, ") of '", shard.url,
         "' are beyond its ", shard.size, " bytes"));
   }
-  const std::string name = FileName(shard);
+  const std::string name = ShardFileName(shard);
   const bool ram_tier = ShardRamTier::Holds(options_.ram_bytes, shard.size);
   if (ram_tier) {
     std::shared_ptr<const std::string> bytes;
@@ -494,7 +497,7 @@ absl::Status ShardCache::Read(const std::shared_ptr<ObjectStore>& store,
 void ShardCache::Prefetch(const std::shared_ptr<ObjectStore>& store,
                           const ObjectInfo& shard, bool whole_object) {
   if (options_.prefetch_threads <= 0) return;
-  const std::string name = FileName(shard);
+  const std::string name = ShardFileName(shard);
   absl::MutexLock lock(&mu_);
   if (stopping_ || prefetch_queued_.contains(name)) return;
   if (auto it = entries_.find(name); it != entries_.end()) {
@@ -551,7 +554,7 @@ void ShardCache::PrefetchLoop() {
         Acquire(task.store, task.shard, /*prefetch=*/true, task.whole_object,
                 TakeOutlook(), &downloaded);
     absl::MutexLock lock(&mu_);
-    prefetch_queued_.erase(FileName(task.shard));
+    prefetch_queued_.erase(ShardFileName(task.shard));
     if (entry.ok() && *entry == nullptr) ++stats_.prefetches_dropped;
   }
 }
@@ -560,19 +563,16 @@ void ShardCache::PrefetchMembers(const std::shared_ptr<ObjectStore>& store,
                                  const ObjectInfo& shard,
                                  absl::Span<const MemberRange> members) {
   if (ranges_ == nullptr || members.empty()) return;
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;
-  }
   // Asked now and again when each range's turn comes: a shard read whole
   // (most, with a cache that holds the plans' shards) costs the range
   // threads nothing.
-  if (!ReadByRanges(shard)) return;
-  ranges_->Fetch(store, shard, FileName(shard), members);
+  const std::string name = ShardFileName(shard);
+  if (!ReadByRanges(shard, name)) return;
+  ranges_->Fetch(store, shard, name, members);
 }
 
-bool ShardCache::ReadByRanges(const ObjectInfo& shard) const {
-  const std::string name = FileName(shard);
+bool ShardCache::ReadByRanges(const ObjectInfo& shard,
+                              const std::string& name) const {
   {
     absl::MutexLock lock(&mu_);
     if (entries_.contains(name)) return false;

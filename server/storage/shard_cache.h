@@ -203,8 +203,6 @@ class ShardCache {
   ShardCacheStats stats() const;
   const ShardCacheOptions& options() const { return options_; }
 
-  // The file name of `shard` in the cache directory.
-  static std::string FileName(const ObjectInfo& shard);
 
  private:
   struct Entry;
@@ -218,7 +216,7 @@ class ShardCache {
     std::weak_ptr<ShardDemand> demand;
     std::shared_ptr<ObjectStore> store;
     std::vector<ObjectInfo> shards;
-    std::vector<std::string> names;  // FileName of each
+    std::vector<std::string> names;  // ShardFileName of each
     std::vector<uint64_t> sizes;
     FetchCosts costs;
   };
@@ -278,9 +276,10 @@ class ShardCache {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PrefetchLoop();
   bool forecasters_empty() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether a member of `shard` fetched ahead now would be read by ranges
-  // (RangePrefetch's check before each fetch).
-  bool ReadByRanges(const ObjectInfo& shard) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a member of `shard` (cache file `name`) fetched ahead now would
+  // be read by ranges (also RangePrefetch's check before each fetch).
+  bool ReadByRanges(const ObjectInfo& shard, const std::string& name) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
   const ShardCacheOptions options_;

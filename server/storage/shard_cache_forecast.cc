@@ -1,7 +1,8 @@
 // ShardCache's side that follows the plans' forecast (shard_demand.h): the
 // registered forecasts, when each shard is next read, and the
 // whole-or-ranges choice of a miss. The rest of the cache (admission,
-// eviction, downloads, prefetch, reads) is in shard_cache.cc.
+// eviction, prefetch, reads) is in shard_cache.cc, its files in
+// shard_cache_files.cc.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "server/storage/shard_cache.h"
+#include "server/storage/shard_cache_files.h"
 
 namespace batchd::server {
 
@@ -26,7 +28,7 @@ void ShardCache::AddForecast(const std::shared_ptr<ShardDemand>& demand,
   forecaster->names.reserve(shards.size());
   for (const ObjectInfo& shard : shards) {
     forecaster->sizes.push_back(shard.size);
-    forecaster->names.push_back(FileName(shard));
+    forecaster->names.push_back(ShardFileName(shard));
   }
   RemoveForecast(demand.get());
   absl::MutexLock lock(&mu_);

@@ -282,6 +282,44 @@ TEST_F(ShardCacheTest, MembersOfAShardReadByRangesAreFetchedAhead) {
   EXPECT_FALSE(cache->Contains(infos[3]));
 }
 
+// While members of a shard are held, fetched ahead by ranges, the shard is
+// read by ranges, though the forecast now says whole: a download would
+// fetch those members twice.
+TEST_F(ShardCacheTest, AShardWithMembersFetchedAheadIsNotDownloadedWhole) {
+  constexpr int kShards = 8;
+  const std::vector<ObjectInfo> infos = PutShards(kShards);
+  ShardCacheOptions options = Options(2 * kShardBytes);
+  options.range_prefetch_threads = 2;
+  ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(options));
+  const std::vector<uint64_t> order = ForecastReads::PerSampleOrder(kShards);
+  ForecastReads plan(*cache, store_, infos, order, ForecastReads::kCosts);
+  plan.PublishStart();
+  cache->PrefetchMembers(store_, infos[3],
+                         {{0, ForecastReads::kMemberBytes},
+                          {ForecastReads::kMemberBytes,
+                           ForecastReads::kMemberBytes}});
+  for (int i = 0; i < 1000 && cache->stats().prefetches_in_flight > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_EQ(cache->stats().range_prefetches, 2u);
+  // Another reader reads all of shard 3 next: whole, by the forecast.
+  std::vector<uint64_t> shard_three_first;
+  for (uint64_t m = 0; m < ForecastReads::kMembers; ++m) {
+    shard_three_first.push_back(3 * ForecastReads::kMembers + m);
+  }
+  common::ShardSpec spec;
+  spec.num_samples = shard_three_first.size();
+  plan.demand()->Publish(
+      "job/1", spec,
+      std::make_shared<const std::vector<uint64_t>>(shard_three_first), 0);
+  plan.demand()->ForecastNow();
+  ExpectRead(*cache, infos[3], 3, 5 * ForecastReads::kMemberBytes,
+             ForecastReads::kMemberBytes);
+  EXPECT_EQ(cache->stats().downloads, 0u);
+  EXPECT_FALSE(cache->Contains(infos[3]));
+  EXPECT_EQ(store_->reads(), 3u);  // the two fetched ahead, and this one
+}
+
 // Members of a shard read whole once the readers reach it (shard by shard:
 // all its members in a row) are not fetched by ranges, though seen from
 // now, with another shard's reads first and room for one shard, its reads

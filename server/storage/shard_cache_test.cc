@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/storage/fake_object_store_test_util.h"
+#include "server/storage/shard_cache_files.h"
 #include "server/storage/shard_cache_test_util.h"
 #include "testing/status_matchers.h"
 
@@ -169,7 +170,7 @@ TEST_F(ShardCacheTest, RamTierServesSmallShardsFromMemory) {
   ASSERT_OK_AND_ASSIGN(auto cache, ShardCache::Open(options));
   ExpectRead(*cache, infos[0], 0, 0, 100);
   // Gone from disk behind the cache's back: only RAM can answer.
-  fs::remove(fs::path(dir_) / ShardCache::FileName(infos[0]));
+  fs::remove(fs::path(dir_) / ShardFileName(infos[0]));
   ExpectRead(*cache, infos[0], 0, 200, 100);
   ShardCacheStats stats = cache->stats();
   EXPECT_EQ(stats.ram_hits, 1);
