@@ -214,6 +214,13 @@ ABSL_FLAG(int64_t, shared_batch_bytes, Defaults().shared_batch_bytes,
 ABSL_FLAG(int, remote_connections, Defaults().remote_connections,
           "Requests in flight at once to the store of each remote dataset "
           "(s3://, http://, https:// paths), over kept-alive connections.");
+ABSL_FLAG(bool, range_prefetch, Defaults().range_prefetch,
+          "With --cache-dir: fetch the image members of accepted batches "
+          "ahead, many requests at once (half of --remote-connections), for "
+          "shards the cache reads by member ranges: for stores with high "
+          "latency (docs/datasets.md). Off by default: with a shard-aware "
+          "shuffle, a shard's reads can go by ranges ahead and then whole, "
+          "fetching some members twice.");
 ABSL_FLAG(uint64_t, s3_request_cost_bytes, Defaults().s3_request_cost_bytes,
           "What one request to an s3:// store weighs against a byte when the "
           "shard cache chooses between downloading a shard whole and "
@@ -373,6 +380,7 @@ DaemonOptions OptionsFromFlags(std::vector<std::string> datasets) {
   o.share_batches = absl::GetFlag(FLAGS_share_batches);
   o.shared_batch_bytes = absl::GetFlag(FLAGS_shared_batch_bytes);
   o.remote_connections = absl::GetFlag(FLAGS_remote_connections);
+  o.range_prefetch = absl::GetFlag(FLAGS_range_prefetch);
   o.remote_redirects = absl::GetFlag(FLAGS_remote_redirects);
   o.s3_request_cost_bytes = absl::GetFlag(FLAGS_s3_request_cost_bytes);
   o.http_request_cost_bytes = absl::GetFlag(FLAGS_http_request_cost_bytes);

@@ -167,7 +167,9 @@ absl::Status LoadDaemonDatasets(
     cache_options.prefetch_threads = batchd::server::PrefetchThreadsFor(
         options.remote_connections, cache_options.chunks_in_flight);
     cache_options.range_prefetch_threads =
-        batchd::server::RangePrefetchThreadsFor(options.remote_connections);
+        options.range_prefetch
+            ? batchd::server::RangePrefetchThreadsFor(options.remote_connections)
+            : 0;
     absl::StatusOr<std::unique_ptr<batchd::server::ShardCache>> cache =
         batchd::server::ShardCache::Open(cache_options);
     if (!cache.ok()) {

@@ -86,6 +86,9 @@ struct DaemonOptions {
 
   // Remote datasets and caches.
   int remote_connections = 32;
+  // Fetch the members of accepted batches ahead by ranges, for shards read
+  // by ranges (ShardCache::PrefetchMembers), on half the connections.
+  bool range_prefetch = false;
   std::string remote_redirects = "none";  // or "same-origin"
   uint64_t s3_request_cost_bytes = 64 << 10;
   uint64_t http_request_cost_bytes = 16 << 10;
